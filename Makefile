@@ -1,0 +1,115 @@
+# pagedllm: nginx module + engine + kernels.
+#   make            build everything (installs missing Debian packages)
+#   make run        start engine + nginx on 127.0.0.1:8080 with the tiny model
+#   make test       build and run every test (prove)
+#   make CUDA=0     build without the CUDA backend
+#   make BUILD=dir  build into another folder
+
+BUILD    ?= build
+CC       ?= gcc
+NVCC     ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA     ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(abspath $(dir $(NVCC))/..)
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fopenmp \
+            -Icommon -Ikernels -Iengine
+KCFLAGS  := -O3 -march=native
+LDLIBS   := -ljansson -lm -pthread -fopenmp
+NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Icommon -Ikernels -Iengine \
+            -Xcompiler -fPIC,-Wall
+
+COMMON_SRCS := $(wildcard common/*.c)
+KERNEL_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
+ENGINE_SRCS := $(filter-out engine/main.c,$(wildcard engine/*.c))
+CUDA_SRCS   := $(wildcard kernels/*.cu)
+
+ifeq ($(CUDA),1)
+KERNEL_SRCS := $(filter-out kernels/nocuda.c,$(KERNEL_SRCS))
+LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+               -lcublas -lcudart -lstdc++
+CFLAGS      += -DPL_HAVE_CUDA=1
+else
+CUDA_SRCS   :=
+endif
+
+LIB_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o) \
+            $(KERNEL_SRCS:%.c=$(BUILD)/obj/%.o) \
+            $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o) \
+            $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
+HEADERS  := $(wildcard common/*.h kernels/*.h kernels/*.cuh engine/*.h)
+
+TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
+UNITS    := $(patsubst t/unit/%.c,$(BUILD)/t/%.t,$(wildcard t/unit/*.c))
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)) \
+            $(patsubst bench/%.cu,$(BUILD)/bench/%,$(wildcard bench/*.cu))
+MODULE   := $(BUILD)/ngx_http_pagedllm_module.so
+ENGINE   := $(BUILD)/pagedllm-engine
+TINY     := $(BUILD)/models/tiny/model.safetensors
+
+.PHONY: all deps test-deps engine module model tools units run test clean
+
+all: deps engine module model tools
+
+deps: $(BUILD)/.deps
+$(BUILD)/.deps: tools/install-deps.sh
+	@mkdir -p $(BUILD)
+	@sh tools/install-deps.sh
+	@touch $@
+
+test-deps: deps
+	@sh tools/install-deps.sh --test
+
+engine: $(ENGINE)
+module: $(MODULE)
+model: $(TINY)
+tools: $(TOOLS)
+units: $(UNITS)
+
+$(BUILD)/obj/kernels/cpu/%.o: kernels/cpu/%.c $(HEADERS) | $(BUILD)/.deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(KCFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(HEADERS) | $(BUILD)/.deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/libpagedllm.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(ENGINE): $(BUILD)/obj/engine/main.o $(BUILD)/libpagedllm.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%: tools/%.c $(BUILD)/libpagedllm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/t/%.t: t/unit/%.c t/unit/tap.h $(BUILD)/libpagedllm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -It/unit -o $@ $< $(BUILD)/libpagedllm.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libpagedllm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(MODULE): config $(wildcard ngx_http_pagedllm_module/*.[ch]) \
+           $(wildcard common/*.[ch]) tools/build-module.sh | $(BUILD)/.deps
+	tools/build-module.sh $(BUILD)
+
+$(TINY): $(BUILD)/mktinymodel
+	$(BUILD)/mktinymodel $(BUILD)/models/tiny
+
+run: all
+	tools/run.sh $(BUILD)
+
+test: all test-deps units
+	PAGEDLLM_BUILD=$(abspath $(BUILD)) prove -j2 $(UNITS) $(wildcard t/*.t)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,215 @@
+/*
+ * pl_proto: the wire protocol between nginx workers and pagedllm-engine.
+ *
+ * Attach: a worker connects to the engine's unix socket and sends a
+ * pl_attach_t.  The engine answers with a pl_hello_t carrying, by
+ * SCM_RIGHTS, three descriptors in this order: the memfd of the worker's
+ * region, the submission doorbell (eventfd the worker writes to wake the
+ * engine) and the completion doorbell (eventfd the engine writes to wake
+ * the worker).  The socket then stays open and silent; its EOF means the
+ * other side is gone.
+ *
+ * Region: pl_region_hdr_t at offset 0, then the submission ring (worker
+ * produces, engine consumes) at sub_offset and the completion ring (engine
+ * produces, worker consumes) at comp_offset.  The engine writes the header
+ * once at attach and refreshes `stats` every iteration; it never reads
+ * anything back from the header, and it copies every record out of the
+ * submission ring and checks it before use.
+ *
+ * All integers are native-endian: both sides run on the same machine.
+ */
+
+#ifndef PL_PROTO_H
+#define PL_PROTO_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
+#define PL_PROTO_VERSION      1u
+
+#define PL_MAX_EOS            8
+#define PL_MODEL_NAME_LEN     128
+#define PL_PATH_LEN           1024
+
+/* record types: worker -> engine */
+#define PL_REC_SUBMIT         1
+#define PL_REC_ABORT          2
+
+/* record types: engine -> worker */
+#define PL_REC_TOKENS         16
+#define PL_REC_FINISH         17
+#define PL_REC_ERROR          18
+
+/* pl_rec_submit_t.flags */
+#define PL_SUBMIT_IGNORE_EOS  0x1u
+#define PL_SUBMIT_HAS_SEED    0x2u
+
+/* pl_rec_finish_t.reason */
+#define PL_FINISH_STOP        1     /* an eos / stop token was produced */
+#define PL_FINISH_LENGTH      2     /* max_tokens or the context limit */
+#define PL_FINISH_ABORT       3     /* aborted by the worker */
+#define PL_FINISH_ERROR       4     /* engine-side failure; see ERROR */
+
+
+typedef struct {
+    uint32_t   magic;
+    uint32_t   version;
+    uint32_t   pid;
+    uint32_t   reserved;
+} pl_attach_t;
+
+
+typedef struct {
+    uint32_t   magic;
+    uint32_t   version;
+    uint64_t   region_size;
+    uint32_t   worker_id;
+    uint32_t   reserved;
+} pl_hello_t;
+
+
+/* Engine state, published into every region; read under stats_seq. */
+typedef struct {
+    uint64_t   iterations;
+    uint64_t   requests_total;
+    uint64_t   prompt_tokens_total;
+    uint64_t   generation_tokens_total;
+    uint64_t   preemptions_total;
+    uint32_t   workers;
+    uint32_t   running;
+    uint32_t   waiting;
+    uint32_t   swapped;
+    uint32_t   kv_blocks_total;
+    uint32_t   kv_blocks_used;
+    uint32_t   kv_blocks_free;
+    uint32_t   block_size;
+    char       device[16];
+} pl_stats_t;
+
+
+typedef struct {
+    uint32_t          magic;
+    uint32_t          version;
+    uint64_t          region_size;
+    uint64_t          sub_offset;
+    uint64_t          sub_size;        /* data bytes of the submission ring */
+    uint64_t          comp_offset;
+    uint64_t          comp_size;       /* data bytes of the completion ring */
+
+    /* model identity: the worker tokenizes with exactly this */
+    uint32_t          worker_id;
+    uint32_t          vocab_size;
+    uint32_t          max_model_len;   /* prompt + completion tokens */
+    int32_t           bos_id;          /* -1 when none */
+    uint32_t          n_eos;
+    int32_t           eos_ids[PL_MAX_EOS];
+    uint64_t          tokenizer_hash;  /* FNV-1a 64 of tokenizer.json */
+    char              model_name[PL_MODEL_NAME_LEN];
+    char              tokenizer_path[PL_PATH_LEN];
+
+    _Alignas(64) _Atomic uint64_t  stats_seq;   /* odd while writing */
+    pl_stats_t        stats;
+} pl_region_hdr_t;
+
+
+/* followed by int32_t prompt[n_prompt] */
+typedef struct {
+    uint64_t   req_id;
+    uint32_t   max_tokens;
+    uint32_t   flags;
+    float      temperature;     /* 0 = greedy */
+    float      top_p;           /* 1 = off */
+    int32_t    top_k;           /* 0 = off */
+    uint32_t   n_prompt;
+    uint64_t   seed;
+} pl_rec_submit_t;
+
+
+typedef struct {
+    uint64_t   req_id;
+} pl_rec_abort_t;
+
+
+/* followed by int32_t ids[n] */
+typedef struct {
+    uint64_t   req_id;
+    uint32_t   n;
+    uint32_t   reserved;
+} pl_rec_tokens_t;
+
+
+typedef struct {
+    uint64_t   req_id;
+    uint32_t   reason;
+    uint32_t   prompt_tokens;
+    uint32_t   completion_tokens;
+    uint32_t   reserved;
+} pl_rec_finish_t;
+
+
+/* followed by char message[len], not NUL-terminated; FINISH follows */
+typedef struct {
+    uint64_t   req_id;
+    uint32_t   status;          /* HTTP status the worker should answer */
+    uint32_t   len;
+} pl_rec_error_t;
+
+
+/* Seqlock around pl_region_hdr_t.stats; the engine is the only writer. */
+static inline void
+pl_stats_publish(pl_region_hdr_t *h, const pl_stats_t *s)
+{
+    uint64_t  seq = atomic_load_explicit(&h->stats_seq, memory_order_relaxed);
+
+    atomic_store_explicit(&h->stats_seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    memcpy(&h->stats, s, sizeof(*s));
+    atomic_store_explicit(&h->stats_seq, seq + 2, memory_order_release);
+}
+
+
+/* Returns 0 with a consistent copy, -1 if the writer kept it busy. */
+static inline int
+pl_stats_read(const pl_region_hdr_t *h, pl_stats_t *out)
+{
+    uint64_t  s1, s2;
+    int       tries;
+
+    for (tries = 0; tries < 1000; tries++) {
+        s1 = atomic_load_explicit(&((pl_region_hdr_t *) h)->stats_seq,
+                                  memory_order_acquire);
+        if (s1 & 1) {
+            continue;
+        }
+        memcpy(out, (const void *) &h->stats, sizeof(*out));
+        atomic_thread_fence(memory_order_acquire);
+        s2 = atomic_load_explicit(&((pl_region_hdr_t *) h)->stats_seq,
+                                  memory_order_relaxed);
+        if (s1 == s2) {
+            return 0;
+        }
+    }
+
+    return -1;
+}
+
+
+/* FNV-1a 64, used for the tokenizer fingerprint. */
+static inline uint64_t
+pl_fnv1a64(const void *data, size_t len)
+{
+    const uint8_t  *p = data;
+    uint64_t        h = 0xcbf29ce484222325ull;
+    size_t          i;
+
+    for (i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+
+    return h;
+}
+
+#endif /* PL_PROTO_H */

@@ -1,0 +1,67 @@
+/*
+ * pl_model: a transformer loaded from a Hugging Face folder, run on a
+ * backend.  The model knows nothing about requests or scheduling: it gets a
+ * pl_batch_t describing which tokens to run and where their KV slots are,
+ * and returns the logits of one row per sequence.
+ */
+
+#ifndef PL_MODEL_H
+#define PL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pl_ops.h"
+
+#define PL_ARCH_LEN  64
+
+typedef struct {
+    char        arch[PL_ARCH_LEN];      /* "llama" */
+    int         vocab_size;
+    int         hidden_size;
+    int         intermediate_size;
+    int         num_layers;
+    int         num_heads;
+    int         num_kv_heads;
+    int         head_dim;
+    int         max_position_embeddings;
+    float       rms_norm_eps;
+    float       rope_theta;
+    int         tie_word_embeddings;
+    int         bos_token_id;           /* -1 when none */
+    int         n_eos;
+    int         eos_token_ids[8];
+    pl_dtype_t  dtype;                  /* of the checkpoint's weights */
+} pl_model_config_t;
+
+typedef struct pl_model_s  pl_model_t;
+
+/*
+ * Load config.json, generation_config.json (when present) and
+ * model.safetensors from dir, with weights made usable by be.  NULL with a
+ * message naming the file and the field on any problem.
+ */
+pl_model_t *pl_model_load(const char *dir, pl_backend_t *be, char *err,
+    size_t errlen);
+
+void pl_model_free(pl_model_t *m);
+
+const pl_model_config_t *pl_model_config(const pl_model_t *m);
+
+/* Bytes one KV block takes over all layers (K and V). */
+size_t pl_model_kv_block_bytes(const pl_model_t *m, int block_size);
+
+/* Allocate the paged KV cache: num_blocks blocks of block_size tokens.
+   0, or -1 with err set. */
+int pl_model_kv_alloc(pl_model_t *m, int num_blocks, int block_size,
+    char *err, size_t errlen);
+
+/*
+ * Run one iteration.  batch is a host description (see pl_ops.h); logits
+ * receives batch->num_seqs rows of vocab_size floats on the host.  Returns 0
+ * or -1 (with err) when the batch does not fit what was allocated.
+ */
+int pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
+    char *err, size_t errlen);
+
+#endif /* PL_MODEL_H */

@@ -1,0 +1,159 @@
+/*
+ * pl_ops: the operations a model needs, behind one backend interface.
+ *
+ * A model is written once against pl_backend_t; the CPU backend
+ * (kernels/cpu/) is the portable reference and the CUDA backend
+ * (kernels/NAME.cu) the fast one.  Every pointer passed to an operation lives
+ * in the backend's memory (be->alloc, or a weight the backend loaded);
+ * operations may run asynchronously in order, be->sync() waits for them.
+ *
+ * Activations and the KV cache use be->act_dtype (F32 on the CPU).  Weights
+ * keep their checkpoint dtype (F32, F16 or BF16); arithmetic accumulates in
+ * fp32 everywhere.
+ *
+ * Shapes are row-major; "[n][d]" means n rows of d contiguous elements.
+ *
+ * KV cache, one K and one V buffer per layer:
+ *     [num_blocks][block_size][n_kv_heads][head_dim]
+ * A token's slot is block * block_size + offset; a sequence's block table
+ * maps its logical block i to a physical block.
+ */
+
+#ifndef PL_OPS_H
+#define PL_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    PL_DT_F32 = 0,
+    PL_DT_F16 = 1,
+    PL_DT_BF16 = 2
+} pl_dtype_t;
+
+size_t      pl_dtype_size(pl_dtype_t dt);
+const char *pl_dtype_name(pl_dtype_t dt);
+
+/* conversions used by loaders and CPU kernels */
+float    pl_bf16_to_f32(uint16_t h);
+uint16_t pl_f32_to_bf16(float f);        /* round to nearest even */
+float    pl_f16_to_f32(uint16_t h);
+uint16_t pl_f32_to_f16(float f);         /* round to nearest even */
+
+/* A weight matrix [rows][cols] (a vector has rows = 1). */
+typedef struct {
+    void       *data;
+    pl_dtype_t  dtype;
+    int64_t     rows;
+    int64_t     cols;
+} pl_weight_t;
+
+/*
+ * One iteration's batch.  The runner fills a host copy; be->batch_upload()
+ * returns the same description with pointers the backend's kernels can read
+ * (the CPU backend returns its argument).  Sequence s owns query rows
+ * [query_start[s], query_start[s + 1]); its new tokens sit at positions
+ * context_lens[s] - qlen .. context_lens[s] - 1 and have already been
+ * written to the cache (kv_write) before attention runs.  Attention for
+ * those rows is causal over the sequence's whole context.
+ */
+typedef struct {
+    int             num_tokens;
+    int             num_seqs;
+    const int32_t  *token_ids;       /* [num_tokens] */
+    const int32_t  *positions;       /* [num_tokens] */
+    const int32_t  *slot_mapping;    /* [num_tokens] */
+    const int32_t  *query_start;     /* [num_seqs + 1] */
+    const int32_t  *context_lens;    /* [num_seqs] */
+    const int32_t  *block_tables;    /* [num_seqs][max_blocks_per_seq] */
+    const int32_t  *logits_rows;     /* [num_seqs]: row to project, usually
+                                        query_start[s + 1] - 1 */
+    int             max_blocks_per_seq;
+    int             max_query_len;
+    int             max_context_len;
+} pl_batch_t;
+
+typedef struct pl_backend_s  pl_backend_t;
+
+struct pl_backend_s {
+    const char   *name;              /* "cpu", "cuda" */
+    pl_dtype_t    act_dtype;
+
+    void        *(*alloc)(pl_backend_t *be, size_t bytes);  /* zeroed; NULL
+                                                               on failure */
+    void         (*free)(pl_backend_t *be, void *p);
+    void         (*upload)(pl_backend_t *be, void *dst, const void *src,
+                           size_t bytes);
+    void         (*download)(pl_backend_t *be, void *dst, const void *src,
+                             size_t bytes);
+    void         (*sync)(pl_backend_t *be);
+    void         (*destroy)(pl_backend_t *be);
+
+    /* Make a weight usable by kernels: the CPU keeps the (mmap'ed) host
+       pointer, the CUDA backend copies it to the device. 0 or -1. */
+    int          (*weight_load)(pl_backend_t *be, pl_weight_t *w,
+                                const void *host);
+
+    const pl_batch_t *(*batch_upload)(pl_backend_t *be,
+                                      const pl_batch_t *host);
+
+    /* out[n][dim] = table[ids[i]] */
+    void (*embedding)(pl_backend_t *be, void *out, const pl_weight_t *table,
+                      const int32_t *ids, int n);
+
+    /* out[n][dim] = x / rms(x) * w */
+    void (*rmsnorm)(pl_backend_t *be, void *out, const void *x,
+                    const pl_weight_t *w, int n, int dim, float eps);
+
+    /* residual[n][dim] += x; out = rmsnorm(residual) * w  (fused) */
+    void (*add_rmsnorm)(pl_backend_t *be, void *out, void *residual,
+                        const void *x, const pl_weight_t *w, int n, int dim,
+                        float eps);
+
+    /* out[n][w.rows] = x[n][w.cols] . w^T (+ bias[w.rows] when not NULL) */
+    void (*matmul)(pl_backend_t *be, void *out, const void *x,
+                   const pl_weight_t *w, const pl_weight_t *bias, int n);
+
+    /* In place, rotate-half (GPT-NeoX / Hugging Face Llama) convention:
+       q[n][n_heads * head_dim], k[n][n_kv_heads * head_dim]; inv_freq
+       [head_dim / 2] (backend memory) holds any RoPE scaling already. */
+    void (*rope)(pl_backend_t *be, void *q, void *k, const int32_t *positions,
+                 const float *inv_freq, int n, int n_heads, int n_kv_heads,
+                 int head_dim);
+
+    /* k_cache/v_cache[slot_mapping[i]] = k/v[i], k/v [n][n_kv_heads*head_dim];
+       a negative slot means "do not store". */
+    void (*kv_write)(pl_backend_t *be, void *k_cache, void *v_cache,
+                     const void *k, const void *v, const int32_t *slot_mapping,
+                     int n, int n_kv_heads, int head_dim);
+
+    /* Paged attention for every query row of the batch (prefill chunks and
+       decodes alike): out[num_tokens][n_heads * head_dim]. */
+    void (*attention)(pl_backend_t *be, void *out, const void *q,
+                      const void *k_cache, const void *v_cache,
+                      const pl_batch_t *batch, int n_heads, int n_kv_heads,
+                      int head_dim, int block_size, float scale);
+
+    /* out[n][inter] = silu(gu[n][0:inter]) * gu[n][inter:2*inter] */
+    void (*silu_mul)(pl_backend_t *be, void *out, const void *gate_up, int n,
+                     int inter);
+
+    /* out[i][dim] = x[rows[i]][dim], i < n */
+    void (*gather_rows)(pl_backend_t *be, void *out, const void *x,
+                        const int32_t *rows, int n, int dim);
+
+    /* host f32 dst[count] from backend activations src (act_dtype) */
+    void (*download_f32)(pl_backend_t *be, float *dst, const void *src,
+                         size_t count);
+
+    void   *priv;
+};
+
+/* Backend constructors; NULL (with a reason in err) when unavailable. */
+pl_backend_t *pl_backend_cpu_create(int threads, char *err, size_t errlen);
+pl_backend_t *pl_backend_cuda_create(int device, char *err, size_t errlen);
+
+/* 1 when this build has the CUDA backend and a GPU is visible. */
+int pl_cuda_available(void);
+
+#endif /* PL_OPS_H */

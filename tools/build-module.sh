@@ -1,0 +1,45 @@
+#!/bin/bash
+# Builds ngx_http_pagedllm_module.so against Debian's packaged nginx: a copy
+# of the configure tree from nginx-dev, configured with the exact flags the
+# stock binary was built with (conf_flags), so /usr/sbin/nginx can load it.
+#   tools/build-module.sh BUILD_DIR
+set -eu
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+out=$1
+src=/usr/share/nginx/src
+tree=$out/nginx
+
+if [ ! -f "$src/conf_flags" ]; then
+    echo "pagedllm: $src/conf_flags not found: is nginx-dev installed?" >&2
+    exit 1
+fi
+
+mkdir -p "$out"
+
+if [ ! -f "$tree/configure" ] || [ "$src/conf_flags" -nt "$tree/configure" ]
+then
+    rm -rf "$tree"
+    cp -r "$src" "$tree"
+fi
+
+# configure again whenever the addon's config script or its file list changed
+srcs=$(cd "$top" && ls ngx_http_pagedllm_module/*.[ch] common/*.[ch] 2>/dev/null)
+if [ ! -f "$tree/objs/Makefile" ] || [ "$top/config" -nt "$tree/objs/Makefile" ] \
+   || [ "$srcs" != "$(cat "$out/module-srcs" 2>/dev/null)" ]
+then
+    (
+        cd "$tree"
+        # shellcheck disable=SC1091
+        . ./conf_flags
+        ./configure "${NGX_CONF_FLAGS[@]}" \
+            --with-cc-opt="-g -O2 -fPIC -fstack-protector-strong -Wformat -Werror=format-security -D_FORTIFY_SOURCE=2" \
+            --with-ld-opt="-Wl,-z,relro -Wl,-z,now -fPIC" \
+            --add-dynamic-module="$top" >configure.log 2>&1 \
+        || { tail -30 configure.log >&2; exit 1; }
+    )
+    printf '%s\n' "$srcs" >"$out/module-srcs"
+fi
+
+make -s -C "$tree" -f objs/Makefile modules >/dev/null
+cp "$tree/objs/ngx_http_pagedllm_module.so" "$out/ngx_http_pagedllm_module.so"
