@@ -48,6 +48,14 @@ void pl_model_free(pl_model_t *m);
 
 const pl_model_config_t *pl_model_config(const pl_model_t *m);
 
+/*
+ * Allocate activation scratch for batches of up to max_tokens tokens and
+ * max_seqs sequences; forward() refuses larger batches.  Call before
+ * sizing the KV cache, so what is left can go to it.  0, or -1 with err.
+ */
+int pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
+    size_t errlen);
+
 /* Bytes one KV block takes over all layers (K and V). */
 size_t pl_model_kv_block_bytes(const pl_model_t *m, int block_size);
 

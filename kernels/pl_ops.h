@@ -89,6 +89,11 @@ struct pl_backend_s {
     void         (*sync)(pl_backend_t *be);
     void         (*destroy)(pl_backend_t *be);
 
+    /* Memory the backend can still allocate and its total, in bytes (for
+       the CPU: available and total system memory). 0 or -1. */
+    int          (*mem_info)(pl_backend_t *be, size_t *free_bytes,
+                             size_t *total_bytes);
+
     /* Make a weight usable by kernels: the CPU keeps the (mmap'ed) host
        pointer, the CUDA backend copies it to the device. 0 or -1. */
     int          (*weight_load)(pl_backend_t *be, pl_weight_t *w,
