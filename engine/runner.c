@@ -1,0 +1,150 @@
+/*
+ * runner: from plan to pl_batch_t to logits.
+ *
+ * Every array is allocated once at start for the largest batch the
+ * scheduler may plan (max_num_batched_tokens tokens, max_num_seqs
+ * sequences, max_model_len / block_size blocks each), so building a batch
+ * is a few linear copies and never allocates.  Each sequence contributes
+ * the query rows [n_computed, n_computed + n_query) of its tokens; its
+ * logits row is its last query row, the only one the model needs to
+ * project.  The block tables are packed with the batch's longest table as
+ * the row stride; padding entries hold block 0, a valid block no kernel
+ * reads past the context length.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner.h"
+
+
+int
+pl_runner_init(pl_runner_t *r, int max_tokens, int max_seqs,
+    int max_blocks_per_seq, int vocab_size)
+{
+    *r = (pl_runner_t) { 0 };
+
+    r->max_tokens = max_tokens;
+    r->max_seqs = max_seqs;
+    r->max_blocks_per_seq = max_blocks_per_seq;
+    r->vocab_size = vocab_size;
+
+    r->token_ids = malloc((size_t) max_tokens * sizeof(int32_t));
+    r->positions = malloc((size_t) max_tokens * sizeof(int32_t));
+    r->slot_mapping = malloc((size_t) max_tokens * sizeof(int32_t));
+    r->query_start = malloc((size_t) (max_seqs + 1) * sizeof(int32_t));
+    r->context_lens = malloc((size_t) max_seqs * sizeof(int32_t));
+    r->block_tables = malloc((size_t) max_seqs * max_blocks_per_seq
+                             * sizeof(int32_t));
+    r->logits_rows = malloc((size_t) max_seqs * sizeof(int32_t));
+    r->logits = malloc((size_t) max_seqs * vocab_size * sizeof(float));
+
+    if (!r->token_ids || !r->positions || !r->slot_mapping
+        || !r->query_start || !r->context_lens || !r->block_tables
+        || !r->logits_rows || !r->logits)
+    {
+        pl_runner_destroy(r);
+        return -1;
+    }
+
+    return 0;
+}
+
+
+void
+pl_runner_destroy(pl_runner_t *r)
+{
+    free(r->token_ids);
+    free(r->positions);
+    free(r->slot_mapping);
+    free(r->query_start);
+    free(r->context_lens);
+    free(r->block_tables);
+    free(r->logits_rows);
+    free(r->logits);
+    *r = (pl_runner_t) { 0 };
+}
+
+
+static void
+pl_runner_add_tokens(pl_runner_t *r, const pl_block_manager_t *bm,
+    const pl_seq_t *s, int n_query, int at)
+{
+    int  i, pos;
+
+    for (i = 0; i < n_query; i++) {
+        pos = s->n_computed + i;
+        r->token_ids[at + i] = s->tokens[pos];
+        r->positions[at + i] = pos;
+        r->slot_mapping[at + i] = pl_bm_slot(bm, &s->blocks, pos);
+    }
+}
+
+
+static int
+pl_runner_widest_table(const pl_sched_entry_t *entries, int n)
+{
+    int  i, w = 1;
+
+    for (i = 0; i < n; i++) {
+        if (entries[i].seq->blocks.n > w) {
+            w = entries[i].seq->blocks.n;
+        }
+    }
+
+    return w;
+}
+
+
+void
+pl_runner_build(pl_runner_t *r, const pl_block_manager_t *bm,
+    const pl_sched_entry_t *entries, int n)
+{
+    const pl_seq_t  *s;
+    int              i, q, at = 0, max_q = 0, max_ctx = 0;
+    int              width = pl_runner_widest_table(entries, n);
+    int32_t         *row;
+
+    for (i = 0; i < n; i++) {
+        s = entries[i].seq;
+        q = entries[i].n_query;
+
+        r->query_start[i] = at;
+        pl_runner_add_tokens(r, bm, s, q, at);
+        at += q;
+
+        r->context_lens[i] = s->n_computed + q;
+        r->logits_rows[i] = at - 1;
+
+        row = r->block_tables + (size_t) i * width;
+        memcpy(row, s->blocks.ids, (size_t) s->blocks.n * sizeof(int32_t));
+        memset(row + s->blocks.n, 0,
+               (size_t) (width - s->blocks.n) * sizeof(int32_t));
+
+        max_q = q > max_q ? q : max_q;
+        max_ctx = r->context_lens[i] > max_ctx ? r->context_lens[i] : max_ctx;
+    }
+    r->query_start[n] = at;
+
+    r->batch = (pl_batch_t) {
+        .num_tokens = at,
+        .num_seqs = n,
+        .token_ids = r->token_ids,
+        .positions = r->positions,
+        .slot_mapping = r->slot_mapping,
+        .query_start = r->query_start,
+        .context_lens = r->context_lens,
+        .block_tables = r->block_tables,
+        .logits_rows = r->logits_rows,
+        .max_blocks_per_seq = width,
+        .max_query_len = max_q,
+        .max_context_len = max_ctx,
+    };
+}
+
+
+int
+pl_runner_forward(pl_runner_t *r, pl_model_t *m, char *err, size_t errlen)
+{
+    return pl_model_forward(m, &r->batch, r->logits, err, errlen);
+}

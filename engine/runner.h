@@ -1,0 +1,58 @@
+/*
+ * runner: turns the scheduler's plan into the model's batch description
+ * (token ids, positions, KV slots, block tables, context lengths, query
+ * offsets, logits rows) in host memory, runs the model once for the whole
+ * batch and keeps the logits for the sampler.
+ */
+
+#ifndef PL_RUNNER_H
+#define PL_RUNNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block_manager.h"
+#include "pl_model.h"
+#include "scheduler.h"
+
+typedef struct {
+    int          max_tokens;
+    int          max_seqs;
+    int          max_blocks_per_seq;
+    int          vocab_size;
+
+    int32_t     *token_ids;         /* [max_tokens] */
+    int32_t     *positions;         /* [max_tokens] */
+    int32_t     *slot_mapping;      /* [max_tokens] */
+    int32_t     *query_start;       /* [max_seqs + 1] */
+    int32_t     *context_lens;      /* [max_seqs] */
+    int32_t     *block_tables;      /* [max_seqs][max_blocks_per_seq] */
+    int32_t     *logits_rows;       /* [max_seqs] */
+    float       *logits;            /* [max_seqs][vocab_size] */
+
+    pl_batch_t   batch;
+} pl_runner_t;
+
+/* 0, or -1 when out of memory. */
+int  pl_runner_init(pl_runner_t *r, int max_tokens, int max_seqs,
+    int max_blocks_per_seq, int vocab_size);
+void pl_runner_destroy(pl_runner_t *r);
+
+/*
+ * Describe entries[0..n) (n <= max_seqs, their tokens <= max_tokens, blocks
+ * already reserved) in r->batch.  Entry i's row of logits will be row i.
+ */
+void pl_runner_build(pl_runner_t *r, const pl_block_manager_t *bm,
+    const pl_sched_entry_t *entries, int n);
+
+/* Run the model on r->batch.  0, or -1 with err. */
+int  pl_runner_forward(pl_runner_t *r, pl_model_t *m, char *err,
+    size_t errlen);
+
+static inline const float *
+pl_runner_logits(const pl_runner_t *r, int i)
+{
+    return r->logits + (size_t) i * r->vocab_size;
+}
+
+#endif /* PL_RUNNER_H */

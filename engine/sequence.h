@@ -1,0 +1,102 @@
+/*
+ * sequence: one request's generation state inside the engine (its tokens,
+ * how many of them have KV in the cache, its blocks, sampling parameters,
+ * random generator, and what of its output the worker has not received
+ * yet), plus a small table that finds a worker's live sequences by the
+ * request id the worker chose.
+ */
+
+#ifndef PL_SEQUENCE_H
+#define PL_SEQUENCE_H
+
+#include <stdint.h>
+
+#include "block_manager.h"
+#include "sampler.h"
+
+typedef enum {
+    PL_SEQ_WAITING = 0,     /* no blocks; queued for (re)admission */
+    PL_SEQ_RUNNING,         /* holds blocks; scheduled every iteration */
+    PL_SEQ_FINISHED         /* out of the scheduler; output may be unsent */
+} pl_seq_state_t;
+
+struct pl_conn_s;
+typedef struct pl_seq_s  pl_seq_t;
+
+struct pl_seq_s {
+    uint64_t               req_id;
+    uint64_t               arrival;       /* engine-wide arrival order */
+    struct pl_conn_s      *conn;          /* the worker that submitted it */
+
+    pl_sampling_params_t   sampling;
+    pl_rng_t               rng;
+    int                    max_tokens;
+    int                    ignore_eos;
+
+    int32_t               *tokens;        /* prompt, then generated */
+    int                    n_tokens;
+    int                    cap;           /* n_prompt + max_tokens */
+    int                    n_prompt;      /* as submitted */
+    int                    n_computed;    /* tokens whose KV is cached */
+
+    pl_block_table_t       blocks;
+    pl_seq_state_t         state;
+    int                    finish_reason; /* PL_FINISH_*, 0 while live */
+
+    int                    n_sent;        /* generated tokens sent */
+    int                    finish_sent;
+
+    pl_seq_t              *prev;          /* scheduler queue */
+    pl_seq_t              *next;
+    pl_seq_t              *conn_prev;     /* the worker's sequences */
+    pl_seq_t              *conn_next;
+    pl_seq_t              *hash_next;     /* pl_seq_index_t chain */
+};
+
+/* NULL when out of memory. tokens[0..n_prompt) are copied. */
+pl_seq_t *pl_seq_create(uint64_t req_id, const int32_t *prompt, int n_prompt,
+    int max_tokens);
+void      pl_seq_free(pl_seq_t *s);
+
+static inline int
+pl_seq_generated(const pl_seq_t *s)
+{
+    return s->n_tokens - s->n_prompt;
+}
+
+/* Tokens not yet run through the model (1 for a decode step). */
+static inline int
+pl_seq_uncomputed(const pl_seq_t *s)
+{
+    return s->n_tokens - s->n_computed;
+}
+
+/* Append a sampled token; the caller checks room (n_tokens < cap). */
+static inline void
+pl_seq_append(pl_seq_t *s, int32_t token)
+{
+    s->tokens[s->n_tokens++] = token;
+}
+
+/* Output the worker has not been sent yet. */
+static inline int
+pl_seq_has_output(const pl_seq_t *s)
+{
+    return s->n_prompt + s->n_sent < s->n_tokens
+           || (s->finish_reason != 0 && !s->finish_sent);
+}
+
+/* Live sequences of one worker by req_id (chained hash, grows). */
+typedef struct {
+    pl_seq_t  **buckets;
+    uint32_t    n_buckets;
+    uint32_t    count;
+} pl_seq_index_t;
+
+int       pl_seq_index_init(pl_seq_index_t *ix);
+void      pl_seq_index_destroy(pl_seq_index_t *ix);
+pl_seq_t *pl_seq_index_find(const pl_seq_index_t *ix, uint64_t req_id);
+int       pl_seq_index_add(pl_seq_index_t *ix, pl_seq_t *s);
+void      pl_seq_index_remove(pl_seq_index_t *ix, pl_seq_t *s);
+
+#endif /* PL_SEQUENCE_H */
