@@ -1,0 +1,379 @@
+/*
+ * cuda_backend: the CUDA implementation of pl_backend_t, and the memory
+ * side of it (allocation, copies, weights, the batch description).
+ *
+ * One device, one stream, one cuBLAS handle.  Everything the model calls is
+ * queued on that stream in order; download and download_f32 wait for it,
+ * since the caller reads host memory next.  The batch description is
+ * packed into one pinned buffer and sent with a single copy, so an
+ * iteration costs one host-to-device transfer for all its index arrays.
+ */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pl_cuda.cuh"
+
+
+void
+pl_cuda_fail(const char *what, const char *detail)
+{
+    fprintf(stderr, "pagedllm cuda: %s: %s\n", what, detail);
+    abort();
+}
+
+
+void
+pl_cuda_check(cudaError_t rc, const char *what)
+{
+    if (rc != cudaSuccess) {
+        pl_cuda_fail(what, cudaGetErrorString(rc));
+    }
+}
+
+
+extern "C" int
+pl_cuda_available(void)
+{
+    int  count = 0;
+
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return count > 0;
+}
+
+
+static void *
+cuda_alloc(pl_backend_t *be, size_t bytes)
+{
+    void  *p = NULL;
+
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    if (cudaMemsetAsync(p, 0, bytes, pl_cuda(be)->stream) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+
+static void
+cuda_free(pl_backend_t *be, void *p)
+{
+    if (p != NULL) {
+        pl_cuda_check(cudaStreamSynchronize(pl_cuda(be)->stream), "free");
+        pl_cuda_check(cudaFree(p), "free");
+    }
+}
+
+
+static void
+cuda_upload(pl_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    pl_cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                  pl_cuda(be)->stream), "upload");
+}
+
+
+static void
+cuda_download(pl_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    pl_cuda_t  *cu = pl_cuda(be);
+
+    pl_cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                  cu->stream), "download");
+    pl_cuda_check(cudaStreamSynchronize(cu->stream), "download");
+}
+
+
+static void
+cuda_sync(pl_backend_t *be)
+{
+    pl_cuda_check(cudaStreamSynchronize(pl_cuda(be)->stream), "sync");
+}
+
+
+static int
+cuda_mem_info(pl_backend_t *be, size_t *free_bytes, size_t *total_bytes)
+{
+    (void) be;
+    if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
+
+/*
+ * Matrices become bf16 for the GEMMs, vectors fp32 for the norms and
+ * biases.  The checkpoint's bytes go up as they are and are converted on
+ * the device.
+ */
+static int
+cuda_weight_load(pl_backend_t *be, pl_weight_t *w, const void *host)
+{
+    pl_dtype_t  want = w->rows == 1 ? PL_DT_F32 : PL_DT_BF16;
+    int64_t     count = w->rows * w->cols;
+    size_t      raw_bytes = (size_t) count * pl_dtype_size(w->dtype);
+    void       *raw, *dst;
+
+    if (count <= 0 || (w->dtype != PL_DT_F32 && w->dtype != PL_DT_F16
+                       && w->dtype != PL_DT_BF16))
+    {
+        return -1;
+    }
+    dst = cuda_alloc(be, (size_t) count * pl_dtype_size(want));
+    if (dst == NULL) {
+        return -1;
+    }
+    raw = cuda_alloc(be, raw_bytes);
+    if (raw == NULL) {
+        cuda_free(be, dst);
+        return -1;
+    }
+    cuda_upload(be, raw, host, raw_bytes);
+    pl_cuda_convert(be, dst, want, raw, w->dtype, count);
+    cuda_free(be, raw);
+    w->data = dst;
+    w->dtype = want;
+    return 0;
+}
+
+
+static size_t
+batch_array_bytes(int count)
+{
+    return ((size_t) count * sizeof(int32_t) + 255) & ~(size_t) 255;
+}
+
+
+static void
+batch_reserve(pl_cuda_t *cu, size_t bytes)
+{
+    if (bytes <= cu->batch_cap) {
+        return;
+    }
+    pl_cuda_check(cudaStreamSynchronize(cu->stream), "batch_upload");
+    cudaFreeHost(cu->batch_host);
+    cudaFree(cu->batch_dev);
+    cu->batch_host = NULL;
+    cu->batch_dev = NULL;
+    cu->batch_cap = 0;
+    bytes += bytes / 2;
+    if (cudaMallocHost(&cu->batch_host, bytes) != cudaSuccess
+        || cudaMalloc(&cu->batch_dev, bytes) != cudaSuccess)
+    {
+        pl_cuda_fail("batch_upload", "out of memory for the batch arrays");
+    }
+    cu->batch_cap = bytes;
+}
+
+
+/* Append count int32 of src to the staging buffer; return the device
+   address they will have. */
+static const int32_t *
+batch_put(pl_cuda_t *cu, size_t *off, const int32_t *src, int count)
+{
+    const int32_t  *dev = (const int32_t *) ((char *) cu->batch_dev + *off);
+
+    if (src == NULL || count <= 0) {
+        return src == NULL ? NULL : dev;
+    }
+    memcpy((char *) cu->batch_host + *off, src, count * sizeof(int32_t));
+    *off += batch_array_bytes(count);
+    return dev;
+}
+
+
+static const pl_batch_t *
+cuda_batch_upload(pl_backend_t *be, const pl_batch_t *host)
+{
+    pl_cuda_t   *cu = pl_cuda(be);
+    pl_batch_t  *b = &cu->batch;
+    int          nt = host->num_tokens, ns = host->num_seqs;
+    size_t       off = 0, bytes;
+
+    bytes = 3 * batch_array_bytes(nt) + batch_array_bytes(ns + 1)
+            + 2 * batch_array_bytes(ns)
+            + batch_array_bytes(ns * host->max_blocks_per_seq);
+    batch_reserve(cu, bytes);
+    pl_cuda_check(cudaEventSynchronize(cu->batch_copied), "batch_upload");
+
+    *b = *host;
+    b->token_ids = batch_put(cu, &off, host->token_ids, nt);
+    b->positions = batch_put(cu, &off, host->positions, nt);
+    b->slot_mapping = batch_put(cu, &off, host->slot_mapping, nt);
+    b->query_start = batch_put(cu, &off, host->query_start, ns + 1);
+    b->context_lens = batch_put(cu, &off, host->context_lens, ns);
+    b->block_tables = batch_put(cu, &off, host->block_tables,
+                                ns * host->max_blocks_per_seq);
+    b->logits_rows = batch_put(cu, &off, host->logits_rows, ns);
+
+    if (off > 0) {
+        pl_cuda_check(cudaMemcpyAsync(cu->batch_dev, cu->batch_host, off,
+                                      cudaMemcpyHostToDevice, cu->stream),
+                      "batch_upload");
+    }
+    pl_cuda_check(cudaEventRecord(cu->batch_copied, cu->stream),
+                  "batch_upload");
+    return b;
+}
+
+
+static void
+cuda_download_f32(pl_backend_t *be, float *dst, const void *src,
+    size_t count)
+{
+    pl_cuda_t  *cu = pl_cuda(be);
+
+    if (count == 0) {
+        return;
+    }
+    if (count > cu->f32_cap) {
+        pl_cuda_check(cudaStreamSynchronize(cu->stream), "download_f32");
+        cudaFree(cu->f32_stage);
+        cu->f32_stage = NULL;
+        cu->f32_cap = 0;
+        pl_cuda_check(cudaMalloc(&cu->f32_stage, count * sizeof(float)),
+                      "download_f32");
+        cu->f32_cap = count;
+    }
+    pl_cuda_convert(be, cu->f32_stage, PL_DT_F32, src, PL_DT_BF16,
+                    (int64_t) count);
+    cuda_download(be, dst, cu->f32_stage, count * sizeof(float));
+}
+
+
+static void
+cuda_destroy(pl_backend_t *be)
+{
+    pl_cuda_t  *cu;
+
+    if (be == NULL) {
+        return;
+    }
+    cu = pl_cuda(be);
+    if (cu != NULL) {
+        if (cu->stream != NULL) {
+            cudaStreamSynchronize(cu->stream);
+        }
+        cudaFree(cu->attn_scratch);
+        cudaFree(cu->f32_stage);
+        cudaFree(cu->batch_dev);
+        cudaFreeHost(cu->batch_host);
+        if (cu->batch_copied != NULL) {
+            cudaEventDestroy(cu->batch_copied);
+        }
+        if (cu->cublas != NULL) {
+            cublasDestroy(cu->cublas);
+        }
+        if (cu->stream != NULL) {
+            cudaStreamDestroy(cu->stream);
+        }
+        free(cu);
+    }
+    free(be);
+}
+
+
+static void
+cuda_wire(pl_backend_t *be)
+{
+    be->name = "cuda";
+    be->act_dtype = PL_DT_BF16;
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->sync = cuda_sync;
+    be->destroy = cuda_destroy;
+    be->mem_info = cuda_mem_info;
+    be->weight_load = cuda_weight_load;
+    be->batch_upload = cuda_batch_upload;
+    be->embedding = pl_cuda_embedding;
+    be->rmsnorm = pl_cuda_rmsnorm;
+    be->add_rmsnorm = pl_cuda_add_rmsnorm;
+    be->matmul = pl_cuda_matmul;
+    be->rope = pl_cuda_rope;
+    be->kv_write = pl_cuda_kv_write;
+    be->attention = pl_cuda_attention;
+    be->silu_mul = pl_cuda_silu_mul;
+    be->gather_rows = pl_cuda_gather_rows;
+    be->download_f32 = cuda_download_f32;
+}
+
+
+static const char *
+cuda_open(pl_cuda_t *cu, int device)
+{
+    cudaDeviceProp  prop;
+    int             count = 0;
+
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return "no CUDA device is visible";
+    }
+    if (device < 0 || device >= count) {
+        return "no such CUDA device";
+    }
+    if (cudaSetDevice(device) != cudaSuccess
+        || cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    {
+        return "cannot open the CUDA device";
+    }
+    if (prop.major < 8) {
+        return "the CUDA backend needs compute capability 8.0 or newer";
+    }
+    cu->device = device;
+    cu->num_sms = prop.multiProcessorCount;
+    if (cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking)
+            != cudaSuccess
+        || cudaEventCreateWithFlags(&cu->batch_copied,
+                                    cudaEventDisableTiming) != cudaSuccess)
+    {
+        return "cannot create a CUDA stream";
+    }
+    if (cublasCreate(&cu->cublas) != CUBLAS_STATUS_SUCCESS
+        || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS)
+    {
+        return "cannot create a cuBLAS handle";
+    }
+    if (cudaMalloc(&cu->attn_scratch, PL_CUDA_ATTN_SCRATCH) != cudaSuccess) {
+        return "out of device memory for attention scratch";
+    }
+    return NULL;
+}
+
+
+extern "C" pl_backend_t *
+pl_backend_cuda_create(int device, char *err, size_t errlen)
+{
+    pl_backend_t  *be = (pl_backend_t *) calloc(1, sizeof(pl_backend_t));
+    pl_cuda_t     *cu = (pl_cuda_t *) calloc(1, sizeof(pl_cuda_t));
+    const char    *why;
+
+    if (be == NULL || cu == NULL) {
+        free(be);
+        free(cu);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    be->priv = cu;
+    why = cuda_open(cu, device);
+    if (why != NULL) {
+        cudaGetLastError();
+        snprintf(err, errlen, "cuda device %d: %s", device, why);
+        cuda_destroy(be);
+        return NULL;
+    }
+    cuda_wire(be);
+    return be;
+}

@@ -1,0 +1,39 @@
+/*
+ * gather: out[i][dim] = x[rows[i]][dim] for i < n, bf16 rows; used to pick
+ * the one row per sequence whose logits are wanted.  One thread block per
+ * output row, 16-byte copies when dim allows.
+ */
+
+#include "pl_cuda.cuh"
+
+
+__global__ void
+gather_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x,
+    const int32_t *rows, int dim)
+{
+    const __nv_bfloat16  *src = x + (int64_t) rows[blockIdx.x] * dim;
+    __nv_bfloat16        *dst = out + (int64_t) blockIdx.x * dim;
+
+    if (dim % 8 == 0) {
+        for (int c = threadIdx.x; c < dim / 8; c += blockDim.x) {
+            ((uint4 *) dst)[c] = ((const uint4 *) src)[c];
+        }
+        return;
+    }
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+        dst[c] = src[c];
+    }
+}
+
+
+void
+pl_cuda_gather_rows(pl_backend_t *be, void *out, const void *x,
+    const int32_t *rows, int n, int dim)
+{
+    if (n <= 0) {
+        return;
+    }
+    gather_kernel<<<n, 128, 0, pl_cuda(be)->stream>>>(
+        (__nv_bfloat16 *) out, (const __nv_bfloat16 *) x, rows, dim);
+    PL_CUDA_LAUNCHED("gather_rows");
+}

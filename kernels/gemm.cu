@@ -1,0 +1,72 @@
+/*
+ * gemm: out[n][w.rows] = x[n][w.cols] . w^T (+ bias), the model's linear
+ * layers, through cuBLAS on tensor cores: bf16 operands, fp32 accumulate,
+ * bf16 result.
+ *
+ * Row-major out = x . w^T is, read column-major, out^T = w^T' . x^T', so
+ * the call is C[rows][n] = op_T(W)[rows][cols] . X[cols][n] with leading
+ * dimensions cols, cols and rows.  The bias, when there is one, is added by
+ * a small kernel after the product (only Qwen2-style QKV projections have
+ * one).
+ */
+
+#include "pl_cuda.cuh"
+
+
+__global__ void
+bias_add_kernel(__nv_bfloat16 *out, const void *bias, pl_dtype_t dt,
+    int64_t total, int cols)
+{
+    int64_t  i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x;
+    int64_t  step = (int64_t) gridDim.x * blockDim.x;
+
+    for (; i < total; i += step) {
+        out[i] = __float2bfloat16_rn(__bfloat162float(out[i])
+                                     + pl_weight_at(bias, dt, i % cols));
+    }
+}
+
+
+static void
+bias_add(pl_backend_t *be, void *out, const pl_weight_t *bias, int n,
+    int64_t rows)
+{
+    int64_t   total = (int64_t) n * rows;
+    unsigned  blocks = pl_cuda_blocks(total, 256);
+
+    if (blocks > 65535u) {
+        blocks = 65535u;
+    }
+    bias_add_kernel<<<blocks, 256, 0, pl_cuda(be)->stream>>>(
+        (__nv_bfloat16 *) out, bias->data, bias->dtype, total, (int) rows);
+    PL_CUDA_LAUNCHED("matmul bias");
+}
+
+
+void
+pl_cuda_matmul(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *bias, int n)
+{
+    const float     one = 1.0f, zero = 0.0f;
+    cublasStatus_t  rc;
+
+    if (n <= 0) {
+        return;
+    }
+    if (w->dtype != PL_DT_BF16) {
+        pl_cuda_fail("matmul", "weight was not loaded by this backend "
+                     "(bf16 expected)");
+    }
+    rc = cublasGemmEx(pl_cuda(be)->cublas, CUBLAS_OP_T, CUBLAS_OP_N,
+                      (int) w->rows, n, (int) w->cols, &one,
+                      w->data, CUDA_R_16BF, (int) w->cols,
+                      x, CUDA_R_16BF, (int) w->cols, &zero,
+                      out, CUDA_R_16BF, (int) w->rows,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (rc != CUBLAS_STATUS_SUCCESS) {
+        pl_cuda_fail("matmul", cublasGetStatusString(rc));
+    }
+    if (bias != NULL) {
+        bias_add(be, out, bias, n, w->rows);
+    }
+}

@@ -1,0 +1,123 @@
+/*
+ * pl_cuda: what the files of the CUDA backend share.
+ *
+ * The backend runs every operation on one stream, in order.  Activations
+ * and the KV cache are bf16 with fp32 arithmetic; weight_load turns every
+ * matrix into bf16 (what the cuBLAS GEMMs take) and every vector (norm
+ * weights, biases) into fp32.  Each operation lives in its own .cu file and
+ * exposes a host launcher declared here; cuda_backend.cu wires them into
+ * pl_backend_t.
+ *
+ * A launch that fails, or a shape no kernel covers, is a bug in the caller
+ * or in this backend, not bad user input: pl_cuda_fail() names it and stops
+ * the process rather than let a model compute garbage.
+ */
+
+#ifndef PL_CUDA_CUH
+#define PL_CUDA_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <stdint.h>
+
+extern "C" {
+#include "pl_ops.h"
+}
+
+/* Scratch for split-KV attention partials, reserved at creation so decode
+   never allocates. */
+#define PL_CUDA_ATTN_SCRATCH  (64u << 20)
+
+typedef struct {
+    int             device;
+    int             num_sms;
+    cudaStream_t    stream;
+    cublasHandle_t  cublas;
+
+    void           *attn_scratch;        /* PL_CUDA_ATTN_SCRATCH bytes */
+
+    /* batch_upload: pinned staging and its device twin */
+    void           *batch_host;
+    void           *batch_dev;
+    size_t          batch_cap;
+    cudaEvent_t     batch_copied;
+    pl_batch_t      batch;
+
+    /* download_f32: device fp32 staging */
+    float          *f32_stage;
+    size_t          f32_cap;
+} pl_cuda_t;
+
+static inline pl_cuda_t *
+pl_cuda(pl_backend_t *be)
+{
+    return (pl_cuda_t *) be->priv;
+}
+
+[[noreturn]] void pl_cuda_fail(const char *what, const char *detail);
+
+/* Check a runtime call or the last launch; stop with its name on error. */
+void pl_cuda_check(cudaError_t rc, const char *what);
+#define PL_CUDA_LAUNCHED(what)  pl_cuda_check(cudaGetLastError(), what)
+
+static inline unsigned
+pl_cuda_blocks(int64_t n, unsigned threads)
+{
+    return (unsigned) ((n + threads - 1) / threads);
+}
+
+/* fp32 value of a weight element: F32, F16 or BF16 storage */
+static __device__ __forceinline__ float
+pl_weight_at(const void *p, pl_dtype_t dt, int64_t i)
+{
+    if (dt == PL_DT_F32) {
+        return ((const float *) p)[i];
+    }
+    if (dt == PL_DT_BF16) {
+        return __bfloat162float(((const __nv_bfloat16 *) p)[i]);
+    }
+    return __half2float(((const __half *) p)[i]);
+}
+
+/* Eight bf16 in 16 bytes, widened to fp32. */
+static __device__ __forceinline__ void
+pl_bf16x8_to_f32(uint4 v, float *f)
+{
+    const uint32_t  w[4] = { v.x, v.y, v.z, v.w };
+
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+/* launchers, one per operation file */
+void pl_cuda_embedding(pl_backend_t *be, void *out, const pl_weight_t *table,
+    const int32_t *ids, int n);
+void pl_cuda_rmsnorm(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, int n, int dim, float eps);
+void pl_cuda_add_rmsnorm(pl_backend_t *be, void *out, void *residual,
+    const void *x, const pl_weight_t *w, int n, int dim, float eps);
+void pl_cuda_matmul(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *bias, int n);
+void pl_cuda_rope(pl_backend_t *be, void *q, void *k,
+    const int32_t *positions, const float *inv_freq, int n, int n_heads,
+    int n_kv_heads, int head_dim);
+void pl_cuda_kv_write(pl_backend_t *be, void *k_cache, void *v_cache,
+    const void *k, const void *v, const int32_t *slot_mapping, int n,
+    int n_kv_heads, int head_dim);
+void pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
+    const void *k_cache, const void *v_cache, const pl_batch_t *batch,
+    int n_heads, int n_kv_heads, int head_dim, int block_size, float scale);
+void pl_cuda_silu_mul(pl_backend_t *be, void *out, const void *gate_up,
+    int n, int inter);
+void pl_cuda_gather_rows(pl_backend_t *be, void *out, const void *x,
+    const int32_t *rows, int n, int dim);
+
+/* dst (bf16 or fp32, chosen by dst_dtype) = src[count] of dtype src_dtype */
+void pl_cuda_convert(pl_backend_t *be, void *dst, pl_dtype_t dst_dtype,
+    const void *src, pl_dtype_t src_dtype, int64_t count);
+
+#endif /* PL_CUDA_CUH */

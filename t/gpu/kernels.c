@@ -1,0 +1,328 @@
+/*
+ * Every operation of the CUDA backend against its CPU twin on fresh random
+ * inputs: same bf16-rounded inputs on both sides, GPU outputs poisoned
+ * before each run, relative error ||gpu - cpu|| / ||cpu|| bounded as for
+ * bf16 results (METHOD.md: 1e-3 to 1e-2), exact where the operation only
+ * moves bf16 values.
+ */
+
+#include "pair.h"
+
+#define BF16_BOUND  1e-2
+
+static pair_t  P;
+
+
+static void
+test_backend_basics(void)
+{
+    size_t       free_b = 0, total_b = 0;
+    pl_weight_t  bad = { NULL, (pl_dtype_t) 7, 2, 2 };
+    float        raw[4] = { 1, 2, 3, 4 };
+
+    is_str(P.gpu->name, "cuda", "backend is named cuda");
+    is_int(P.gpu->act_dtype, PL_DT_BF16, "activations are bf16");
+    ok(P.gpu->mem_info(P.gpu, &free_b, &total_b) == 0
+       && free_b > 0 && free_b <= total_b,
+       "mem_info reports free %zu <= total %zu", free_b, total_b);
+    ok(P.gpu->weight_load(P.gpu, &bad, raw) == -1,
+       "weight_load refuses an unknown dtype");
+}
+
+
+static void
+test_embedding(pl_dtype_t dt)
+{
+    int          vocab = 1000, dim = 200, n = 37, i;
+    float       *table = pair_rand((size_t) vocab * dim, 2.0f);
+    void        *bytes = pair_weight_bytes(table, (size_t) vocab * dim, dt);
+    int32_t      ids[37];
+    pl_weight_t  wc, wg;
+    void        *ic, *ig, *oc, *og;
+
+    for (i = 0; i < n; i++) {
+        ids[i] = i == 0 ? 0 : i == 1 ? vocab - 1 : pair_int(vocab);
+    }
+    ok(pair_weight(&P, &wc, &wg, bytes, dt, vocab, dim) == 0,
+       "embedding %s: table loads", pl_dtype_name(dt));
+    ic = P.cpu->alloc(P.cpu, sizeof(ids));
+    ig = P.gpu->alloc(P.gpu, sizeof(ids));
+    P.cpu->upload(P.cpu, ic, ids, sizeof(ids));
+    P.gpu->upload(P.gpu, ig, ids, sizeof(ids));
+    oc = P.cpu->alloc(P.cpu, (size_t) n * dim * 4);
+    og = P.gpu->alloc(P.gpu, (size_t) n * dim * 2);
+    pair_poison(P.gpu, og, (size_t) n * dim);
+    P.cpu->embedding(P.cpu, oc, &wc, ic, n);
+    P.gpu->embedding(P.gpu, og, &wg, ig, n);
+    pair_close(&P, og, oc, (size_t) n * dim, dt == PL_DT_F16 ? 4e-3 : 0.0,
+               dt == PL_DT_F16 ? "embedding f16 (rounded to bf16)"
+                               : "embedding copies rows exactly");
+    P.gpu->free(P.gpu, wg.data);
+    P.gpu->free(P.gpu, ig);
+    P.gpu->free(P.gpu, og);
+    P.cpu->free(P.cpu, ic);
+    P.cpu->free(P.cpu, oc);
+    free(bytes);
+    free(table);
+}
+
+
+static void
+test_rmsnorm(int n, int dim, int fused)
+{
+    size_t       sz = (size_t) n * dim;
+    float       *x = pair_rand(sz, 3.0f), *r = pair_rand(sz, 3.0f);
+    float       *w = pair_rand(dim, 1.5f);
+    void        *wb = pair_weight_bytes(w, dim, PL_DT_BF16);
+    pl_weight_t  wc, wg;
+    void        *xc = pair_put(P.cpu, x, sz), *xg = pair_put(P.gpu, x, sz);
+    void        *rc = pair_put(P.cpu, r, sz), *rg = pair_put(P.gpu, r, sz);
+    void        *oc = pair_put(P.cpu, x, sz), *og = pair_put(P.gpu, x, sz);
+    char         name[96];
+
+    pair_weight(&P, &wc, &wg, wb, PL_DT_BF16, 1, dim);
+    pair_poison(P.gpu, og, sz);
+    if (fused) {
+        P.cpu->add_rmsnorm(P.cpu, oc, rc, xc, &wc, n, dim, 1e-5f);
+        P.gpu->add_rmsnorm(P.gpu, og, rg, xg, &wg, n, dim, 1e-5f);
+        snprintf(name, sizeof(name), "add_rmsnorm %dx%d residual", n, dim);
+        pair_close(&P, rg, rc, sz, BF16_BOUND, name);
+    } else {
+        P.cpu->rmsnorm(P.cpu, oc, xc, &wc, n, dim, 1e-6f);
+        P.gpu->rmsnorm(P.gpu, og, xg, &wg, n, dim, 1e-6f);
+    }
+    snprintf(name, sizeof(name), "%s %dx%d", fused ? "add_rmsnorm" : "rmsnorm",
+             n, dim);
+    pair_close(&P, og, oc, sz, BF16_BOUND, name);
+    P.gpu->free(P.gpu, wg.data);
+    P.gpu->free(P.gpu, xg);
+    P.gpu->free(P.gpu, rg);
+    P.gpu->free(P.gpu, og);
+    P.cpu->free(P.cpu, xc);
+    P.cpu->free(P.cpu, rc);
+    P.cpu->free(P.cpu, oc);
+    free(x);
+    free(r);
+    free(w);
+    free(wb);
+}
+
+
+static void
+test_matmul(int n, int rows, int cols, pl_dtype_t dt, int with_bias)
+{
+    float       *x = pair_rand((size_t) n * cols, 1.0f);
+    float       *w = pair_rand((size_t) rows * cols, 0.1f);
+    float       *b = pair_rand(rows, 1.0f);
+    void        *wb = pair_weight_bytes(w, (size_t) rows * cols, dt);
+    void        *bb = pair_weight_bytes(b, rows, dt);
+    pl_weight_t  wc, wg, bc, bg;
+    void        *xc = pair_put(P.cpu, x, (size_t) n * cols);
+    void        *xg = pair_put(P.gpu, x, (size_t) n * cols);
+    void        *oc = P.cpu->alloc(P.cpu, (size_t) n * rows * 4);
+    void        *og = P.gpu->alloc(P.gpu, (size_t) n * rows * 2);
+    char         name[96];
+
+    pair_weight(&P, &wc, &wg, wb, dt, rows, cols);
+    pair_weight(&P, &bc, &bg, bb, dt, 1, rows);
+    pair_poison(P.gpu, og, (size_t) n * rows);
+    P.cpu->matmul(P.cpu, oc, xc, &wc, with_bias ? &bc : NULL, n);
+    P.gpu->matmul(P.gpu, og, xg, &wg, with_bias ? &bg : NULL, n);
+    snprintf(name, sizeof(name), "matmul n=%d %dx%d %s%s", n, rows, cols,
+             pl_dtype_name(dt), with_bias ? " +bias" : "");
+    pair_close(&P, og, oc, (size_t) n * rows, BF16_BOUND, name);
+    P.gpu->free(P.gpu, wg.data);
+    P.gpu->free(P.gpu, bg.data);
+    P.gpu->free(P.gpu, xg);
+    P.gpu->free(P.gpu, og);
+    P.cpu->free(P.cpu, xc);
+    P.cpu->free(P.cpu, oc);
+    free(x);
+    free(w);
+    free(b);
+    free(wb);
+    free(bb);
+}
+
+
+static void
+test_rope(int n, int nh, int nkv, int hd)
+{
+    size_t   qs = (size_t) n * nh * hd, ks = (size_t) n * nkv * hd;
+    float   *q = pair_rand(qs, 2.0f), *k = pair_rand(ks, 2.0f);
+    float   *inv = malloc(hd / 2 * sizeof(float));
+    int32_t *pos = malloc(n * sizeof(int32_t));
+    void    *qc = pair_put(P.cpu, q, qs), *qg = pair_put(P.gpu, q, qs);
+    void    *kc = pair_put(P.cpu, k, ks), *kg = pair_put(P.gpu, k, ks);
+    void    *ic, *ig, *pc, *pg;
+    char     name[96];
+    int      i;
+
+    for (i = 0; i < hd / 2; i++) {
+        inv[i] = powf(500000.0f, -2.0f * i / hd);
+    }
+    for (i = 0; i < n; i++) {
+        pos[i] = i < 2 ? i * 32767 : pair_int(32768);
+    }
+    ic = P.cpu->alloc(P.cpu, hd / 2 * 4);
+    ig = P.gpu->alloc(P.gpu, hd / 2 * 4);
+    pc = P.cpu->alloc(P.cpu, n * 4);
+    pg = P.gpu->alloc(P.gpu, n * 4);
+    P.cpu->upload(P.cpu, ic, inv, hd / 2 * 4);
+    P.gpu->upload(P.gpu, ig, inv, hd / 2 * 4);
+    P.cpu->upload(P.cpu, pc, pos, n * 4);
+    P.gpu->upload(P.gpu, pg, pos, n * 4);
+    P.cpu->rope(P.cpu, qc, kc, pc, ic, n, nh, nkv, hd);
+    P.gpu->rope(P.gpu, qg, kg, pg, ig, n, nh, nkv, hd);
+    snprintf(name, sizeof(name), "rope q n=%d heads %d/%d dim %d", n, nh, nkv,
+             hd);
+    pair_close(&P, qg, qc, qs, BF16_BOUND, name);
+    snprintf(name, sizeof(name), "rope k n=%d heads %d/%d dim %d", n, nh, nkv,
+             hd);
+    pair_close(&P, kg, kc, ks, BF16_BOUND, name);
+    P.gpu->free(P.gpu, qg);
+    P.gpu->free(P.gpu, kg);
+    P.gpu->free(P.gpu, ig);
+    P.gpu->free(P.gpu, pg);
+    P.cpu->free(P.cpu, qc);
+    P.cpu->free(P.cpu, kc);
+    P.cpu->free(P.cpu, ic);
+    P.cpu->free(P.cpu, pc);
+    free(q);
+    free(k);
+    free(inv);
+    free(pos);
+}
+
+
+static void
+test_kv_write(int nkv, int hd)
+{
+    int       blocks = 64, bs = 16, n = 50, i;
+    size_t    cs = (size_t) blocks * bs * nkv * hd, rs = (size_t) n * nkv * hd;
+    float    *kc0 = pair_rand(cs, 1.0f), *vc0 = pair_rand(cs, 1.0f);
+    float    *k = pair_rand(rs, 1.0f), *v = pair_rand(rs, 1.0f);
+    int32_t  *slots = malloc(n * sizeof(int32_t));
+    char     *used = calloc(blocks * bs, 1);
+    void     *kcc = pair_put(P.cpu, kc0, cs), *kcg = pair_put(P.gpu, kc0, cs);
+    void     *vcc = pair_put(P.cpu, vc0, cs), *vcg = pair_put(P.gpu, vc0, cs);
+    void     *kc = pair_put(P.cpu, k, rs), *kg = pair_put(P.gpu, k, rs);
+    void     *vc = pair_put(P.cpu, v, rs), *vg = pair_put(P.gpu, v, rs);
+    void     *sc, *sg;
+    char      name[96];
+
+    for (i = 0; i < n; i++) {
+        int  s;
+
+        do {
+            s = pair_int(blocks * bs);
+        } while (used[s]);
+        used[s] = 1;
+        slots[i] = i % 7 == 3 ? -1 : s;
+    }
+    sc = P.cpu->alloc(P.cpu, n * 4);
+    sg = P.gpu->alloc(P.gpu, n * 4);
+    P.cpu->upload(P.cpu, sc, slots, n * 4);
+    P.gpu->upload(P.gpu, sg, slots, n * 4);
+    P.cpu->kv_write(P.cpu, kcc, vcc, kc, vc, sc, n, nkv, hd);
+    P.gpu->kv_write(P.gpu, kcg, vcg, kg, vg, sg, n, nkv, hd);
+    snprintf(name, sizeof(name), "kv_write %dx%d: K cache identical "
+             "(negative slots skipped)", nkv, hd);
+    pair_close(&P, kcg, kcc, cs, 0.0, name);
+    snprintf(name, sizeof(name), "kv_write %dx%d: V cache identical", nkv, hd);
+    pair_close(&P, vcg, vcc, cs, 0.0, name);
+    P.gpu->free(P.gpu, kcg);
+    P.gpu->free(P.gpu, vcg);
+    P.gpu->free(P.gpu, kg);
+    P.gpu->free(P.gpu, vg);
+    P.gpu->free(P.gpu, sg);
+    P.cpu->free(P.cpu, kcc);
+    P.cpu->free(P.cpu, vcc);
+    P.cpu->free(P.cpu, kc);
+    P.cpu->free(P.cpu, vc);
+    P.cpu->free(P.cpu, sc);
+    free(kc0);
+    free(vc0);
+    free(k);
+    free(v);
+    free(slots);
+    free(used);
+}
+
+
+static void
+test_silu_gather(int n, int inter)
+{
+    size_t   gs = (size_t) n * 2 * inter, os = (size_t) n * inter;
+    float   *gu = pair_rand(gs, 6.0f);
+    void    *gc = pair_put(P.cpu, gu, gs), *gg = pair_put(P.gpu, gu, gs);
+    void    *oc = P.cpu->alloc(P.cpu, os * 4), *og = P.gpu->alloc(P.gpu, os * 2);
+    void    *rc, *rg, *xc, *xg;
+    int32_t  rows[5];
+    int      i;
+
+    pair_poison(P.gpu, og, os);
+    P.cpu->silu_mul(P.cpu, oc, gc, n, inter);
+    P.gpu->silu_mul(P.gpu, og, gg, n, inter);
+    pair_close(&P, og, oc, os, BF16_BOUND, "silu_mul");
+
+    for (i = 0; i < 5; i++) {
+        rows[i] = i == 0 ? n - 1 : pair_int(n);
+    }
+    rc = P.cpu->alloc(P.cpu, sizeof(rows));
+    rg = P.gpu->alloc(P.gpu, sizeof(rows));
+    P.cpu->upload(P.cpu, rc, rows, sizeof(rows));
+    P.gpu->upload(P.gpu, rg, rows, sizeof(rows));
+    xc = P.cpu->alloc(P.cpu, 5 * (size_t) inter * 4);
+    xg = P.gpu->alloc(P.gpu, 5 * (size_t) inter * 2);
+    pair_poison(P.gpu, xg, 5 * (size_t) inter);
+    P.cpu->gather_rows(P.cpu, xc, gc, rc, 5, inter);
+    P.gpu->gather_rows(P.gpu, xg, gg, rg, 5, inter);
+    pair_close(&P, xg, xc, 5 * (size_t) inter, 0.0, "gather_rows exact");
+    P.gpu->free(P.gpu, gg);
+    P.gpu->free(P.gpu, og);
+    P.gpu->free(P.gpu, rg);
+    P.gpu->free(P.gpu, xg);
+    P.cpu->free(P.cpu, gc);
+    P.cpu->free(P.cpu, oc);
+    P.cpu->free(P.cpu, rc);
+    P.cpu->free(P.cpu, xc);
+    free(gu);
+}
+
+
+int
+main(void)
+{
+    char  err[256];
+
+    pair_seed();
+    P.cpu = pl_backend_cpu_create(8, err, sizeof(err));
+    P.gpu = pl_backend_cuda_create(0, err, sizeof(err));
+    if (!ok(P.cpu != NULL && P.gpu != NULL, "both backends start")) {
+        diag("%s", err);
+        return done_testing();
+    }
+    test_backend_basics();
+    test_embedding(PL_DT_F32);
+    test_embedding(PL_DT_BF16);
+    test_embedding(PL_DT_F16);
+    test_rmsnorm(13, 4096, 0);
+    test_rmsnorm(3, 777, 0);
+    test_rmsnorm(13, 4096, 1);
+    test_rmsnorm(5, 896, 1);
+    test_matmul(1, 1024, 4096, PL_DT_BF16, 0);
+    test_matmul(37, 4864, 896, PL_DT_F16, 1);
+    test_matmul(300, 333, 1000, PL_DT_F32, 0);
+    test_matmul(64, 1152, 896, PL_DT_BF16, 1);
+    test_rope(20, 32, 8, 128);
+    test_rope(7, 14, 2, 64);
+    test_kv_write(8, 128);
+    test_kv_write(2, 64);
+    test_kv_write(3, 12);
+    test_silu_gather(9, 1000);
+    test_silu_gather(4, 4864);
+    P.gpu->destroy(P.gpu);
+    P.cpu->destroy(P.cpu);
+    return done_testing();
+}
