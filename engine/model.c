@@ -342,7 +342,7 @@ load_weights(pl_model_t *m, char *err, size_t errlen)
     {
         return -1;
     }
-    m->cfg.dtype = m->embed.dtype;
+    m->cfg.dtype = pl_st_find(m->st, "model.embed_tokens.weight")->dtype;
     if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
     } else if (load_weight(m, &m->lm_head, "lm_head.weight", c->vocab_size,
