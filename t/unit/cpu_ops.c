@@ -1,0 +1,465 @@
+/*
+ * cpu_ops: every operation of the CPU backend against a plain loop written
+ * here (in double where it matters), plus the dtype conversions it rests on.
+ */
+
+#include <stdint.h>
+
+#include "pl_ops.h"
+#include "tap.h"
+
+static uint64_t  seed = 12345;
+
+
+static float
+frand(void)
+{
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float) ((seed >> 40) / (double) (1 << 24)) * 2.0f - 1.0f;
+}
+
+
+static float *
+random_floats(size_t n)
+{
+    float   *p = malloc(n * sizeof(float));
+    size_t   i;
+
+    for (i = 0; i < n; i++) {
+        p[i] = frand();
+    }
+    return p;
+}
+
+
+/* a weight in dtype dt filled with random values; *ref gets the values it
+   really holds, widened back to fp32 */
+static pl_weight_t
+random_weight(pl_dtype_t dt, int rows, int cols, float **ref)
+{
+    size_t       n = (size_t) rows * cols, i;
+    pl_weight_t  w = { malloc(n * pl_dtype_size(dt)), dt, rows, cols };
+
+    *ref = malloc(n * sizeof(float));
+    for (i = 0; i < n; i++) {
+        float  v = frand();
+
+        if (dt == PL_DT_F32) {
+            ((float *) w.data)[i] = v;
+        } else if (dt == PL_DT_BF16) {
+            ((uint16_t *) w.data)[i] = pl_f32_to_bf16(v);
+            v = pl_bf16_to_f32(((uint16_t *) w.data)[i]);
+        } else {
+            ((uint16_t *) w.data)[i] = pl_f32_to_f16(v);
+            v = pl_f16_to_f32(((uint16_t *) w.data)[i]);
+        }
+        (*ref)[i] = v;
+    }
+    return w;
+}
+
+
+static double
+max_diff(const float *a, const double *b, size_t n)
+{
+    double  m = 0.0;
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        double  d = fabs((double) a[i] - b[i]);
+
+        if (d > m || isnan(d)) {
+            m = isnan(d) ? INFINITY : d;
+        }
+    }
+    return m;
+}
+
+
+static void
+test_conversions(void)
+{
+    uint32_t  h;
+    int       bad16 = 0, badbf = 0;
+
+    is_int(pl_f32_to_f16(1.0f), 0x3c00, "f16: 1.0");
+    is_int(pl_f32_to_f16(65504.0f), 0x7bff, "f16: the largest finite");
+    is_int(pl_f32_to_f16(65520.0f), 0x7c00, "f16: 65520 rounds to infinity");
+    is_int(pl_f32_to_f16(0x1p-24f), 0x0001, "f16: the smallest subnormal");
+    is_int(pl_f32_to_f16(0x1p-25f), 0x0000, "f16: half of it ties to even 0");
+    is_int(pl_f32_to_f16(0x1.8p-25f), 0x0001, "f16: above half rounds up");
+    is_int(pl_f32_to_f16(1.0f + 0x1p-11f), 0x3c00,
+           "f16: a tie rounds to the even mantissa");
+    is_int(pl_f32_to_f16(1.0f + 0x3p-11f), 0x3c02,
+           "f16: a tie above an odd mantissa rounds up");
+    is_int(pl_f32_to_f16(-2.0f), 0xc000, "f16: sign");
+    ok((pl_f32_to_f16(NAN) & 0x7fff) > 0x7c00, "f16: NaN stays NaN");
+    is_int(pl_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80,
+           "bf16: a tie rounds to even");
+    is_int(pl_f32_to_bf16(1.0f + 0x3p-8f), 0x3f82,
+           "bf16: a tie above an odd mantissa rounds up");
+    ok((pl_f32_to_bf16(NAN) & 0x7fff) > 0x7f80, "bf16: NaN stays NaN");
+    for (h = 0; h < 65536; h++) {
+        float  f = pl_f16_to_f32((uint16_t) h);
+        float  g = pl_bf16_to_f32((uint16_t) h);
+
+        if (!isnan(f) && pl_f32_to_f16(f) != h) {
+            bad16++;
+        }
+        if (!isnan(g) && pl_f32_to_bf16(g) != h) {
+            badbf++;
+        }
+    }
+    is_int(bad16, 0, "every f16 value survives f16 -> f32 -> f16");
+    is_int(badbf, 0, "every bf16 value survives bf16 -> f32 -> bf16");
+    ok(pl_f16_to_f32(0x0001) == 0x1p-24f && pl_f16_to_f32(0x3555) > 0.333f
+       && pl_f16_to_f32(0x3555) < 0.3334f, "f16 decodes subnormals and "
+       "normals");
+    is_int(pl_dtype_size(PL_DT_BF16), 2, "bf16 is 2 bytes");
+    is_str(pl_dtype_name(PL_DT_F16), "F16", "dtype names");
+}
+
+
+static void
+test_memory(pl_backend_t *be)
+{
+    unsigned char  *p = be->alloc(be, 1000);
+    size_t          free_b = 0, total_b = 0, i;
+    int             zero = 1;
+
+    for (i = 0; p != NULL && i < 1000; i++) {
+        zero &= p[i] == 0;
+    }
+    ok(p != NULL && (uintptr_t) p % 64 == 0 && zero,
+       "alloc returns zeroed memory aligned to 64 bytes");
+    be->free(be, p);
+    ok(be->mem_info(be, &free_b, &total_b) == 0 && total_b > 0
+       && free_b <= total_b, "mem_info reports free <= total memory");
+    ok(be->act_dtype == PL_DT_F32, "activations are fp32");
+}
+
+
+static void
+ref_rmsnorm(double *out, const float *x, const float *w, int n, int dim,
+    float eps)
+{
+    int  i, j;
+
+    for (i = 0; i < n; i++) {
+        double  ss = 0.0;
+
+        for (j = 0; j < dim; j++) {
+            ss += (double) x[i * dim + j] * x[i * dim + j];
+        }
+        for (j = 0; j < dim; j++) {
+            out[i * dim + j] = x[i * dim + j] / sqrt(ss / dim + eps) * w[j];
+        }
+    }
+}
+
+
+static void
+test_norms(pl_backend_t *be)
+{
+    int          n = 21, dim = 37, i;
+    float       *wref, *x = random_floats(n * dim), *y = random_floats(n * dim);
+    float       *res = malloc(n * dim * sizeof(float));
+    float       *out = malloc(n * dim * sizeof(float));
+    double      *ref = malloc(n * dim * sizeof(double));
+    pl_weight_t  w = random_weight(PL_DT_BF16, 1, dim, &wref);
+
+    be->rmsnorm(be, out, x, &w, n, dim, 1e-5f);
+    ref_rmsnorm(ref, x, wref, n, dim, 1e-5f);
+    ok(max_diff(out, ref, n * dim) < 1e-5, "rmsnorm matches the loop");
+
+    memcpy(res, x, n * dim * sizeof(float));
+    be->add_rmsnorm(be, out, res, y, &w, n, dim, 1e-5f);
+    for (i = 0; i < n * dim; i++) {
+        x[i] += y[i];
+        ref[i] = x[i];
+    }
+    ok(max_diff(res, ref, n * dim) == 0.0, "add_rmsnorm adds x into the "
+       "residual");
+    ref_rmsnorm(ref, x, wref, n, dim, 1e-5f);
+    ok(max_diff(out, ref, n * dim) < 1e-5, "add_rmsnorm normalizes the sum");
+    free(x); free(y); free(res); free(out); free(ref); free(wref);
+    free(w.data);
+}
+
+
+static void
+test_matmul(pl_backend_t *be, pl_dtype_t dt, int with_bias, int n, int rows,
+    int cols)
+{
+    int          i, j, k;
+    float       *wref, *bref = NULL, *x = random_floats(n * cols);
+    float       *out = malloc(n * rows * sizeof(float));
+    double      *ref = malloc(n * rows * sizeof(double));
+    pl_weight_t  w = random_weight(dt, rows, cols, &wref);
+    pl_weight_t  bias = random_weight(dt, 1, rows, &bref);
+
+    be->matmul(be, out, x, &w, with_bias ? &bias : NULL, n);
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < rows; j++) {
+            double  s = with_bias ? bref[j] : 0.0;
+
+            for (k = 0; k < cols; k++) {
+                s += (double) x[i * cols + k] * wref[j * cols + k];
+            }
+            ref[i * rows + j] = s;
+        }
+    }
+    ok(max_diff(out, ref, n * rows) < 1e-5, "matmul [%d][%d] x [%d][%d]^T "
+       "with %s weights, %s bias", n, cols, rows, cols, pl_dtype_name(dt),
+       with_bias ? "with" : "without");
+    free(x); free(out); free(ref); free(wref); free(bref);
+    free(w.data); free(bias.data);
+}
+
+
+static void
+ref_rope(double *out, const float *x, int pos, const float *inv_freq,
+    int heads, int hd)
+{
+    int  h, i, half = hd / 2;
+
+    for (h = 0; h < heads; h++) {
+        for (i = 0; i < half; i++) {
+            double  a = (float) pos * inv_freq[i];
+            double  x0 = x[h * hd + i], x1 = x[h * hd + i + half];
+
+            out[h * hd + i] = x0 * cos(a) - x1 * sin(a);
+            out[h * hd + i + half] = x1 * cos(a) + x0 * sin(a);
+        }
+    }
+}
+
+
+static void
+test_rope(pl_backend_t *be)
+{
+    int      n = 6, nh = 4, nkv = 2, hd = 16, i;
+    int32_t  pos[6] = { 0, 1, 2, 17, 300, 2047 };
+    float    inv_freq[8];
+    float   *q = random_floats(n * nh * hd), *k = random_floats(n * nkv * hd);
+    double  *rq = malloc(n * nh * hd * sizeof(double));
+    double  *rk = malloc(n * nkv * hd * sizeof(double));
+
+    for (i = 0; i < hd / 2; i++) {
+        inv_freq[i] = (float) pow(10000.0, -2.0 * i / hd);
+    }
+    for (i = 0; i < n; i++) {
+        ref_rope(rq + i * nh * hd, q + i * nh * hd, pos[i], inv_freq, nh, hd);
+        ref_rope(rk + i * nkv * hd, k + i * nkv * hd, pos[i], inv_freq, nkv,
+                 hd);
+    }
+    be->rope(be, q, k, pos, inv_freq, n, nh, nkv, hd);
+    ok(max_diff(q, rq, n * nh * hd) < 1e-5, "rope rotates q by position "
+       "(rotate-half pairs)");
+    ok(max_diff(k, rk, n * nkv * hd) < 1e-5, "rope rotates k with the same "
+       "angles");
+    free(q); free(k); free(rq); free(rk);
+}
+
+
+static void
+test_elementwise(pl_backend_t *be)
+{
+    int          n = 3, inter = 11, dim = 8, i, j;
+    int32_t      ids[4] = { 5, 0, 9, 5 }, rows[3] = { 2, 0, 2 };
+    float       *gu = random_floats(n * 2 * inter), *tref;
+    float       *out = malloc(128 * sizeof(float));
+    double       ref[128];
+    pl_weight_t  table = random_weight(PL_DT_BF16, 10, dim, &tref);
+
+    be->silu_mul(be, out, gu, n, inter);
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < inter; j++) {
+            double  g = gu[i * 2 * inter + j];
+
+            ref[i * inter + j] = g / (1.0 + exp(-g))
+                                 * gu[i * 2 * inter + inter + j];
+        }
+    }
+    ok(max_diff(out, ref, n * inter) < 1e-6, "silu_mul gates the second "
+       "half by silu of the first");
+
+    be->embedding(be, out, &table, ids, 4);
+    for (i = 0; i < 4 * dim; i++) {
+        ref[i] = tref[ids[i / dim] * dim + i % dim];
+    }
+    ok(max_diff(out, ref, 4 * dim) == 0.0, "embedding copies the table rows "
+       "of the ids");
+
+    be->gather_rows(be, out, gu, rows, 3, 2 * inter);
+    for (i = 0; i < 3 * 2 * inter; i++) {
+        ref[i] = gu[rows[i / (2 * inter)] * 2 * inter + i % (2 * inter)];
+    }
+    ok(max_diff(out, ref, 3 * 2 * inter) == 0.0, "gather_rows picks rows");
+    free(gu); free(out); free(tref); free(table.data);
+}
+
+
+/*
+ * Three sequences through shuffled physical blocks: a prefill chunk after
+ * earlier context, a decode step and a whole prompt.
+ */
+#define NH   4
+#define NKV  2
+#define HD   8
+#define BS   4
+#define NBLK 16
+
+typedef struct {
+    int      ctx;
+    int      qlen;
+    int32_t  table[6];
+} seq_t;
+
+
+static void
+ref_attention(double *out, const float *q, const float *k, const float *v,
+    int ctx, int qlen, float scale)
+{
+    int  i, h, t, d;
+
+    for (i = 0; i < qlen; i++) {
+        int  last = ctx - qlen + i;
+
+        for (h = 0; h < NH; h++) {
+            int     kvh = h / (NH / NKV);
+            double  s[64], mx = -INFINITY, sum = 0.0;
+
+            for (t = 0; t <= last; t++) {
+                s[t] = 0.0;
+                for (d = 0; d < HD; d++) {
+                    s[t] += (double) q[(i * NH + h) * HD + d]
+                            * k[(t * NKV + kvh) * HD + d];
+                }
+                s[t] *= scale;
+                mx = s[t] > mx ? s[t] : mx;
+            }
+            for (t = 0; t <= last; t++) {
+                s[t] = exp(s[t] - mx);
+                sum += s[t];
+            }
+            for (d = 0; d < HD; d++) {
+                double  acc = 0.0;
+
+                for (t = 0; t <= last; t++) {
+                    acc += s[t] * v[(t * NKV + kvh) * HD + d];
+                }
+                out[(i * NH + h) * HD + d] = acc / sum;
+            }
+        }
+    }
+}
+
+
+static void
+test_paged_attention(pl_backend_t *be)
+{
+    seq_t     seqs[3] = {
+        { 14, 5, { 11, 3, 7, 0 } },
+        { 9, 1, { 2, 15, 5 } },
+        { 6, 6, { 9, 12 } },
+    };
+    size_t    row = NKV * HD;
+    float    *kc = be->alloc(be, NBLK * BS * row * sizeof(float));
+    float    *vc = be->alloc(be, NBLK * BS * row * sizeof(float));
+    float    *k[3], *v[3], *q = random_floats(12 * NH * HD);
+    float    *out = malloc(12 * NH * HD * sizeof(float));
+    double   *ref = malloc(12 * NH * HD * sizeof(double));
+    int32_t   qs[4], cl[3], bt[3 * 6] = { 0 }, slots[64], rows[3];
+    int32_t   pos[12], ids[12] = { 0 };
+    int       s, t, at = 0;
+    float     scale = 1.0f / sqrtf(HD);
+
+    for (s = 0; s < 3; s++) {
+        k[s] = random_floats(seqs[s].ctx * row);
+        v[s] = random_floats(seqs[s].ctx * row);
+        for (t = 0; t < seqs[s].ctx; t++) {
+            slots[t] = seqs[s].table[t / BS] * BS + t % BS;
+        }
+        be->kv_write(be, kc, vc, k[s], v[s], slots, seqs[s].ctx, NKV, HD);
+        memcpy(bt + s * 6, seqs[s].table, sizeof(seqs[s].table));
+        qs[s] = at;
+        cl[s] = seqs[s].ctx;
+        for (t = 0; t < seqs[s].qlen; t++) {
+            pos[at + t] = seqs[s].ctx - seqs[s].qlen + t;
+        }
+        ref_attention(ref + (size_t) at * NH * HD, q + (size_t) at * NH * HD,
+                      k[s], v[s], seqs[s].ctx, seqs[s].qlen, scale);
+        at += seqs[s].qlen;
+        rows[s] = at - 1;
+    }
+    qs[3] = at;
+
+    pl_batch_t  b = {
+        .num_tokens = at, .num_seqs = 3, .token_ids = ids, .positions = pos,
+        .slot_mapping = slots, .query_start = qs, .context_lens = cl,
+        .block_tables = bt, .logits_rows = rows, .max_blocks_per_seq = 6,
+        .max_query_len = 6, .max_context_len = 14
+    };
+
+    be->attention(be, out, q, kc, vc, be->batch_upload(be, &b), NH, NKV, HD,
+                  BS, scale);
+    ok(max_diff(out, ref, (size_t) at * NH * HD) < 1e-5, "paged attention "
+       "over shuffled blocks matches causal attention on contiguous K/V "
+       "(prefill chunk, decode, whole prompt; GQA)");
+    ok(kc[(size_t) (11 * BS + 2) * row + 3] == k[0][2 * row + 3]
+       && vc[(size_t) (15 * BS + 1) * row + 5] == v[1][5 * row + 5],
+       "kv_write stores each token's K and V row at its slot");
+
+    {
+        int32_t  skip[2] = { -1, 1 * BS };
+        float    nk[2 * NKV * HD], nv[2 * NKV * HD];
+        float    before = kc[0];
+
+        for (t = 0; t < 2 * NKV * HD; t++) {
+            nk[t] = 100.0f + t;
+            nv[t] = -100.0f - t;
+        }
+        be->kv_write(be, kc, vc, nk, nv, skip, 2, NKV, HD);
+        ok(kc[0] == before && kc[1 * BS * row] == nk[row]
+           && vc[1 * BS * row] == nv[row],
+           "kv_write skips a negative slot and stores the next token");
+    }
+    for (s = 0; s < 3; s++) {
+        free(k[s]);
+        free(v[s]);
+    }
+    be->free(be, kc);
+    be->free(be, vc);
+    free(q); free(out); free(ref);
+}
+
+
+int
+main(void)
+{
+    char           err[256];
+    pl_backend_t  *be = pl_backend_cpu_create(2, err, sizeof(err));
+    pl_dtype_t     dts[3] = { PL_DT_F32, PL_DT_F16, PL_DT_BF16 };
+    int            i;
+
+    if (!ok(be != NULL, "the CPU backend starts")) {
+        diag("%s", err);
+        return done_testing();
+    }
+    ok(pl_backend_cpu_create(-1, err, sizeof(err)) == NULL
+       && strstr(err, "threads") != NULL, "negative threads are refused");
+    test_conversions();
+    test_memory(be);
+    test_norms(be);
+    for (i = 0; i < 3; i++) {
+        test_matmul(be, dts[i], 0, 7, 19, 45);
+        test_matmul(be, dts[i], 1, 7, 19, 45);
+        test_matmul(be, dts[i], 1, 9, 301, 200);    /* on several threads */
+    }
+    test_rope(be);
+    test_elementwise(be);
+    test_paged_attention(be);
+    be->destroy(be);
+    return done_testing();
+}
