@@ -30,13 +30,15 @@ pl_seq_create(uint64_t req_id, const int32_t *prompt, int n_prompt,
     }
 
     s->cap = n_prompt + max_tokens;
-    s->tokens = malloc((size_t) s->cap * sizeof(int32_t));
+    s->tokens = malloc((size_t) (s->cap > 0 ? s->cap : 1) * sizeof(int32_t));
     if (s->tokens == NULL) {
         free(s);
         return NULL;
     }
 
-    memcpy(s->tokens, prompt, (size_t) n_prompt * sizeof(int32_t));
+    if (n_prompt > 0) {
+        memcpy(s->tokens, prompt, (size_t) n_prompt * sizeof(int32_t));
+    }
     s->req_id = req_id;
     s->n_prompt = n_prompt;
     s->n_tokens = n_prompt;
@@ -51,6 +53,7 @@ void
 pl_seq_free(pl_seq_t *s)
 {
     pl_block_table_release(&s->blocks);
+    free(s->error);
     free(s->tokens);
     free(s);
 }

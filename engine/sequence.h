@@ -45,6 +45,9 @@ struct pl_seq_s {
 
     int                    n_sent;        /* generated tokens sent */
     int                    finish_sent;
+    char                  *error;         /* ERROR message to send first */
+    uint32_t               error_status;
+    int                    error_sent;
 
     pl_seq_t              *prev;          /* scheduler queue */
     pl_seq_t              *next;
@@ -53,7 +56,8 @@ struct pl_seq_s {
     pl_seq_t              *hash_next;     /* pl_seq_index_t chain */
 };
 
-/* NULL when out of memory. tokens[0..n_prompt) are copied. */
+/* NULL when out of memory.  tokens[0..n_prompt) are copied; a sequence
+   that only carries an error may have no tokens at all. */
 pl_seq_t *pl_seq_create(uint64_t req_id, const int32_t *prompt, int n_prompt,
     int max_tokens);
 void      pl_seq_free(pl_seq_t *s);
@@ -82,7 +86,8 @@ pl_seq_append(pl_seq_t *s, int32_t token)
 static inline int
 pl_seq_has_output(const pl_seq_t *s)
 {
-    return s->n_prompt + s->n_sent < s->n_tokens
+    return (s->error != NULL && !s->error_sent)
+           || s->n_prompt + s->n_sent < s->n_tokens
            || (s->finish_reason != 0 && !s->finish_sent);
 }
 

@@ -1,0 +1,1141 @@
+/*
+ * engine: the loop that owns the model, the KV cache and every request.
+ *
+ * One thread, one epoll set: the listening socket, a signalfd, every
+ * worker's socket (EOF = the worker is gone) and every worker's submission
+ * doorbell.  A pass of the loop:
+ *
+ *   1. wait for events: not at all while there is work to run, briefly
+ *      while output is stuck behind a full completion ring, else up to
+ *      200 ms so the published counters stay fresh when idle;
+ *   2. accept and attach workers, note the ones that went away;
+ *   3. drain every submission ring: SUBMIT becomes a sequence in the
+ *      scheduler (or an ERROR + FINISH when it is invalid), ABORT removes
+ *      its sequence and frees its blocks at once;
+ *   4. close the connections found dead or corrupt, freeing their
+ *      requests' blocks;
+ *   5. plan one iteration, run the model once for the whole batch, sample
+ *      a token for every sequence whose tokens are all computed, and check
+ *      the stop conditions;
+ *   6. write each worker's pending TOKENS / FINISH records, ringing its
+ *      doorbell at most once; what does not fit stays with the sequence
+ *      (n_sent, finish_sent) and is retried next pass, so a full ring
+ *      never stalls the batch;
+ *   7. publish the counters into every region.
+ *
+ * Connections are only ever closed in step 4, so no sequence disappears
+ * between planning an iteration and sampling its result.
+ */
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "block_manager.h"
+#include "engine.h"
+#include "ipc.h"
+#include "pl_model.h"
+#include "runner.h"
+#include "sampler.h"
+#include "scheduler.h"
+
+#define PL_MAX_EVENTS        64
+#define PL_IDLE_TIMEOUT_MS   200
+#define PL_MAX_QUEUED        65536
+#define PL_MIB               (1024.0 * 1024.0)
+
+typedef struct {
+    pl_engine_config_t         cfg;
+    pl_backend_t              *be;
+    pl_model_t                *model;
+    const pl_model_config_t   *mc;
+    int                        max_model_len;
+    int                        num_blocks;
+
+    pl_block_manager_t         bm;
+    pl_scheduler_t             sched;
+    pl_runner_t                runner;
+    pl_sampler_t               sampler;
+    pl_ipc_identity_t          identity;
+
+    int                        lfd;
+    int                        sfd;
+    int                        ep;
+    pl_watch_t                 listen_watch;
+    pl_watch_t                 signal_watch;
+    int                        stop;
+
+    pl_conn_t                 *conns;
+    uint32_t                   next_worker_id;
+    int                        output_stuck;
+
+    uint8_t                   *recbuf;
+    uint32_t                   recbuf_cap;
+    uint64_t                   arrivals;
+    uint64_t                   seed_counter;
+
+    pl_stats_t                 totals;
+} pl_engine_t;
+
+pl_log_level_t  pl_log_level = PL_LOG_INFO;
+
+
+void
+pl_log(pl_log_level_t level, const char *fmt, ...)
+{
+    static const char  *names[] = { "error", "warn", "info", "debug" };
+    struct timespec     ts;
+    struct tm           tm;
+    char                when[32];
+    va_list             ap;
+
+    if (level > pl_log_level) {
+        return;
+    }
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+
+    fprintf(stderr, "%s.%03ld [%s] ", when, ts.tv_nsec / 1000000,
+            names[level]);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+
+void
+pl_engine_config_defaults(pl_engine_config_t *cfg)
+{
+    *cfg = (pl_engine_config_t) {
+        .device = "auto",
+        .block_size = 16,
+        .kv_cache_mb = 512,
+        .gpu_memory_utilization = 0.90,
+        .max_num_seqs = 256,
+        .max_num_batched_tokens = 2048,
+        .socket_mode = 0660,
+    };
+}
+
+
+/* ---- start-up ---- */
+
+
+static int
+pl_engine_open_backend(pl_engine_t *e)
+{
+    const char  *dev = e->cfg.device;
+    char         err[512];
+
+    if (strcmp(dev, "auto") == 0) {
+        dev = pl_cuda_available() ? "cuda" : "cpu";
+    }
+
+    e->be = strcmp(dev, "cuda") == 0
+            ? pl_backend_cuda_create(0, err, sizeof(err))
+            : pl_backend_cpu_create(e->cfg.threads, err, sizeof(err));
+
+    if (e->be == NULL) {
+        pl_log(PL_LOG_ERROR, "device %s: %s", dev, err);
+        return -1;
+    }
+
+    snprintf(e->totals.device, sizeof(e->totals.device), "%s", e->be->name);
+    pl_log(PL_LOG_INFO, "device: %s%s", e->be->name,
+           strcmp(e->cfg.device, "auto") == 0 ? " (auto)" : "");
+
+    return 0;
+}
+
+
+static int
+pl_engine_load_model(pl_engine_t *e)
+{
+    char  err[512];
+
+    pl_log(PL_LOG_INFO, "model: %s", e->cfg.model_dir);
+
+    e->model = pl_model_load(e->cfg.model_dir, e->be, err, sizeof(err));
+    if (e->model == NULL) {
+        pl_log(PL_LOG_ERROR, "loading the model: %s", err);
+        return -1;
+    }
+
+    e->mc = pl_model_config(e->model);
+    pl_log(PL_LOG_INFO, "architecture: %s, %d layers, hidden %d, %d heads "
+           "(%d kv), vocab %d, %s weights", e->mc->arch, e->mc->num_layers,
+           e->mc->hidden_size, e->mc->num_heads, e->mc->num_kv_heads,
+           e->mc->vocab_size, pl_dtype_name(e->mc->dtype));
+    pl_log(PL_LOG_INFO, "weights loaded");
+
+    if (pl_model_prepare(e->model, e->cfg.max_num_batched_tokens,
+                         e->cfg.max_num_seqs, err, sizeof(err)) != 0)
+    {
+        pl_log(PL_LOG_ERROR, "activation memory: %s", err);
+        return -1;
+    }
+
+    return 0;
+}
+
+
+static int
+pl_engine_kv_budget(pl_engine_t *e, size_t block_bytes)
+{
+    size_t  free_b, total_b;
+    double  budget;
+
+    if (e->cfg.num_blocks > 0) {
+        return e->cfg.num_blocks;
+    }
+
+    if (strcmp(e->be->name, "cuda") != 0) {
+        return (int) ((double) e->cfg.kv_cache_mb * PL_MIB / block_bytes);
+    }
+
+    if (e->be->mem_info(e->be, &free_b, &total_b) != 0) {
+        pl_log(PL_LOG_ERROR, "cannot read the device's free memory");
+        return -1;
+    }
+
+    /* utilization of the card, minus what weights and scratch use now */
+    budget = e->cfg.gpu_memory_utilization * (double) total_b
+             - (double) (total_b - free_b);
+
+    return budget > 0 ? (int) (budget / block_bytes) : 0;
+}
+
+
+static int
+pl_engine_size_kv(pl_engine_t *e)
+{
+    size_t  block_bytes = pl_model_kv_block_bytes(e->model,
+                                                  e->cfg.block_size);
+    char    err[512];
+    int     tokens;
+
+    e->num_blocks = pl_engine_kv_budget(e, block_bytes);
+    if (e->num_blocks <= 0) {
+        pl_log(PL_LOG_ERROR, "no memory left for the KV cache (a block of "
+               "%d tokens takes %zu bytes)", e->cfg.block_size, block_bytes);
+        return -1;
+    }
+
+    tokens = e->num_blocks * e->cfg.block_size;
+
+    if (tokens < e->max_model_len) {
+        if (e->cfg.max_model_len > 0) {
+            pl_log(PL_LOG_ERROR, "--max-model-len %d does not fit the KV "
+                   "cache of %d tokens", e->max_model_len, tokens);
+            return -1;
+        }
+        pl_log(PL_LOG_WARN, "max_model_len lowered from %d to the KV "
+               "cache's %d tokens", e->max_model_len, tokens);
+        e->max_model_len = tokens;
+    }
+
+    if (pl_model_kv_alloc(e->model, e->num_blocks, e->cfg.block_size, err,
+                          sizeof(err)) != 0)
+    {
+        pl_log(PL_LOG_ERROR, "allocating the KV cache: %s", err);
+        return -1;
+    }
+
+    pl_log(PL_LOG_INFO, "KV cache: %d blocks of %d tokens = %d tokens "
+           "(%.1f MiB); max_model_len %d", e->num_blocks, e->cfg.block_size,
+           tokens, (double) block_bytes * e->num_blocks / PL_MIB,
+           e->max_model_len);
+
+    return 0;
+}
+
+
+static int
+pl_engine_check_limits(pl_engine_t *e)
+{
+    e->max_model_len = e->cfg.max_model_len > 0
+                       ? e->cfg.max_model_len
+                       : e->mc->max_position_embeddings;
+
+    if (e->max_model_len > e->mc->max_position_embeddings) {
+        pl_log(PL_LOG_ERROR, "--max-model-len %d exceeds the model's "
+               "max_position_embeddings %d", e->max_model_len,
+               e->mc->max_position_embeddings);
+        return -1;
+    }
+
+    if (e->cfg.max_num_batched_tokens < e->cfg.max_num_seqs) {
+        pl_log(PL_LOG_ERROR, "--max-num-batched-tokens %d must be at least "
+               "--max-num-seqs %d", e->cfg.max_num_batched_tokens,
+               e->cfg.max_num_seqs);
+        return -1;
+    }
+
+    return 0;
+}
+
+
+static void
+pl_engine_model_name(pl_engine_t *e, char *out, size_t len)
+{
+    const char  *dir = e->cfg.model_dir, *end, *start;
+
+    if (e->cfg.served_model_name) {
+        snprintf(out, len, "%s", e->cfg.served_model_name);
+        return;
+    }
+
+    end = dir + strlen(dir);
+    while (end > dir + 1 && end[-1] == '/') {
+        end--;
+    }
+    start = end;
+    while (start > dir && start[-1] != '/') {
+        start--;
+    }
+
+    snprintf(out, len, "%.*s", (int) (end - start), start);
+}
+
+
+static int
+pl_engine_tokenizer(pl_engine_t *e, pl_ipc_identity_t *id)
+{
+    char     path[PATH_MAX], real[PATH_MAX];
+    FILE    *f;
+    char    *data;
+    long     size;
+
+    snprintf(path, sizeof(path), "%s/tokenizer.json", e->cfg.model_dir);
+
+    if (realpath(path, real) == NULL || strlen(real) >= PL_PATH_LEN
+        || (f = fopen(real, "rb")) == NULL)
+    {
+        pl_log(PL_LOG_ERROR, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    rewind(f);
+    data = malloc(size > 0 ? (size_t) size : 1);
+
+    if (size <= 0 || data == NULL || fread(data, 1, size, f) != (size_t) size)
+    {
+        pl_log(PL_LOG_ERROR, "cannot read %s", real);
+        free(data);
+        fclose(f);
+        return -1;
+    }
+
+    id->tokenizer_hash = pl_fnv1a64(data, (size_t) size);
+    snprintf(id->tokenizer_path, sizeof(id->tokenizer_path), "%s", real);
+    free(data);
+    fclose(f);
+
+    pl_log(PL_LOG_INFO, "tokenizer: %s (fnv1a64 %016llx)", real,
+           (unsigned long long) id->tokenizer_hash);
+
+    return 0;
+}
+
+
+static int
+pl_engine_identity(pl_engine_t *e)
+{
+    pl_ipc_identity_t  *id = &e->identity;
+    int                 i;
+
+    memset(id, 0, sizeof(*id));
+    pl_engine_model_name(e, id->model_name, sizeof(id->model_name));
+    id->vocab_size = (uint32_t) e->mc->vocab_size;
+    id->max_model_len = (uint32_t) e->max_model_len;
+    id->bos_id = e->mc->bos_token_id;
+    id->n_eos = e->mc->n_eos < PL_MAX_EOS ? (uint32_t) e->mc->n_eos
+                                          : PL_MAX_EOS;
+    for (i = 0; i < (int) id->n_eos; i++) {
+        id->eos_ids[i] = e->mc->eos_token_ids[i];
+    }
+
+    pl_log(PL_LOG_INFO, "served model name: %s", id->model_name);
+
+    return pl_engine_tokenizer(e, id);
+}
+
+
+static int
+pl_engine_init_parts(pl_engine_t *e)
+{
+    int  max_blocks = pl_bm_blocks_for(&e->bm, e->max_model_len);
+
+    if (pl_sched_init(&e->sched, &e->bm, e->cfg.max_num_seqs,
+                      e->cfg.max_num_batched_tokens) != 0
+        || pl_runner_init(&e->runner, e->cfg.max_num_batched_tokens,
+                          e->cfg.max_num_seqs, max_blocks,
+                          e->mc->vocab_size) != 0
+        || pl_sampler_init(&e->sampler, e->mc->vocab_size) != 0)
+    {
+        pl_log(PL_LOG_ERROR, "out of memory setting up the engine");
+        return -1;
+    }
+
+    e->recbuf_cap = PL_IPC_RING_SIZE;
+    e->recbuf = malloc(e->recbuf_cap);
+
+    return e->recbuf ? 0 : -1;
+}
+
+
+static int
+pl_engine_watch(pl_engine_t *e, int fd, uint32_t events, pl_watch_t *w)
+{
+    struct epoll_event  ev = { .events = events, .data.ptr = w };
+
+    return epoll_ctl(e->ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+
+static int
+pl_engine_listen(pl_engine_t *e)
+{
+    char      err[512];
+    sigset_t  sigs;
+
+    e->lfd = pl_ipc_listen(e->cfg.listen_path, e->cfg.socket_mode, err,
+                           sizeof(err));
+    if (e->lfd < 0) {
+        pl_log(PL_LOG_ERROR, "listen: %s", err);
+        return -1;
+    }
+
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+
+    e->sfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+    e->ep = epoll_create1(EPOLL_CLOEXEC);
+    e->listen_watch.kind = PL_WATCH_LISTEN;
+    e->signal_watch.kind = PL_WATCH_SIGNAL;
+
+    if (e->sfd < 0 || e->ep < 0
+        || pl_engine_watch(e, e->lfd, EPOLLIN, &e->listen_watch) != 0
+        || pl_engine_watch(e, e->sfd, EPOLLIN, &e->signal_watch) != 0)
+    {
+        pl_log(PL_LOG_ERROR, "epoll/signalfd: %s", strerror(errno));
+        return -1;
+    }
+
+    pl_log(PL_LOG_INFO, "listening on %s (mode %04o)", e->cfg.listen_path,
+           e->cfg.socket_mode);
+
+    return 0;
+}
+
+
+static int
+pl_engine_start(pl_engine_t *e)
+{
+    if (pl_engine_open_backend(e) != 0 || pl_engine_load_model(e) != 0
+        || pl_engine_check_limits(e) != 0 || pl_engine_size_kv(e) != 0
+        || pl_bm_init(&e->bm, e->num_blocks, e->cfg.block_size) != 0
+        || pl_engine_identity(e) != 0 || pl_engine_init_parts(e) != 0)
+    {
+        return -1;
+    }
+
+    e->seed_counter = 0x5eed;
+    e->totals.kv_blocks_total = (uint32_t) e->num_blocks;
+    e->totals.block_size = (uint32_t) e->cfg.block_size;
+
+    return pl_engine_listen(e);
+}
+
+
+/* ---- requests ---- */
+
+
+static void
+pl_conn_append(pl_conn_t *c, pl_seq_t *s)
+{
+    s->conn = c;
+    s->conn_prev = c->seqs_tail;
+    s->conn_next = NULL;
+
+    if (c->seqs_tail) {
+        c->seqs_tail->conn_next = s;
+    } else {
+        c->seqs_head = s;
+    }
+    c->seqs_tail = s;
+}
+
+
+static void
+pl_conn_unlink(pl_conn_t *c, pl_seq_t *s)
+{
+    if (s->conn_prev) {
+        s->conn_prev->conn_next = s->conn_next;
+    } else {
+        c->seqs_head = s->conn_next;
+    }
+
+    if (s->conn_next) {
+        s->conn_next->conn_prev = s->conn_prev;
+    } else {
+        c->seqs_tail = s->conn_prev;
+    }
+}
+
+
+/* End a request: out of the scheduler (blocks freed) and out of the live
+   index; its remaining output and FINISH go out with the next flush. */
+static void
+pl_engine_finish(pl_engine_t *e, pl_seq_t *s, int reason)
+{
+    if (s->state != PL_SEQ_FINISHED) {
+        pl_sched_remove(&e->sched, s);
+    }
+
+    if (s->finish_reason == 0) {
+        pl_seq_index_remove(&s->conn->live, s);
+    }
+
+    s->finish_reason = reason;
+}
+
+
+static void
+pl_engine_fail(pl_engine_t *e, pl_seq_t *s, uint32_t status, const char *msg)
+{
+    free(s->error);
+    s->error = strdup(msg);
+    s->error_status = status;
+    pl_engine_finish(e, s, PL_FINISH_ERROR);
+}
+
+
+/* What is wrong with this SUBMIT, or NULL; status gets the HTTP status. */
+static const char *
+pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c,
+    const pl_rec_submit_t *r, char *buf, size_t len, uint32_t *status)
+{
+    *status = 400;
+
+    if (r->n_prompt == 0) {
+        return "the prompt is empty";
+    }
+    if (r->max_tokens == 0) {
+        return "max_tokens must be at least 1";
+    }
+    if ((uint64_t) r->n_prompt + r->max_tokens
+        > (uint64_t) e->max_model_len)
+    {
+        snprintf(buf, len, "the prompt (%u tokens) plus max_tokens (%u) "
+                 "exceeds the model's context of %d tokens", r->n_prompt,
+                 r->max_tokens, e->max_model_len);
+        return buf;
+    }
+    if (!isfinite(r->temperature) || r->temperature < 0) {
+        return "temperature must be a finite number >= 0";
+    }
+    if (!(r->top_p > 0 && r->top_p <= 1)) {
+        return "top_p must be in (0, 1]";
+    }
+    if (r->top_k < 0) {
+        return "top_k must be >= 0";
+    }
+    if (r->flags & ~(PL_SUBMIT_IGNORE_EOS | PL_SUBMIT_HAS_SEED)) {
+        snprintf(buf, len, "unknown flags 0x%x", r->flags);
+        return buf;
+    }
+    if (pl_seq_index_find(&c->live, r->req_id)) {
+        snprintf(buf, len, "request id %llu is already in flight",
+                 (unsigned long long) r->req_id);
+        return buf;
+    }
+    if (e->sched.waiting.n >= PL_MAX_QUEUED) {
+        *status = 503;
+        return "the engine's queue is full";
+    }
+
+    return NULL;
+}
+
+
+static void
+pl_engine_reject(pl_conn_t *c, uint64_t req_id, uint32_t status,
+    const char *why)
+{
+    pl_seq_t  *s = pl_seq_create(req_id, NULL, 0, 0);
+
+    pl_log(PL_LOG_INFO, "worker %u request %llu rejected (%u): %s",
+           c->worker_id, (unsigned long long) req_id, status, why);
+
+    if (s == NULL || (s->error = strdup(why)) == NULL) {
+        c->dead = 1;
+        pl_log(PL_LOG_ERROR, "out of memory: dropping worker %u",
+               c->worker_id);
+        if (s) {
+            pl_seq_free(s);
+        }
+        return;
+    }
+
+    s->error_status = status;
+    s->finish_reason = PL_FINISH_ERROR;
+    s->state = PL_SEQ_FINISHED;
+    pl_conn_append(c, s);
+}
+
+
+static void
+pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
+{
+    const pl_rec_submit_t  *r = &m->submit;
+    const char             *why;
+    char                    buf[256];
+    uint32_t                status;
+    pl_seq_t               *s;
+
+    why = pl_engine_check_submit(e, c, r, buf, sizeof(buf), &status);
+    if (why) {
+        pl_engine_reject(c, r->req_id, status, why);
+        return;
+    }
+
+    s = pl_seq_create(r->req_id, m->prompt, (int) r->n_prompt,
+                      (int) r->max_tokens);
+    if (s == NULL || pl_seq_index_add(&c->live, s) != 0) {
+        if (s) {
+            pl_seq_free(s);
+        }
+        pl_engine_reject(c, r->req_id, 503, "the engine is out of memory");
+        return;
+    }
+
+    s->sampling = (pl_sampling_params_t) { r->temperature, r->top_p,
+                                           r->top_k };
+    s->ignore_eos = (r->flags & PL_SUBMIT_IGNORE_EOS) != 0;
+    pl_rng_seed(&s->rng, (r->flags & PL_SUBMIT_HAS_SEED)
+                         ? r->seed : e->seed_counter++);
+    s->arrival = ++e->arrivals;
+
+    pl_conn_append(c, s);
+    pl_sched_add(&e->sched, s);
+
+    e->totals.requests_total++;
+    e->totals.prompt_tokens_total += r->n_prompt;
+
+    pl_log(PL_LOG_DEBUG, "worker %u request %llu: %u prompt tokens, "
+           "max_tokens %u", c->worker_id, (unsigned long long) r->req_id,
+           r->n_prompt, r->max_tokens);
+}
+
+
+static void
+pl_engine_abort(pl_engine_t *e, pl_conn_t *c, uint64_t req_id)
+{
+    pl_seq_t  *s = pl_seq_index_find(&c->live, req_id);
+
+    if (s == NULL) {
+        pl_log(PL_LOG_DEBUG, "worker %u: abort of %llu, not in flight",
+               c->worker_id, (unsigned long long) req_id);
+        return;
+    }
+
+    pl_engine_finish(e, s, PL_FINISH_ABORT);
+    s->n_sent = pl_seq_generated(s);
+
+    pl_log(PL_LOG_DEBUG, "worker %u request %llu aborted", c->worker_id,
+           (unsigned long long) req_id);
+}
+
+
+static void
+pl_engine_drain(pl_engine_t *e, pl_conn_t *c)
+{
+    pl_ipc_msg_t  m;
+    char          err[256];
+    int           rc;
+
+    while (!c->dead) {
+        rc = pl_ipc_next(c, e->recbuf, e->recbuf_cap,
+                         (uint32_t) e->mc->vocab_size, &m, err, sizeof(err));
+        if (rc == 0) {
+            return;
+        }
+        if (rc < 0) {
+            pl_log(PL_LOG_WARN, "worker %u: %s; dropping the connection",
+                   c->worker_id, err);
+            c->dead = 1;
+            return;
+        }
+
+        if (m.type == PL_REC_SUBMIT) {
+            pl_engine_submit(e, c, &m);
+        } else {
+            pl_engine_abort(e, c, m.abort_id);
+        }
+    }
+}
+
+
+/* ---- connections ---- */
+
+
+static void
+pl_engine_accept(pl_engine_t *e)
+{
+    pl_conn_t  *c;
+
+    while ((c = pl_ipc_accept(e->lfd, ++e->next_worker_id)) != NULL) {
+        if (pl_engine_watch(e, c->fd, EPOLLIN | EPOLLRDHUP, &c->sock_watch)
+            != 0)
+        {
+            pl_ipc_close(c);
+            continue;
+        }
+
+        c->next = e->conns;
+        if (e->conns) {
+            e->conns->prev = c;
+        }
+        e->conns = c;
+    }
+}
+
+
+static void
+pl_engine_attach(pl_engine_t *e, pl_conn_t *c)
+{
+    char  err[256];
+    int   rc = pl_ipc_attach(c, &e->identity, err, sizeof(err));
+
+    if (rc == 0) {
+        return;
+    }
+
+    if (rc < 0
+        || pl_engine_watch(e, c->sub_efd, EPOLLIN, &c->bell_watch) != 0)
+    {
+        pl_log(PL_LOG_WARN, "connection %u: attach failed: %s",
+               c->worker_id, rc < 0 ? err : strerror(errno));
+        c->dead = 1;
+        return;
+    }
+
+    e->totals.workers++;
+    pl_log(PL_LOG_INFO, "worker %u (pid %u) attached", c->worker_id, c->pid);
+}
+
+
+static void
+pl_engine_socket_event(pl_engine_t *e, pl_conn_t *c, uint32_t events)
+{
+    if (c->dead) {
+        return;
+    }
+
+    if (!c->attached) {
+        pl_engine_attach(e, c);
+        return;
+    }
+
+    if (pl_ipc_socket_event(c) != 0 || (events & (EPOLLHUP | EPOLLERR))) {
+        pl_log(PL_LOG_INFO, "worker %u (pid %u) detached", c->worker_id,
+               c->pid);
+        c->dead = 1;
+    }
+}
+
+
+static void
+pl_engine_close(pl_engine_t *e, pl_conn_t *c)
+{
+    pl_seq_t  *s, *next;
+    int        aborted = 0;
+
+    for (s = c->seqs_head; s; s = next) {
+        next = s->conn_next;
+        if (s->state != PL_SEQ_FINISHED) {
+            pl_sched_remove(&e->sched, s);
+            aborted++;
+        }
+        pl_seq_free(s);
+    }
+
+    if (aborted) {
+        pl_log(PL_LOG_INFO, "worker %u: %d requests aborted, their blocks "
+               "freed", c->worker_id, aborted);
+    }
+
+    epoll_ctl(e->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    if (c->attached) {
+        epoll_ctl(e->ep, EPOLL_CTL_DEL, c->sub_efd, NULL);
+        e->totals.workers--;
+    }
+
+    if (c->prev) {
+        c->prev->next = c->next;
+    } else {
+        e->conns = c->next;
+    }
+    if (c->next) {
+        c->next->prev = c->prev;
+    }
+
+    pl_ipc_close(c);
+}
+
+
+static void
+pl_engine_reap(pl_engine_t *e)
+{
+    pl_conn_t  *c, *next;
+    uint64_t    now = pl_now_ms();
+
+    for (c = e->conns; c; c = next) {
+        next = c->next;
+
+        if (!c->attached && !c->dead && now > c->deadline_ms) {
+            pl_log(PL_LOG_WARN, "connection %u: no attach within %d ms",
+                   c->worker_id, PL_IPC_ATTACH_TIMEOUT);
+            c->dead = 1;
+        }
+
+        if (c->dead) {
+            pl_engine_close(e, c);
+        }
+    }
+}
+
+
+/* ---- one iteration ---- */
+
+
+static int
+pl_engine_is_eos(const pl_engine_t *e, int32_t t)
+{
+    uint32_t  i;
+
+    for (i = 0; i < e->identity.n_eos; i++) {
+        if (e->identity.eos_ids[i] == t) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+static int
+pl_engine_stop_reason(const pl_engine_t *e, const pl_seq_t *s, int32_t t)
+{
+    if (!s->ignore_eos && pl_engine_is_eos(e, t)) {
+        return PL_FINISH_STOP;
+    }
+
+    if (pl_seq_generated(s) >= s->max_tokens
+        || s->n_tokens >= e->max_model_len)
+    {
+        return PL_FINISH_LENGTH;
+    }
+
+    return 0;
+}
+
+
+static void
+pl_engine_forward_failed(pl_engine_t *e, const char *err)
+{
+    pl_seq_t  *failed[e->sched.n_entries > 0 ? e->sched.n_entries : 1];
+    char       msg[600];
+    int        i, n = e->sched.n_entries;
+
+    pl_log(PL_LOG_ERROR, "model forward failed: %s", err);
+    snprintf(msg, sizeof(msg), "the model failed: %s", err);
+
+    for (i = 0; i < n; i++) {
+        failed[i] = e->sched.entries[i].seq;
+    }
+    for (i = 0; i < n; i++) {
+        pl_engine_fail(e, failed[i], 500, msg);
+    }
+}
+
+
+static void
+pl_engine_iterate(pl_engine_t *e)
+{
+    pl_scheduler_t  *sc = &e->sched;
+    pl_seq_t        *done[sc->max_num_seqs];
+    int              reason[sc->max_num_seqs];
+    int              i, n, n_done = 0;
+    int32_t          t;
+    pl_seq_t        *s;
+    char             err[512];
+
+    n = pl_sched_step(sc);
+    if (n == 0) {
+        return;
+    }
+
+    pl_runner_build(&e->runner, &e->bm, sc->entries, n);
+    if (pl_runner_forward(&e->runner, e->model, err, sizeof(err)) != 0) {
+        pl_engine_forward_failed(e, err);
+        return;
+    }
+
+    pl_sched_complete(sc);
+    e->totals.iterations++;
+
+    for (i = 0; i < n; i++) {
+        s = sc->entries[i].seq;
+        if (s->n_computed < s->n_tokens) {
+            continue;               /* a prompt chunk: nothing to sample */
+        }
+
+        t = pl_sample(&e->sampler, pl_runner_logits(&e->runner, i),
+                      &s->sampling, &s->rng);
+        pl_seq_append(s, t);
+        e->totals.generation_tokens_total++;
+
+        reason[n_done] = pl_engine_stop_reason(e, s, t);
+        if (reason[n_done]) {
+            done[n_done++] = s;
+        }
+    }
+
+    for (i = 0; i < n_done; i++) {
+        pl_engine_finish(e, done[i], reason[i]);
+    }
+}
+
+
+/* ---- output ---- */
+
+
+/* Send what s has pending; -1 when the ring filled up. */
+static int
+pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
+{
+    uint32_t  max = pl_ipc_max_tokens_per_record(c), n;
+
+    if (s->error && !s->error_sent) {
+        if (pl_ipc_send_error(c, s->req_id, s->error_status, s->error) != 0) {
+            return -1;
+        }
+        s->error_sent = 1;
+    }
+
+    while (s->n_prompt + s->n_sent < s->n_tokens) {
+        n = (uint32_t) (s->n_tokens - s->n_prompt - s->n_sent);
+        n = n < max ? n : max;
+        if (pl_ipc_send_tokens(c, s->req_id,
+                               s->tokens + s->n_prompt + s->n_sent, n) != 0)
+        {
+            return -1;
+        }
+        s->n_sent += (int) n;
+    }
+
+    if (s->finish_reason && !s->finish_sent) {
+        if (pl_ipc_send_finish(c, s->req_id, (uint32_t) s->finish_reason,
+                               (uint32_t) s->n_prompt,
+                               (uint32_t) pl_seq_generated(s)) != 0)
+        {
+            return -1;
+        }
+        s->finish_sent = 1;
+    }
+
+    return 0;
+}
+
+
+static void
+pl_engine_flush(pl_engine_t *e)
+{
+    pl_conn_t  *c;
+    pl_seq_t   *s, *next;
+
+    e->output_stuck = 0;
+
+    for (c = e->conns; c; c = c->next) {
+        if (!c->attached || c->dead) {
+            continue;
+        }
+
+        for (s = c->seqs_head; s; s = next) {
+            next = s->conn_next;
+            if (pl_engine_flush_seq(c, s) != 0) {
+                e->output_stuck = 1;
+                break;
+            }
+            if (s->finish_sent) {
+                pl_conn_unlink(c, s);
+                pl_seq_free(s);
+            }
+        }
+
+        pl_ipc_flush_doorbell(c);
+    }
+}
+
+
+static void
+pl_engine_publish(pl_engine_t *e)
+{
+    pl_stats_t  st = e->totals;
+    pl_conn_t  *c;
+
+    st.running = (uint32_t) e->sched.running.n;
+    st.waiting = (uint32_t) e->sched.waiting.n;
+    st.swapped = 0;
+    st.preemptions_total = e->sched.preemptions;
+    st.kv_blocks_used = (uint32_t) pl_bm_num_used(&e->bm);
+    st.kv_blocks_free = (uint32_t) pl_bm_num_free(&e->bm);
+
+    for (c = e->conns; c; c = c->next) {
+        if (c->attached && !c->dead) {
+            pl_stats_publish(c->hdr, &st);
+        }
+    }
+}
+
+
+/* ---- the loop ---- */
+
+
+static void
+pl_engine_events(pl_engine_t *e)
+{
+    struct epoll_event   ev[PL_MAX_EVENTS];
+    struct signalfd_siginfo  si;
+    pl_watch_t          *w;
+    int                  i, n, timeout;
+
+    timeout = pl_sched_has_work(&e->sched) ? 0
+              : e->output_stuck ? 1 : PL_IDLE_TIMEOUT_MS;
+
+    n = epoll_wait(e->ep, ev, PL_MAX_EVENTS, timeout);
+
+    for (i = 0; i < n; i++) {
+        w = ev[i].data.ptr;
+
+        switch (w->kind) {
+        case PL_WATCH_LISTEN:
+            pl_engine_accept(e);
+            break;
+        case PL_WATCH_SIGNAL:
+            if (read(e->sfd, &si, sizeof(si)) == (ssize_t) sizeof(si)) {
+                pl_log(PL_LOG_INFO, "signal %u: stopping", si.ssi_signo);
+                e->stop = 1;
+            }
+            break;
+        case PL_WATCH_SOCKET:
+            pl_engine_socket_event(e, w->conn, ev[i].events);
+            break;
+        case PL_WATCH_DOORBELL:
+            pl_ipc_doorbell_clear(w->conn);
+            break;
+        }
+    }
+}
+
+
+static void
+pl_engine_pass(pl_engine_t *e)
+{
+    pl_conn_t  *c;
+
+    pl_engine_events(e);
+
+    for (c = e->conns; c; c = c->next) {
+        if (c->attached && !c->dead) {
+            pl_engine_drain(e, c);
+        }
+    }
+
+    pl_engine_reap(e);
+
+    if (pl_sched_has_work(&e->sched)) {
+        pl_engine_iterate(e);
+    }
+
+    pl_engine_flush(e);
+    pl_engine_publish(e);
+}
+
+
+static void
+pl_engine_shutdown(pl_engine_t *e)
+{
+    while (e->conns) {
+        pl_engine_close(e, e->conns);
+    }
+
+    if (e->lfd >= 0) {
+        close(e->lfd);
+        unlink(e->cfg.listen_path);
+    }
+    if (e->sfd >= 0) {
+        close(e->sfd);
+    }
+    if (e->ep >= 0) {
+        close(e->ep);
+    }
+
+    free(e->recbuf);
+    pl_sampler_destroy(&e->sampler);
+    pl_runner_destroy(&e->runner);
+    pl_sched_destroy(&e->sched);
+    pl_bm_destroy(&e->bm);
+
+    if (e->model) {
+        pl_model_free(e->model);
+    }
+    if (e->be) {
+        e->be->destroy(e->be);
+    }
+}
+
+
+int
+pl_engine_main(const pl_engine_config_t *cfg)
+{
+    static pl_engine_t  engine;
+    pl_engine_t        *e = &engine;
+    int                 rc = 0;
+
+    e->cfg = *cfg;
+    e->lfd = e->sfd = e->ep = -1;
+
+    if (pl_engine_start(e) != 0) {
+        rc = 1;
+    } else {
+        pl_log(PL_LOG_INFO, "ready");
+        while (!e->stop) {
+            pl_engine_pass(e);
+        }
+        pl_log(PL_LOG_INFO, "stopped after %llu iterations, %llu requests",
+               (unsigned long long) e->totals.iterations,
+               (unsigned long long) e->totals.requests_total);
+    }
+
+    pl_engine_shutdown(e);
+
+    return rc;
+}

@@ -1,0 +1,543 @@
+/*
+ * ipc: attach, regions, doorbells and records on the engine's side.
+ *
+ * Every worker gets its own region, so a worker can only ever damage its
+ * own requests.  The region is a sealed memfd: once sized, its size can
+ * neither shrink nor grow, so no worker can make the engine fault by
+ * truncating the file under its mapping.  Every offset and size the engine
+ * uses lives in pl_conn_t, never read back from the shared header, and
+ * every record is copied out of the ring and checked before anyone looks
+ * at it: a record that cannot be right is reported as corruption, and the
+ * engine drops that one connection.
+ *
+ * Everything here is non-blocking: attach is a small state machine driven
+ * by the socket becoming readable, bounded by a deadline, so a client that
+ * connects and stays silent cannot hold up the batch.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ipc.h"
+
+#define PL_PAGE           4096u
+#define PL_ALIGN_UP(n, a) (((n) + (a) - 1) / (a) * (a))
+#define PL_ROUND8(n)      (((n) + 7u) & ~(uint64_t) 7u)
+#define PL_ERROR_MAX_LEN  1024u
+
+
+uint64_t
+pl_now_ms(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
+
+static int
+pl_ipc_addr(const char *path, struct sockaddr_un *sa, char *err,
+    size_t errlen)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+
+    if (strlen(path) >= sizeof(sa->sun_path)) {
+        snprintf(err, errlen, "socket path \"%s\" is longer than %zu bytes",
+                 path, sizeof(sa->sun_path) - 1);
+        return -1;
+    }
+
+    strcpy(sa->sun_path, path);
+
+    return 0;
+}
+
+
+/* A socket file left by an engine that is gone may be replaced; a live
+   engine's socket or any other kind of file may not. */
+static int
+pl_ipc_clear_stale(const char *path, const struct sockaddr_un *sa, char *err,
+    size_t errlen)
+{
+    struct stat  st;
+    int          fd, live;
+
+    if (lstat(path, &st) != 0) {
+        return 0;
+    }
+
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "\"%s\" exists and is not a socket", path);
+        return -1;
+    }
+
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    live = fd >= 0
+           && connect(fd, (const struct sockaddr *) sa, sizeof(*sa)) == 0;
+    if (fd >= 0) {
+        close(fd);
+    }
+
+    if (live) {
+        snprintf(err, errlen, "another engine is listening on \"%s\"", path);
+        return -1;
+    }
+
+    unlink(path);
+
+    return 0;
+}
+
+
+int
+pl_ipc_listen(const char *path, unsigned mode, char *err, size_t errlen)
+{
+    struct sockaddr_un  sa;
+    int                 fd;
+
+    if (pl_ipc_addr(path, &sa, err, errlen) != 0
+        || pl_ipc_clear_stale(path, &sa, err, errlen) != 0)
+    {
+        return -1;
+    }
+
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket(): %s", strerror(errno));
+        return -1;
+    }
+
+    if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0) {
+        snprintf(err, errlen, "bind(\"%s\"): %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+
+    if (chmod(path, mode) != 0 || listen(fd, 64) != 0) {
+        snprintf(err, errlen, "chmod/listen \"%s\": %s", path,
+                 strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+
+    return fd;
+}
+
+
+pl_conn_t *
+pl_ipc_accept(int lfd, uint32_t worker_id)
+{
+    pl_conn_t  *c;
+    int         fd;
+
+    fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        return NULL;
+    }
+
+    c = calloc(1, sizeof(pl_conn_t));
+    if (c == NULL || pl_seq_index_init(&c->live) != 0) {
+        free(c);
+        close(fd);
+        return NULL;
+    }
+
+    c->worker_id = worker_id;
+    c->fd = fd;
+    c->sub_efd = -1;
+    c->comp_efd = -1;
+    c->deadline_ms = pl_now_ms() + PL_IPC_ATTACH_TIMEOUT;
+    c->sock_watch = (pl_watch_t) { PL_WATCH_SOCKET, c };
+    c->bell_watch = (pl_watch_t) { PL_WATCH_DOORBELL, c };
+
+    return c;
+}
+
+
+static void
+pl_ipc_fill_header(pl_conn_t *c, const pl_ipc_identity_t *id,
+    uint64_t sub_off, uint64_t comp_off)
+{
+    pl_region_hdr_t  *h = c->hdr;
+
+    h->magic = PL_PROTO_MAGIC;
+    h->version = PL_PROTO_VERSION;
+    h->region_size = c->region_size;
+    h->sub_offset = sub_off;
+    h->sub_size = PL_IPC_RING_SIZE;
+    h->comp_offset = comp_off;
+    h->comp_size = PL_IPC_RING_SIZE;
+
+    h->worker_id = c->worker_id;
+    h->vocab_size = id->vocab_size;
+    h->max_model_len = id->max_model_len;
+    h->bos_id = id->bos_id;
+    h->n_eos = id->n_eos;
+    memcpy(h->eos_ids, id->eos_ids, sizeof(h->eos_ids));
+    h->tokenizer_hash = id->tokenizer_hash;
+    memcpy(h->model_name, id->model_name, sizeof(h->model_name));
+    memcpy(h->tokenizer_path, id->tokenizer_path, sizeof(h->tokenizer_path));
+    atomic_store_explicit(&h->stats_seq, 0, memory_order_release);
+}
+
+
+/* Create, seal and map the region; returns the memfd or -1. */
+static int
+pl_ipc_make_region(pl_conn_t *c, const pl_ipc_identity_t *id, char *err,
+    size_t errlen)
+{
+    uint64_t  ring = pl_ring_bytes(PL_IPC_RING_SIZE);
+    uint64_t  sub_off = PL_ALIGN_UP(sizeof(pl_region_hdr_t), PL_PAGE);
+    uint64_t  comp_off = PL_ALIGN_UP(sub_off + ring, PL_PAGE);
+    int       fd;
+    void     *p;
+
+    c->region_size = PL_ALIGN_UP(comp_off + ring, PL_PAGE);
+
+    fd = memfd_create("pagedllm-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        snprintf(err, errlen, "memfd_create(): %s", strerror(errno));
+        return -1;
+    }
+
+    if (ftruncate(fd, (off_t) c->region_size) != 0
+        || fcntl(fd, F_ADD_SEALS,
+                 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    {
+        snprintf(err, errlen, "sizing the region: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+
+    p = mmap(NULL, c->region_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "mmap(): %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+
+    c->region = p;
+    c->hdr = p;
+    pl_ring_init(&c->sub, (uint8_t *) p + sub_off, PL_IPC_RING_SIZE);
+    pl_ring_init(&c->comp, (uint8_t *) p + comp_off, PL_IPC_RING_SIZE);
+    pl_ipc_fill_header(c, id, sub_off, comp_off);
+
+    return fd;
+}
+
+
+static int
+pl_ipc_send_hello(pl_conn_t *c, int memfd)
+{
+    pl_hello_t       hello = { PL_PROTO_MAGIC, PL_PROTO_VERSION,
+                               c->region_size, c->worker_id, 0 };
+    int              fds[3] = { memfd, c->sub_efd, c->comp_efd };
+    union {
+        struct cmsghdr  h;
+        char            buf[CMSG_SPACE(sizeof(fds))];
+    }                ctl;
+    struct iovec     iov = { &hello, sizeof(hello) };
+    struct msghdr    msg = { 0 };
+    struct cmsghdr  *cm;
+
+    memset(&ctl, 0, sizeof(ctl));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof(ctl.buf);
+
+    cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(fds));
+    memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+
+    return sendmsg(c->fd, &msg, MSG_NOSIGNAL) == (ssize_t) sizeof(hello)
+           ? 0 : -1;
+}
+
+
+static int
+pl_ipc_check_attach(pl_conn_t *c, char *err, size_t errlen)
+{
+    pl_attach_t  a;
+
+    memcpy(&a, c->attach_buf, sizeof(a));
+
+    if (a.magic != PL_PROTO_MAGIC) {
+        snprintf(err, errlen, "bad attach magic 0x%08x", a.magic);
+        return -1;
+    }
+
+    if (a.version != PL_PROTO_VERSION) {
+        snprintf(err, errlen, "worker speaks protocol version %u, the "
+                 "engine %u", a.version, PL_PROTO_VERSION);
+        return -1;
+    }
+
+    c->pid = a.pid;
+
+    return 0;
+}
+
+
+int
+pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id, char *err,
+    size_t errlen)
+{
+    ssize_t  n;
+    int      memfd, rc;
+
+    n = recv(c->fd, c->attach_buf + c->attach_got,
+             sizeof(c->attach_buf) - c->attach_got, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        return 0;
+    }
+    if (n <= 0) {
+        snprintf(err, errlen, "closed before attaching");
+        return -1;
+    }
+
+    c->attach_got += (size_t) n;
+    if (c->attach_got < sizeof(c->attach_buf)) {
+        return 0;
+    }
+
+    if (pl_ipc_check_attach(c, err, errlen) != 0) {
+        return -1;
+    }
+
+    c->sub_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    c->comp_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->sub_efd < 0 || c->comp_efd < 0) {
+        snprintf(err, errlen, "eventfd(): %s", strerror(errno));
+        return -1;
+    }
+
+    memfd = pl_ipc_make_region(c, id, err, errlen);
+    if (memfd < 0) {
+        return -1;
+    }
+
+    rc = pl_ipc_send_hello(c, memfd);
+    close(memfd);
+
+    if (rc != 0) {
+        snprintf(err, errlen, "sending hello: %s", strerror(errno));
+        return -1;
+    }
+
+    c->attached = 1;
+
+    return 1;
+}
+
+
+int
+pl_ipc_socket_event(pl_conn_t *c)
+{
+    char     buf[64];
+    ssize_t  n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        return 0;
+    }
+
+    return -1;
+}
+
+
+void
+pl_ipc_doorbell_clear(pl_conn_t *c)
+{
+    uint64_t  v;
+    ssize_t   n = read(c->sub_efd, &v, sizeof(v));
+
+    (void) n;   /* EAGAIN when nothing was pending: nothing to reset */
+}
+
+
+static int
+pl_ipc_check_submit(pl_ipc_msg_t *msg, const uint8_t *buf, uint32_t len,
+    uint32_t vocab_size, char *err, size_t errlen)
+{
+    const pl_rec_submit_t  *sub = &msg->submit;
+    uint32_t                i;
+
+    if (len < sizeof(pl_rec_submit_t)) {
+        snprintf(err, errlen, "SUBMIT record of %u bytes", len);
+        return -1;
+    }
+
+    memcpy(&msg->submit, buf, sizeof(pl_rec_submit_t));
+
+    if (sub->n_prompt > (len - sizeof(pl_rec_submit_t)) / sizeof(int32_t)
+        || PL_ROUND8(sizeof(pl_rec_submit_t)
+                     + (uint64_t) sub->n_prompt * sizeof(int32_t)) != len)
+    {
+        snprintf(err, errlen, "SUBMIT %llu: n_prompt %u does not match "
+                 "its record of %u bytes",
+                 (unsigned long long) sub->req_id, sub->n_prompt, len);
+        return -1;
+    }
+
+    msg->prompt = (const int32_t *) (buf + sizeof(pl_rec_submit_t));
+
+    for (i = 0; i < sub->n_prompt; i++) {
+        if (msg->prompt[i] < 0 || (uint32_t) msg->prompt[i] >= vocab_size) {
+            snprintf(err, errlen, "SUBMIT %llu: token %d at %u is outside "
+                     "the vocabulary of %u",
+                     (unsigned long long) sub->req_id, msg->prompt[i], i,
+                     vocab_size);
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
+int
+pl_ipc_next(pl_conn_t *c, void *buf, uint32_t cap, uint32_t vocab_size,
+    pl_ipc_msg_t *msg, char *err, size_t errlen)
+{
+    uint32_t  type, len;
+    int       rc = pl_ring_read(&c->sub, &type, buf, cap, &len);
+
+    if (rc == 0) {
+        return 0;
+    }
+
+    if (rc < 0) {
+        snprintf(err, errlen, "submission ring corrupt (%s)",
+                 rc == -2 ? "record larger than the ring allows"
+                          : "bad counters or record header");
+        return -1;
+    }
+
+    msg->type = type;
+
+    if (type == PL_REC_SUBMIT) {
+        return pl_ipc_check_submit(msg, buf, len, vocab_size, err, errlen)
+               == 0 ? 1 : -1;
+    }
+
+    if (type == PL_REC_ABORT && len == PL_ROUND8(sizeof(pl_rec_abort_t))) {
+        memcpy(&msg->abort_id, buf, sizeof(uint64_t));
+        return 1;
+    }
+
+    snprintf(err, errlen, "record type %u of %u bytes is not a SUBMIT or "
+             "an ABORT", type, len);
+
+    return -1;
+}
+
+
+static int
+pl_ipc_write(pl_conn_t *c, uint32_t type, const void *a, uint32_t alen,
+    const void *b, uint32_t blen)
+{
+    if (pl_ring_write(&c->comp, type, a, alen, b, blen) != 0) {
+        c->comp_full = 1;
+        return -1;
+    }
+
+    c->ring_doorbell = 1;
+
+    return 0;
+}
+
+
+uint32_t
+pl_ipc_max_tokens_per_record(const pl_conn_t *c)
+{
+    return (pl_ring_max_payload(&c->comp) - sizeof(pl_rec_tokens_t))
+           / sizeof(int32_t);
+}
+
+
+int
+pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, const int32_t *ids,
+    uint32_t n)
+{
+    pl_rec_tokens_t  r = { req_id, n, 0 };
+
+    return pl_ipc_write(c, PL_REC_TOKENS, &r, sizeof(r), ids,
+                        n * (uint32_t) sizeof(int32_t));
+}
+
+
+int
+pl_ipc_send_finish(pl_conn_t *c, uint64_t req_id, uint32_t reason,
+    uint32_t prompt_tokens, uint32_t completion_tokens)
+{
+    pl_rec_finish_t  r = { req_id, reason, prompt_tokens, completion_tokens,
+                           0 };
+
+    return pl_ipc_write(c, PL_REC_FINISH, &r, sizeof(r), NULL, 0);
+}
+
+
+int
+pl_ipc_send_error(pl_conn_t *c, uint64_t req_id, uint32_t status,
+    const char *msg)
+{
+    size_t          len = strlen(msg);
+    pl_rec_error_t  r;
+
+    r.req_id = req_id;
+    r.status = status;
+    r.len = (uint32_t) (len < PL_ERROR_MAX_LEN ? len : PL_ERROR_MAX_LEN);
+
+    return pl_ipc_write(c, PL_REC_ERROR, &r, sizeof(r), msg, r.len);
+}
+
+
+void
+pl_ipc_flush_doorbell(pl_conn_t *c)
+{
+    uint64_t  one = 1;
+    ssize_t   n;
+
+    if (c->ring_doorbell) {
+        n = write(c->comp_efd, &one, sizeof(one));
+        (void) n;   /* fails only when the counter is saturated, that is
+                       when the worker has a wake-up pending anyway */
+        c->ring_doorbell = 0;
+    }
+}
+
+
+void
+pl_ipc_close(pl_conn_t *c)
+{
+    if (c->region) {
+        munmap(c->region, c->region_size);
+    }
+
+    if (c->sub_efd >= 0) {
+        close(c->sub_efd);
+    }
+    if (c->comp_efd >= 0) {
+        close(c->comp_efd);
+    }
+
+    close(c->fd);
+    pl_seq_index_destroy(&c->live);
+    free(c);
+}

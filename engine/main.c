@@ -1,0 +1,236 @@
+/*
+ * pagedllm-engine: command line.  Parses and checks every flag, sets up
+ * signal handling (SIGTERM and SIGINT are blocked here and taken by the
+ * loop through a signalfd; SIGPIPE is ignored), and runs the engine.
+ */
+
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+#define PL_EXIT_USAGE  2
+
+static const char  usage_text[] =
+"usage: pagedllm-engine --model DIR --listen PATH [options]\n"
+"\n"
+"Serves a Hugging Face model to nginx workers over shared memory.\n"
+"\n"
+"  --model DIR                    model folder (config.json, safetensors,\n"
+"                                 tokenizer.json)\n"
+"  --listen PATH                  unix socket the workers attach to\n"
+"  --device auto|cpu|cuda         backend (default auto: cuda when a GPU\n"
+"                                 is visible)\n"
+"  --served-model-name NAME       model name for the API (default: the\n"
+"                                 model folder's name)\n"
+"  --threads N                    CPU threads, 0 = every core (default 0)\n"
+"  --block-size N                 tokens per KV block, 1..256 (default 16)\n"
+"  --kv-cache-memory MB           KV cache size on the CPU (default 512)\n"
+"  --gpu-memory-utilization F     share of the GPU the engine may use,\n"
+"                                 0 < F <= 1 (default 0.90)\n"
+"  --num-blocks N                 KV blocks, overriding the sizing above\n"
+"  --max-num-seqs N               sequences per iteration (default 256)\n"
+"  --max-num-batched-tokens N     tokens per iteration (default 2048)\n"
+"  --max-model-len N              prompt + completion limit (default: the\n"
+"                                 model's max_position_embeddings)\n"
+"  --socket-mode OCTAL            permissions of the socket (default 0660)\n"
+"  --log-level LEVEL              error, warn, info or debug (default info)\n"
+"  --help                         this text\n";
+
+enum {
+    OPT_MODEL = 256, OPT_LISTEN, OPT_DEVICE, OPT_NAME, OPT_THREADS,
+    OPT_BLOCK_SIZE, OPT_KV_MB, OPT_GPU_UTIL, OPT_NUM_BLOCKS, OPT_MAX_SEQS,
+    OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_HELP
+};
+
+static const struct option  options[] = {
+    { "model",                   required_argument, NULL, OPT_MODEL },
+    { "listen",                  required_argument, NULL, OPT_LISTEN },
+    { "device",                  required_argument, NULL, OPT_DEVICE },
+    { "served-model-name",       required_argument, NULL, OPT_NAME },
+    { "threads",                 required_argument, NULL, OPT_THREADS },
+    { "block-size",              required_argument, NULL, OPT_BLOCK_SIZE },
+    { "kv-cache-memory",         required_argument, NULL, OPT_KV_MB },
+    { "gpu-memory-utilization",  required_argument, NULL, OPT_GPU_UTIL },
+    { "num-blocks",              required_argument, NULL, OPT_NUM_BLOCKS },
+    { "max-num-seqs",            required_argument, NULL, OPT_MAX_SEQS },
+    { "max-num-batched-tokens",  required_argument, NULL, OPT_MAX_TOKENS },
+    { "max-model-len",           required_argument, NULL, OPT_MAX_LEN },
+    { "socket-mode",             required_argument, NULL, OPT_SOCKET_MODE },
+    { "log-level",               required_argument, NULL, OPT_LOG_LEVEL },
+    { "help",                    no_argument,       NULL, OPT_HELP },
+    { NULL, 0, NULL, 0 }
+};
+
+
+static int
+bad_usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "pagedllm-engine: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n%s", usage_text);
+
+    return PL_EXIT_USAGE;
+}
+
+
+/* Whole-string integer in [lo, hi] in the given base; 0 or -1. */
+static int
+parse_int(const char *s, int base, long lo, long hi, int *out)
+{
+    char  *end;
+    long   v;
+
+    if (*s == '\0') {
+        return -1;
+    }
+
+    v = strtol(s, &end, base);
+    if (*end != '\0' || v < lo || v > hi) {
+        return -1;
+    }
+
+    *out = (int) v;
+
+    return 0;
+}
+
+
+static int
+parse_log_level(const char *s)
+{
+    static const char  *names[] = { "error", "warn", "info", "debug" };
+    int                 i;
+
+    for (i = 0; i < 4; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            pl_log_level = (pl_log_level_t) i;
+            return 0;
+        }
+    }
+
+    return -1;
+}
+
+
+static int
+parse_fraction(const char *s, double *out)
+{
+    char    *end;
+    double   v = strtod(s, &end);
+
+    if (*s == '\0' || *end != '\0' || !(v > 0 && v <= 1)) {
+        return -1;
+    }
+
+    *out = v;
+
+    return 0;
+}
+
+
+/* Apply one option; 0, or an exit status. */
+static int
+apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
+{
+    int  mode = 0, bad = 0;
+
+    switch (opt) {
+    case OPT_MODEL:       cfg->model_dir = arg; break;
+    case OPT_LISTEN:      cfg->listen_path = arg; break;
+    case OPT_NAME:        cfg->served_model_name = arg; break;
+    case OPT_DEVICE:
+        cfg->device = arg;
+        bad = strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda");
+        break;
+    case OPT_THREADS:
+        bad = parse_int(arg, 10, 0, 4096, &cfg->threads);
+        break;
+    case OPT_BLOCK_SIZE:
+        bad = parse_int(arg, 10, 1, 256, &cfg->block_size);
+        break;
+    case OPT_KV_MB:
+        bad = parse_int(arg, 10, 1, INT_MAX, &cfg->kv_cache_mb);
+        break;
+    case OPT_GPU_UTIL:
+        bad = parse_fraction(arg, &cfg->gpu_memory_utilization);
+        break;
+    case OPT_NUM_BLOCKS:
+        bad = parse_int(arg, 10, 1, INT_MAX, &cfg->num_blocks);
+        break;
+    case OPT_MAX_SEQS:
+        bad = parse_int(arg, 10, 1, 65536, &cfg->max_num_seqs);
+        break;
+    case OPT_MAX_TOKENS:
+        bad = parse_int(arg, 10, 1, 1 << 24, &cfg->max_num_batched_tokens);
+        break;
+    case OPT_MAX_LEN:
+        bad = parse_int(arg, 10, 1, 1 << 24, &cfg->max_model_len);
+        break;
+    case OPT_SOCKET_MODE:
+        bad = parse_int(arg, 8, 0, 0777, &mode);
+        cfg->socket_mode = bad ? cfg->socket_mode : (unsigned) mode;
+        break;
+    case OPT_LOG_LEVEL:
+        bad = parse_log_level(arg);
+        break;
+    default:
+        return bad_usage("unknown option %s", arg);
+    }
+
+    return bad ? bad_usage("bad value \"%s\"", arg) : 0;
+}
+
+
+static void
+block_signals(void)
+{
+    sigset_t  sigs;
+
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+
+int
+main(int argc, char **argv)
+{
+    pl_engine_config_t  cfg;
+    int                 opt, rc;
+
+    pl_engine_config_defaults(&cfg);
+    opterr = 0;
+
+    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        if (opt == OPT_HELP) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        if (opt == '?' || opt == ':') {
+            return bad_usage("unknown option or missing value: %s",
+                             argv[optind - 1]);
+        }
+        rc = apply_option(&cfg, opt, optarg);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+
+    if (optind < argc) {
+        return bad_usage("unexpected argument \"%s\"", argv[optind]);
+    }
+    if (cfg.model_dir == NULL || cfg.listen_path == NULL) {
+        return bad_usage("%s", "--model and --listen are required");
+    }
+
+    block_signals();
+
+    return pl_engine_main(&cfg);
+}
