@@ -113,3 +113,28 @@ test: all test-deps units
 
 clean:
 	rm -rf $(BUILD)
+
+# GPU tests and kernel benchmarks: run on a machine with an NVIDIA GPU
+# (tools/gpu-run.sh runs both on the lent one).
+GPU_TESTS   := $(patsubst t/gpu/%.c,$(BUILD)/t/gpu/%.t,$(wildcard t/gpu/*.c))
+GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,\
+                 $(wildcard bench/gpu/*.c))
+
+.PHONY: test-gpu bench-gpu
+
+$(BUILD)/t/gpu/%.t: t/gpu/%.c $(wildcard t/gpu/*.h) t/unit/tap.h \
+                    $(BUILD)/libpagedllm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -It/unit -It/gpu -o $@ $< $(BUILD)/libpagedllm.a $(LDLIBS)
+
+$(BUILD)/bench/gpu/%: bench/gpu/%.c $(BUILD)/libpagedllm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/libpagedllm.a \
+	    $(LDLIBS)
+
+test-gpu: $(GPU_TESTS) $(if $(wildcard tools/mktinymodel.c),$(TINY))
+	PAGEDLLM_BUILD=$(abspath $(BUILD)) prove -v $(GPU_TESTS)
+
+bench-gpu: $(GPU_BENCHES)
+	$(BUILD)/bench/gpu/attention
+	python3 bench/gpu/attention_torch.py

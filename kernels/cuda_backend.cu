@@ -46,6 +46,13 @@ pl_cuda_available(void)
 }
 
 
+extern "C" cudaStream_t
+pl_cuda_stream(pl_backend_t *be)
+{
+    return pl_cuda(be)->stream;
+}
+
+
 static void *
 cuda_alloc(pl_backend_t *be, size_t bytes)
 {

@@ -93,6 +93,9 @@ pl_bf16x8_to_f32(uint4 v, float *f)
     }
 }
 
+/* The backend's stream, for benchmarks that time it with events. */
+extern "C" cudaStream_t pl_cuda_stream(pl_backend_t *be);
+
 /* launchers, one per operation file */
 void pl_cuda_embedding(pl_backend_t *be, void *out, const pl_weight_t *table,
     const int32_t *ids, int n);

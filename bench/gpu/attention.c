@@ -1,0 +1,338 @@
+/*
+ * Attention benchmark of the CUDA backend: decode over paged KV (bf16, head
+ * 128, block 16) at the shapes of docs/BENCHMARKS.md, reported as the
+ * bandwidth of reading K and V once, next to a device-to-device copy
+ * measured in the same process; and one causal prefill of 4096 tokens,
+ * reported in TFLOP/s.
+ *
+ * Physical blocks are shuffled.  Shapes whose cache fits in L2 a few times
+ * over rotate among several caches, so every timed call reads from device
+ * memory.  Each call is timed with events on the backend's stream; the
+ * median of the calls is printed.  Output lines start with "ours".
+ */
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pl_ops.h"
+
+/* the backend's stream (kernels/cuda_backend.cu), for event timing */
+cudaStream_t pl_cuda_stream(pl_backend_t *be);
+
+#define HEAD_DIM    128
+#define BLOCK       16
+#define REPS        40
+#define ROTATE_MIN  (1ull << 30)
+
+typedef struct {
+    int  batch, ctx, heads, kv_heads;
+} shape_t;
+
+static pl_backend_t  *BE;
+static uint64_t       rng = 88172645463325252ull;
+
+
+static uint64_t
+next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+
+static void
+check(cudaError_t rc, const char *what)
+{
+    if (rc != cudaSuccess) {
+        fprintf(stderr, "bench: %s: %s\n", what, cudaGetErrorString(rc));
+        exit(1);
+    }
+}
+
+
+static void *
+dev_alloc(size_t bytes)
+{
+    void  *p = BE->alloc(BE, bytes);
+
+    if (p == NULL) {
+        fprintf(stderr, "bench: cannot allocate %zu bytes\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+
+/* fill with random bf16 in [-1, 1), a 64 MiB pattern repeated */
+static void
+fill_random(void *dev, size_t bytes)
+{
+    size_t     chunk = 64u << 20, off, i;
+    uint16_t  *h = malloc(chunk);
+
+    for (i = 0; i < chunk / 2; i++) {
+        h[i] = pl_f32_to_bf16((float) ((next() >> 40) / 8388608.0 - 1.0));
+    }
+    for (off = 0; off < bytes; off += chunk) {
+        BE->upload(BE, (char *) dev + off, h,
+                   bytes - off < chunk ? bytes - off : chunk);
+    }
+    BE->sync(BE);
+    free(h);
+}
+
+
+static int
+cmp_float(const void *a, const void *b)
+{
+    float  x = *(const float *) a, y = *(const float *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+
+static float
+median(float *v, int n)
+{
+    qsort(v, n, sizeof(float), cmp_float);
+    return v[n / 2];
+}
+
+
+static void *
+dev_ints(const int32_t *h, size_t n)
+{
+    void  *d = dev_alloc(n * sizeof(int32_t));
+
+    BE->upload(BE, d, h, n * sizeof(int32_t));
+    return d;
+}
+
+
+/* One batch of num_seqs sequences, qlen query rows each, every context ctx
+   long, blocks drawn from perm starting at *next_block. */
+static pl_batch_t
+make_batch(int num_seqs, int qlen, int ctx, const int32_t *perm,
+    int64_t *next_block)
+{
+    int         mb = ctx / BLOCK, s, i;
+    int32_t    *qs = malloc((num_seqs + 1) * sizeof(int32_t));
+    int32_t    *cl = malloc(num_seqs * sizeof(int32_t));
+    int32_t    *bt = malloc((size_t) num_seqs * mb * sizeof(int32_t));
+    pl_batch_t  b;
+
+    memset(&b, 0, sizeof(b));
+    for (s = 0; s <= num_seqs; s++) {
+        qs[s] = s * qlen;
+    }
+    for (s = 0; s < num_seqs; s++) {
+        cl[s] = ctx;
+        for (i = 0; i < mb; i++) {
+            bt[(size_t) s * mb + i] = perm[(*next_block)++];
+        }
+    }
+    b.num_tokens = num_seqs * qlen;
+    b.num_seqs = num_seqs;
+    b.query_start = dev_ints(qs, num_seqs + 1);
+    b.context_lens = dev_ints(cl, num_seqs);
+    b.block_tables = dev_ints(bt, (size_t) num_seqs * mb);
+    b.max_blocks_per_seq = mb;
+    b.max_query_len = qlen;
+    b.max_context_len = ctx;
+    free(qs);
+    free(cl);
+    free(bt);
+    return b;
+}
+
+
+static void
+free_batch(pl_batch_t *b)
+{
+    BE->free(BE, (void *) b->query_start);
+    BE->free(BE, (void *) b->context_lens);
+    BE->free(BE, (void *) b->block_tables);
+}
+
+
+static int32_t *
+shuffled(int64_t n)
+{
+    int32_t  *p = malloc(n * sizeof(int32_t));
+    int64_t   i;
+
+    for (i = 0; i < n; i++) {
+        p[i] = (int32_t) i;
+    }
+    for (i = n - 1; i > 0; i--) {
+        int64_t  j = (int64_t) (next() % (uint64_t) (i + 1));
+        int32_t  t = p[i];
+
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
+
+/* median seconds of one attention call over rotating batches */
+static double
+time_attention(void *out, void *q, void *kc, void *vc, pl_batch_t *b,
+    int nsets, const shape_t *s)
+{
+    cudaStream_t  st = pl_cuda_stream(BE);
+    cudaEvent_t   ev[REPS + 1];
+    float         ms[REPS];
+    float         scale = 1.0f / sqrtf((float) HEAD_DIM);
+    int           i;
+
+    for (i = 0; i < 3; i++) {
+        BE->attention(BE, out, q, kc, vc, &b[i % nsets], s->heads,
+                      s->kv_heads, HEAD_DIM, BLOCK, scale);
+    }
+    for (i = 0; i <= REPS; i++) {
+        check(cudaEventCreate(&ev[i]), "event");
+    }
+    check(cudaEventRecord(ev[0], st), "record");
+    for (i = 0; i < REPS; i++) {
+        BE->attention(BE, out, q, kc, vc, &b[i % nsets], s->heads,
+                      s->kv_heads, HEAD_DIM, BLOCK, scale);
+        check(cudaEventRecord(ev[i + 1], st), "record");
+    }
+    check(cudaEventSynchronize(ev[REPS]), "sync");
+    for (i = 0; i < REPS; i++) {
+        check(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]), "elapsed");
+    }
+    for (i = 0; i <= REPS; i++) {
+        cudaEventDestroy(ev[i]);
+    }
+    return median(ms, REPS) / 1e3;
+}
+
+
+static void
+bench_decode(const shape_t *s)
+{
+    size_t      set_bytes = (size_t) s->batch * s->ctx * s->kv_heads
+                            * HEAD_DIM * 2;
+    int         nsets = (int) ((ROTATE_MIN + 2 * set_bytes - 1)
+                               / (2 * set_bytes));
+    int64_t     blocks = (int64_t) nsets * s->batch * (s->ctx / BLOCK);
+    int32_t    *perm = shuffled(blocks);
+    int64_t     next_block = 0;
+    size_t      qn = (size_t) s->batch * s->heads * HEAD_DIM;
+    void       *kc = dev_alloc((size_t) nsets * set_bytes);
+    void       *vc = dev_alloc((size_t) nsets * set_bytes);
+    void       *q = dev_alloc(qn * 2), *out = dev_alloc(qn * 2);
+    pl_batch_t *b = malloc(nsets * sizeof(pl_batch_t));
+    double      sec;
+    int         i;
+
+    fill_random(kc, (size_t) nsets * set_bytes);
+    fill_random(vc, (size_t) nsets * set_bytes);
+    fill_random(q, qn * 2);
+    for (i = 0; i < nsets; i++) {
+        b[i] = make_batch(s->batch, 1, s->ctx, perm, &next_block);
+    }
+    sec = time_attention(out, q, kc, vc, b, nsets, s);
+    printf("ours decode %dx%dx%d/%d %.1f us %.3f TB/s (%d caches)\n",
+           s->batch, s->ctx, s->heads, s->kv_heads, sec * 1e6,
+           2.0 * set_bytes / sec / 1e12, nsets);
+    for (i = 0; i < nsets; i++) {
+        free_batch(&b[i]);
+    }
+    BE->free(BE, kc);
+    BE->free(BE, vc);
+    BE->free(BE, q);
+    BE->free(BE, out);
+    free(b);
+    free(perm);
+}
+
+
+static void
+bench_prefill(int len, int heads)
+{
+    shape_t     s = { 1, len, heads, heads };
+    size_t      bytes = (size_t) len * heads * HEAD_DIM * 2;
+    int32_t    *perm = shuffled(len / BLOCK);
+    int64_t     next_block = 0;
+    void       *kc = dev_alloc(bytes), *vc = dev_alloc(bytes);
+    void       *q = dev_alloc(bytes), *out = dev_alloc(bytes);
+    pl_batch_t  b = make_batch(1, len, len, perm, &next_block);
+    double      sec, flops = 4.0 * heads * HEAD_DIM * (double) len
+                             * (len + 1) / 2.0;
+
+    fill_random(kc, bytes);
+    fill_random(vc, bytes);
+    fill_random(q, bytes);
+    sec = time_attention(out, q, kc, vc, &b, 1, &s);
+    printf("ours prefill causal %d x %d heads %.1f us %.1f TFLOP/s\n", len,
+           heads, sec * 1e6, flops / sec / 1e12);
+    free_batch(&b);
+    BE->free(BE, kc);
+    BE->free(BE, vc);
+    BE->free(BE, q);
+    BE->free(BE, out);
+    free(perm);
+}
+
+
+static void
+bench_copy(void)
+{
+    size_t        bytes = 2ull << 30;
+    void         *a = dev_alloc(bytes), *b = dev_alloc(bytes);
+    cudaStream_t  st = pl_cuda_stream(BE);
+    cudaEvent_t   e0, e1;
+    float         ms[10];
+    int           i;
+
+    check(cudaEventCreate(&e0), "event");
+    check(cudaEventCreate(&e1), "event");
+    fill_random(a, bytes);
+    for (i = 0; i < 10; i++) {
+        check(cudaEventRecord(e0, st), "record");
+        check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st),
+              "copy");
+        check(cudaEventRecord(e1, st), "record");
+        check(cudaEventSynchronize(e1), "sync");
+        check(cudaEventElapsedTime(&ms[i], e0, e1), "elapsed");
+    }
+    printf("ours copy d2d %.3f TB/s (read + write of 2 GiB)\n",
+           2.0 * bytes / (median(ms, 10) / 1e3) / 1e12);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    BE->free(BE, a);
+    BE->free(BE, b);
+}
+
+
+int
+main(void)
+{
+    static const shape_t  shapes[] = {
+        { 1, 4096, 32, 32 }, { 32, 2048, 32, 32 }, { 64, 2048, 32, 8 },
+        { 256, 1024, 32, 32 }, { 8, 16384, 32, 8 },
+    };
+    char    err[256];
+    size_t  i;
+
+    BE = pl_backend_cuda_create(0, err, sizeof(err));
+    if (BE == NULL) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    bench_copy();
+    for (i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        bench_decode(&shapes[i]);
+    }
+    bench_prefill(4096, 32);
+    BE->destroy(BE);
+    return 0;
+}

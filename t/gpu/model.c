@@ -1,0 +1,297 @@
+/*
+ * The whole tiny model ($PAGEDLLM_BUILD/models/tiny) on the CUDA backend
+ * against the CPU backend, through pl_model_*: three sequences of random
+ * prompts, one prefilled in two chunks while the others already decode,
+ * then greedy decoding.
+ *
+ * Teacher-forced: both backends are fed the CPU's greedy tokens, so every
+ * step compares the same computation; the logits must agree within bf16
+ * error and so must the greedy choice wherever the CPU's best logit leads
+ * the runner-up by a clear margin.  Free-running: each backend follows its
+ * own greedy choices, and the generated sequences must be identical.
+ */
+
+#include <stdio.h>
+
+#include "pair.h"
+#include "pl_model.h"
+
+#define NSEQ        3
+#define BLOCK       16
+#define MAX_BLOCKS  8
+#define NEW_TOKENS  24
+#define CHUNK       16
+#define LOGIT_BOUND 3e-2
+#define CLEAR_LEAD  0.05f
+
+typedef struct {
+    int32_t  tok[MAX_BLOCKS * BLOCK];
+    int      len;           /* tokens known (prompt + generated) */
+    int      done;          /* tokens whose K/V are in the cache */
+    int      prompt;
+} seq_t;
+
+typedef struct {
+    pl_backend_t  *be;
+    pl_model_t    *m;
+} side_t;
+
+static const int  prompt_len[NSEQ] = { 11, 29, 5 };
+
+
+static int
+argmax(const float *v, int n, float *lead)
+{
+    int    i, best = 0, second = -1;
+
+    for (i = 1; i < n; i++) {
+        if (v[i] > v[best]) {
+            second = best;
+            best = i;
+        } else if (second < 0 || v[i] > v[second]) {
+            second = i;
+        }
+    }
+    *lead = v[best] - v[second];
+    return best;
+}
+
+
+static int
+open_side(side_t *s, pl_backend_t *be, const char *dir)
+{
+    char  err[256];
+
+    s->be = be;
+    s->m = pl_model_load(dir, be, err, sizeof(err));
+    if (s->m == NULL
+        || pl_model_prepare(s->m, 64, NSEQ, err, sizeof(err)) != 0
+        || pl_model_kv_alloc(s->m, NSEQ * MAX_BLOCKS, BLOCK, err,
+                             sizeof(err)) != 0)
+    {
+        diag("%s: %s", be->name, err);
+        return -1;
+    }
+    return 0;
+}
+
+
+/* One iteration over all sequences; logits [NSEQ][vocab]. */
+static int
+step(side_t *s, seq_t *seqs, const int32_t *tables, float *logits)
+{
+    int32_t     ids[64], pos[64], slots[64], qs[NSEQ + 1], cl[NSEQ],
+                rows[NSEQ];
+    pl_batch_t  b;
+    char        err[256];
+    int         i, n = 0, j;
+
+    memset(&b, 0, sizeof(b));
+    qs[0] = 0;
+    for (i = 0; i < NSEQ; i++) {
+        int  q = seqs[i].len - seqs[i].done;
+
+        q = q > CHUNK ? CHUNK : q;
+        for (j = 0; j < q; j++) {
+            int  p = seqs[i].done + j;
+
+            ids[n] = seqs[i].tok[p];
+            pos[n] = p;
+            slots[n] = tables[i * MAX_BLOCKS + p / BLOCK] * BLOCK + p % BLOCK;
+            n++;
+        }
+        qs[i + 1] = n;
+        cl[i] = seqs[i].done + q;
+        rows[i] = n - 1;
+        b.max_query_len = q > b.max_query_len ? q : b.max_query_len;
+        b.max_context_len = cl[i] > b.max_context_len ? cl[i]
+                                                      : b.max_context_len;
+    }
+    b.num_tokens = n;
+    b.num_seqs = NSEQ;
+    b.token_ids = ids;
+    b.positions = pos;
+    b.slot_mapping = slots;
+    b.query_start = qs;
+    b.context_lens = cl;
+    b.block_tables = tables;
+    b.logits_rows = rows;
+    b.max_blocks_per_seq = MAX_BLOCKS;
+    if (pl_model_forward(s->m, &b, logits, err, sizeof(err)) != 0) {
+        diag("%s forward: %s", s->be->name, err);
+        return -1;
+    }
+    return 0;
+}
+
+
+static void
+advance(seq_t *seqs)
+{
+    int  i;
+
+    for (i = 0; i < NSEQ; i++) {
+        int  q = seqs[i].len - seqs[i].done;
+
+        seqs[i].done += q > CHUNK ? CHUNK : q;
+    }
+}
+
+
+static void
+draw_prompts(seq_t *seqs, int vocab)
+{
+    int  i, j;
+
+    memset(seqs, 0, NSEQ * sizeof(seq_t));
+    for (i = 0; i < NSEQ; i++) {
+        seqs[i].prompt = seqs[i].len = prompt_len[i];
+        for (j = 0; j < prompt_len[i]; j++) {
+            seqs[i].tok[j] = pair_int(vocab);
+        }
+    }
+}
+
+
+static void
+teacher_forced(side_t *cpu, side_t *gpu, const int32_t *tables, int vocab)
+{
+    seq_t   seqs[NSEQ];
+    float  *lc = malloc((size_t) NSEQ * vocab * sizeof(float));
+    float  *lg = malloc((size_t) NSEQ * vocab * sizeof(float));
+    double  worst = 0.0;
+    int     it, i, compared = 0, agree = 0, clear = 0, clear_agree = 0;
+
+    draw_prompts(seqs, vocab);
+    for (it = 0; it < NEW_TOKENS + 1; it++) {
+        if (step(cpu, seqs, tables, lc) != 0
+            || step(gpu, seqs, tables, lg) != 0)
+        {
+            ok(0, "teacher-forced forward runs on both backends");
+            break;
+        }
+        advance(seqs);
+        for (i = 0; i < NSEQ; i++) {
+            double  e;
+            float   lead_c, lead_g;
+            int     tc, tg;
+
+            if (seqs[i].done < seqs[i].len) {
+                continue;
+            }
+            tc = argmax(lc + (size_t) i * vocab, vocab, &lead_c);
+            seqs[i].tok[seqs[i].len++] = tc;
+            if (seqs[i].len > seqs[i].prompt + NEW_TOKENS) {
+                continue;
+            }
+            e = pair_relerr(lg + (size_t) i * vocab, lc + (size_t) i * vocab,
+                            vocab);
+            worst = e > worst ? e : worst;
+            tg = argmax(lg + (size_t) i * vocab, vocab, &lead_g);
+            compared++;
+            agree += tc == tg;
+            if (lead_c > CLEAR_LEAD) {
+                clear++;
+                clear_agree += tc == tg;
+            }
+        }
+    }
+    ok(compared == NSEQ * NEW_TOKENS, "teacher-forced: %d of %d steps "
+       "compared", compared, NSEQ * NEW_TOKENS);
+    ok(worst <= LOGIT_BOUND, "teacher-forced: logits relative error %.2e "
+       "<= %.0e at every step", worst, LOGIT_BOUND);
+    ok(clear_agree == clear && clear > 0, "teacher-forced: greedy token "
+       "agrees on all %d of %d steps with a clear lead (%d agree overall)",
+       clear_agree, clear, agree);
+    free(lc);
+    free(lg);
+}
+
+
+/* each backend follows its own greedy choices */
+static int
+free_run(side_t *s, seq_t *seqs, const int32_t *tables, int vocab)
+{
+    float  *lg = malloc((size_t) NSEQ * vocab * sizeof(float));
+    int     it, i;
+
+    for (it = 0; it < NEW_TOKENS + 1; it++) {
+        if (step(s, seqs, tables, lg) != 0) {
+            free(lg);
+            return -1;
+        }
+        advance(seqs);
+        for (i = 0; i < NSEQ; i++) {
+            float  lead;
+
+            if (seqs[i].done == seqs[i].len) {
+                seqs[i].tok[seqs[i].len++] =
+                    argmax(lg + (size_t) i * vocab, vocab, &lead);
+            }
+        }
+    }
+    free(lg);
+    return 0;
+}
+
+
+static void
+free_running(side_t *cpu, side_t *gpu, const int32_t *tables, int vocab)
+{
+    seq_t  sc[NSEQ], sg[NSEQ];
+    int    i, same = 1;
+
+    draw_prompts(sc, vocab);
+    memcpy(sg, sc, sizeof(sc));
+    if (!ok(free_run(cpu, sc, tables, vocab) == 0
+            && free_run(gpu, sg, tables, vocab) == 0,
+            "free-running greedy decoding runs on both backends"))
+    {
+        return;
+    }
+    for (i = 0; i < NSEQ; i++) {
+        same &= sc[i].len >= sc[i].prompt + NEW_TOKENS
+                && memcmp(sc[i].tok, sg[i].tok,
+                          (sc[i].prompt + NEW_TOKENS) * sizeof(int32_t))
+                   == 0;
+    }
+    ok(same, "free-running greedy: the %d generated tokens of each of %d "
+       "sequences are identical on CUDA and CPU", NEW_TOKENS, NSEQ);
+}
+
+
+int
+main(void)
+{
+    const char  *build = getenv("PAGEDLLM_BUILD");
+    char         dir[1024], err[256];
+    side_t       cpu, gpu;
+    int32_t      tables[NSEQ * MAX_BLOCKS];
+    int          i, vocab;
+
+    pair_seed();
+    snprintf(dir, sizeof(dir), "%s/models/tiny", build ? build : "build");
+    cpu.be = pl_backend_cpu_create(4, err, sizeof(err));
+    gpu.be = pl_backend_cuda_create(0, err, sizeof(err));
+    if (!ok(cpu.be != NULL && gpu.be != NULL, "both backends start")) {
+        diag("%s", err);
+        return done_testing();
+    }
+    if (!ok(open_side(&cpu, cpu.be, dir) == 0
+            && open_side(&gpu, gpu.be, dir) == 0,
+            "tiny model loads on both backends from %s", dir))
+    {
+        return done_testing();
+    }
+    for (i = 0; i < NSEQ * MAX_BLOCKS; i++) {
+        tables[i] = (i * 7 + 3) % (NSEQ * MAX_BLOCKS);
+    }
+    vocab = pl_model_config(cpu.m)->vocab_size;
+    teacher_forced(&cpu, &gpu, tables, vocab);
+    free_running(&cpu, &gpu, tables, vocab);
+    pl_model_free(cpu.m);
+    pl_model_free(gpu.m);
+    cpu.be->destroy(cpu.be);
+    gpu.be->destroy(gpu.be);
+    return done_testing();
+}

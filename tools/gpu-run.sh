@@ -1,0 +1,86 @@
+#!/bin/sh
+# gpu-run.sh: the one script a call on the lent GPU machine runs.  Builds
+# with `make BUILD=build-gpu`, runs the GPU tests (make test-gpu), the
+# kernel benchmarks (make bench-gpu, ours and torch's in the same run) and
+# prints a short table last.  Logs go to $OUT (or ./gpu-out).
+#
+#     sh tools/gpu-run.sh [sweep]
+#
+# "sweep" also runs the attention benchmark under other split settings.
+# The machine has no network: when jansson's headers are missing there,
+# the Debian packages carried in .gpu-debs/ are unpacked under /tmp.
+set -u
+
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+B=build-gpu
+JOBS=$(nproc 2>/dev/null || echo 4)
+status=0
+
+log() { echo "== $*" | tee -a "$OUT/summary.log"; }
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm \
+      --format=csv,noheader; nvcc --version | tail -1; } \
+    > "$OUT/machine.log" 2>&1
+log "machine: $(head -1 "$OUT/machine.log")"
+
+if ! printf '#include <jansson.h>\n' | cc -E - >/dev/null 2>&1; then
+    for f in .gpu-debs/*.deb; do dpkg -x "$f" /tmp/pl-deps; done
+    export C_INCLUDE_PATH=/tmp/pl-deps/usr/include
+    export LIBRARY_PATH=/tmp/pl-deps/usr/lib/x86_64-linux-gnu
+    export LD_LIBRARY_PATH=/tmp/pl-deps/usr/lib/x86_64-linux-gnu
+fi
+
+# no apt there: mark the Debian packages as handled
+mkdir -p $B && touch $B/.deps
+
+if ! make BUILD=$B -j"$JOBS" $B/libpagedllm.a $B/mktinymodel \
+        > "$OUT/build.log" 2>&1; then
+    tail -30 "$OUT/build.log"
+    log "BUILD FAILED"
+    exit 1
+fi
+log "build ok"
+
+if command -v prove >/dev/null 2>&1; then
+    make BUILD=$B -j"$JOBS" test-gpu > "$OUT/test.log" 2>&1 || status=1
+else
+    make BUILD=$B -j"$JOBS" model $(ls t/gpu/*.c | sed "s|t/gpu/\(.*\)\.c|$B/t/gpu/\1.t|") \
+        > "$OUT/test.log" 2>&1 || status=1
+    for t in $B/t/gpu/*.t; do
+        PAGEDLLM_BUILD=$(pwd)/$B $t >> "$OUT/test.log" 2>&1 || status=1
+    done
+fi
+grep -E "^(not ok|ok)|^# seed|Result|Files=" "$OUT/test.log" \
+    | sed 's/^/  /' > "$OUT/test-summary.log"
+log "tests: $(grep -c '^ok' "$OUT/test.log") ok," \
+    "$(grep -c '^not ok' "$OUT/test.log") not ok"
+
+if command -v compute-sanitizer >/dev/null 2>&1; then
+    PAGEDLLM_BUILD=$(pwd)/$B timeout 120 compute-sanitizer --tool memcheck \
+        --error-exitcode 9 $B/t/gpu/model.t > "$OUT/memcheck.log" 2>&1
+    log "memcheck on the tiny model: exit $? ($(grep -c '^ok' \
+        "$OUT/memcheck.log") ok, $(tail -1 "$OUT/memcheck.log"))"
+fi
+
+make BUILD=$B -j"$JOBS" bench-gpu > "$OUT/bench.log" 2>&1 || status=1
+if [ "${1:-}" = "sweep" ]; then
+    for min in 128 512; do
+        for ctas in 2 8; do
+            echo "# split_min $min ctas $ctas" >> "$OUT/sweep.log"
+            PAGEDLLM_CUDA_ATTN_SPLIT_MIN=$min PAGEDLLM_CUDA_ATTN_CTAS=$ctas \
+                $B/bench/gpu/attention >> "$OUT/sweep.log" 2>&1
+        done
+    done
+fi
+
+echo
+echo "---- tests ----"
+grep -v '^  ok' "$OUT/test-summary.log"
+echo "---- benchmarks (median of 40 calls) ----"
+grep -E "^(ours|torch|#)" "$OUT/bench.log"
+if [ -f "$OUT/sweep.log" ]; then
+    echo "---- split sweep ----"
+    grep -E "^(# split|ours decode)" "$OUT/sweep.log"
+fi
+exit $status
