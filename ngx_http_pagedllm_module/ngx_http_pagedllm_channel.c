@@ -1,0 +1,1269 @@
+
+/*
+ * ngx_http_pagedllm_channel: one worker's connection to pagedllm-engine.
+ *
+ * Attaching never blocks the event loop: the worker connects the unix
+ * socket without blocking, sends pl_attach_t and waits in the event loop
+ * for pl_hello_t and its three descriptors (region memfd, submission and
+ * completion doorbells).  Requests that arrive meanwhile are parked and
+ * resumed when the attach succeeds or fails.  The completion doorbell and
+ * the socket live in the event loop; the doorbell handler drains the whole
+ * completion ring at once, hands each record to its request (looked up by
+ * id in an rbtree) and then lets every request it touched write once.
+ * Socket EOF means the engine is gone: every running request fails, and a
+ * timer re-attaches when the engine is back.  An ABORT that finds the
+ * submission ring full waits in a small queue and is retried.
+ */
+
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "ngx_http_pagedllm_module.h"
+
+
+#define NGX_HTTP_PAGEDLLM_MIN_RING          4096
+#define NGX_HTTP_PAGEDLLM_MAX_TOKENIZER     (256 * 1024 * 1024)
+#define NGX_HTTP_PAGEDLLM_ABORT_RETRY       50
+
+
+typedef enum {
+    NGX_HTTP_PAGEDLLM_DETACHED = 0,
+    NGX_HTTP_PAGEDLLM_CONNECTING,
+    NGX_HTTP_PAGEDLLM_ATTACHED
+} ngx_http_pagedllm_channel_state_e;
+
+
+typedef struct {
+    ngx_http_pagedllm_main_conf_t      *conf;
+    ngx_log_t                          *log;
+    ngx_http_pagedllm_channel_state_e   state;
+    ngx_uint_t                          generation;
+
+    ngx_connection_t                   *sock;
+    ngx_connection_t                   *bell;
+    ngx_fd_t                            sub_bell;
+
+    u_char                             *region;
+    size_t                              region_size;
+    pl_region_hdr_t                    *hdr;
+    pl_ring_t                           sub;
+    pl_ring_t                           comp;
+    u_char                             *rec;
+    uint32_t                            rec_cap;
+
+    ngx_http_pagedllm_engine_t          engine;
+    u_char                              model[PL_MODEL_NAME_LEN];
+    char                                tokenizer_path[PL_PATH_LEN];
+    uint64_t                            tokenizer_hash;
+
+    ngx_rbtree_t                        tree;
+    ngx_rbtree_node_t                   sentinel;
+    ngx_queue_t                         parked;
+    ngx_queue_t                         dirty;
+    uint64_t                            next_id;
+
+    ngx_event_t                         timer;
+    uint64_t                           *aborts;
+    ngx_uint_t                          naborts;
+    ngx_uint_t                          aborts_cap;
+
+    unsigned                            logged_down:1;
+} ngx_http_pagedllm_channel_t;
+
+
+static ngx_int_t ngx_http_pagedllm_connect(ngx_http_pagedllm_channel_t *ch);
+static void ngx_http_pagedllm_sock_handler(ngx_event_t *ev);
+static void ngx_http_pagedllm_hello(ngx_http_pagedllm_channel_t *ch);
+static ngx_int_t ngx_http_pagedllm_map(ngx_http_pagedllm_channel_t *ch,
+    pl_hello_t *hello, int *fds);
+static ngx_int_t ngx_http_pagedllm_check_region(
+    ngx_http_pagedllm_channel_t *ch, pl_hello_t *hello);
+static ngx_int_t ngx_http_pagedllm_check_ring(ngx_http_pagedllm_channel_t *ch,
+    const char *name, uint64_t off, uint64_t size);
+static ngx_int_t ngx_http_pagedllm_identity(ngx_http_pagedllm_channel_t *ch);
+static ngx_int_t ngx_http_pagedllm_load_tokenizer(
+    ngx_http_pagedllm_channel_t *ch, const char *path, uint64_t hash);
+static ngx_int_t ngx_http_pagedllm_file_hash(ngx_log_t *log,
+    const char *path, uint64_t *hash);
+static ngx_int_t ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch,
+    int comp_fd);
+static void ngx_http_pagedllm_lost(ngx_http_pagedllm_channel_t *ch);
+static void ngx_http_pagedllm_detach(ngx_http_pagedllm_channel_t *ch);
+static void ngx_http_pagedllm_resume_parked(ngx_http_pagedllm_channel_t *ch);
+static void ngx_http_pagedllm_timer_handler(ngx_event_t *ev);
+static void ngx_http_pagedllm_bell_handler(ngx_event_t *ev);
+static void ngx_http_pagedllm_drain(ngx_http_pagedllm_channel_t *ch);
+static ngx_int_t ngx_http_pagedllm_dispatch(ngx_http_pagedllm_channel_t *ch,
+    uint32_t type, uint32_t len);
+static void ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch,
+    uint32_t len);
+static void ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch,
+    uint32_t len);
+static void ngx_http_pagedllm_error(ngx_http_pagedllm_channel_t *ch,
+    uint32_t len);
+static void ngx_http_pagedllm_mark(ngx_http_pagedllm_channel_t *ch,
+    ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_flush_dirty(ngx_http_pagedllm_channel_t *ch);
+static ngx_http_pagedllm_ctx_t *ngx_http_pagedllm_lookup(
+    ngx_http_pagedllm_channel_t *ch, uint64_t id);
+static void ngx_http_pagedllm_abort(ngx_http_pagedllm_channel_t *ch,
+    uint64_t id);
+static void ngx_http_pagedllm_flush_aborts(ngx_http_pagedllm_channel_t *ch);
+static void ngx_http_pagedllm_ring_bell(ngx_http_pagedllm_channel_t *ch);
+
+
+static ngx_http_pagedllm_channel_t  ngx_http_pagedllm_channel;
+
+
+ngx_int_t
+ngx_http_pagedllm_channel_init(ngx_cycle_t *cycle,
+    ngx_http_pagedllm_main_conf_t *pmcf)
+{
+    ngx_http_pagedllm_channel_t  *ch = &ngx_http_pagedllm_channel;
+
+    ngx_memzero(ch, sizeof(ngx_http_pagedllm_channel_t));
+
+    ch->conf = pmcf;
+    ch->log = cycle->log;
+    ch->sub_bell = NGX_INVALID_FILE;
+
+    ngx_rbtree_init(&ch->tree, &ch->sentinel, ngx_rbtree_insert_value);
+    ngx_queue_init(&ch->parked);
+    ngx_queue_init(&ch->dirty);
+
+    ch->timer.handler = ngx_http_pagedllm_timer_handler;
+    ch->timer.data = ch;
+    ch->timer.log = cycle->log;
+    ch->timer.cancelable = 1;
+
+    if (ngx_http_pagedllm_connect(ch) != NGX_OK) {
+        ngx_add_timer(&ch->timer, pmcf->reattach_interval);
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_pagedllm_channel_exit(ngx_cycle_t *cycle)
+{
+    ngx_http_pagedllm_channel_t  *ch = &ngx_http_pagedllm_channel;
+
+    if (ch->conf == NULL) {
+        return;
+    }
+
+    if (ch->timer.timer_set) {
+        ngx_del_timer(&ch->timer);
+    }
+
+    ngx_http_pagedllm_detach(ch);
+
+    if (ch->engine.tokenizer) {
+        pl_tokenizer_free(ch->engine.tokenizer);
+        ch->engine.tokenizer = NULL;
+    }
+
+    if (ch->aborts) {
+        ngx_free(ch->aborts);
+        ch->aborts = NULL;
+    }
+}
+
+
+ngx_http_pagedllm_engine_t *
+ngx_http_pagedllm_channel_engine(void)
+{
+    ngx_http_pagedllm_channel_t  *ch = &ngx_http_pagedllm_channel;
+
+    return ch->state == NGX_HTTP_PAGEDLLM_ATTACHED ? &ch->engine : NULL;
+}
+
+
+ngx_int_t
+ngx_http_pagedllm_channel_park(ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_channel_t  *ch = &ngx_http_pagedllm_channel;
+
+    if (ch->conf == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (ch->state == NGX_HTTP_PAGEDLLM_DETACHED
+        && ngx_http_pagedllm_connect(ch) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (ch->state != NGX_HTTP_PAGEDLLM_CONNECTING) {
+        return NGX_DECLINED;
+    }
+
+    ctx->state = NGX_HTTP_PAGEDLLM_PARKED;
+    ngx_queue_insert_tail(&ch->parked, &ctx->queue);
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_channel_t  *ch = &ngx_http_pagedllm_channel;
+
+    pl_rec_submit_t               rec;
+    ngx_http_pagedllm_params_t   *p = &ctx->params;
+
+    if (ch->state != NGX_HTTP_PAGEDLLM_ATTACHED
+        || p->n_prompt > ch->engine.max_prompt)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&rec, sizeof(pl_rec_submit_t));
+    rec.req_id = ch->next_id + 1;
+    rec.max_tokens = p->max_tokens;
+    rec.flags = p->flags;
+    rec.temperature = p->temperature;
+    rec.top_p = p->top_p;
+    rec.top_k = p->top_k;
+    rec.n_prompt = (uint32_t) p->n_prompt;
+    rec.seed = p->seed;
+
+    if (pl_ring_write(&ch->sub, PL_REC_SUBMIT, &rec, sizeof(rec), p->prompt,
+                      (uint32_t) (p->n_prompt * sizeof(int32_t)))
+        != 0)
+    {
+        return NGX_AGAIN;
+    }
+
+    ch->next_id++;
+
+    ctx->node.key = (ngx_rbtree_key_t) rec.req_id;
+    ngx_rbtree_insert(&ch->tree, &ctx->node);
+    ctx->state = NGX_HTTP_PAGEDLLM_RUNNING;
+    ctx->generation = ch->generation;
+
+    ngx_http_pagedllm_ring_bell(ch);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_pagedllm_channel_cancel(ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_channel_t  *ch = &ngx_http_pagedllm_channel;
+
+    uint64_t  id;
+
+    switch (ctx->state) {
+
+    case NGX_HTTP_PAGEDLLM_PARKED:
+        ngx_queue_remove(&ctx->queue);
+        break;
+
+    case NGX_HTTP_PAGEDLLM_RUNNING:
+        id = (uint64_t) ctx->node.key;
+        ngx_rbtree_delete(&ch->tree, &ctx->node);
+
+        if (ctx->dirty) {
+            ngx_queue_remove(&ctx->queue);
+            ctx->dirty = 0;
+        }
+
+        if (ch->state == NGX_HTTP_PAGEDLLM_ATTACHED
+            && ctx->generation == ch->generation)
+        {
+            ngx_http_pagedllm_abort(ch, id);
+        }
+
+        break;
+
+    default:
+        if (ctx->dirty) {
+            ngx_queue_remove(&ctx->queue);
+            ctx->dirty = 0;
+        }
+        break;
+    }
+
+    ctx->state = NGX_HTTP_PAGEDLLM_DONE;
+}
+
+
+ngx_int_t
+ngx_http_pagedllm_channel_stats(pl_stats_t *stats)
+{
+    ngx_http_pagedllm_channel_t  *ch = &ngx_http_pagedllm_channel;
+
+    if (ch->state != NGX_HTTP_PAGEDLLM_ATTACHED) {
+        return NGX_DECLINED;
+    }
+
+    if (pl_stats_read(ch->hdr, stats) != 0) {
+        return NGX_ERROR;
+    }
+
+    stats->device[sizeof(stats->device) - 1] = '\0';
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_connect(ngx_http_pagedllm_channel_t *ch)
+{
+    int                  fd;
+    ngx_uint_t           level;
+    pl_attach_t          att;
+    ngx_connection_t    *c;
+    struct sockaddr_un   sun;
+
+    level = ch->logged_down ? NGX_LOG_DEBUG : NGX_LOG_ERR;
+
+    fd = socket(AF_UNIX, SOCK_STREAM|SOCK_NONBLOCK|SOCK_CLOEXEC, 0);
+    if (fd == -1) {
+        ngx_log_error(NGX_LOG_ALERT, ch->log, ngx_socket_errno,
+                      "pagedllm: socket() failed");
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&sun, sizeof(struct sockaddr_un));
+    sun.sun_family = AF_UNIX;
+    ngx_memcpy(sun.sun_path, ch->conf->engine.data, ch->conf->engine.len);
+
+    if (connect(fd, (struct sockaddr *) &sun, sizeof(struct sockaddr_un))
+        == -1)
+    {
+        ngx_log_error(level, ch->log, ngx_socket_errno,
+                      "pagedllm: cannot connect to engine at \"%V\"",
+                      &ch->conf->engine);
+        ch->logged_down = 1;
+        close(fd);
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&att, sizeof(pl_attach_t));
+    att.magic = PL_PROTO_MAGIC;
+    att.version = PL_PROTO_VERSION;
+    att.pid = (uint32_t) ngx_pid;
+
+    if (send(fd, &att, sizeof(pl_attach_t), MSG_NOSIGNAL)
+        != (ssize_t) sizeof(pl_attach_t))
+    {
+        ngx_log_error(level, ch->log, ngx_socket_errno,
+                      "pagedllm: cannot send attach to engine at \"%V\"",
+                      &ch->conf->engine);
+        ch->logged_down = 1;
+        close(fd);
+        return NGX_ERROR;
+    }
+
+    c = ngx_get_connection(fd, ch->log);
+    if (c == NULL) {
+        close(fd);
+        return NGX_ERROR;
+    }
+
+    c->data = ch;
+    c->read->handler = ngx_http_pagedllm_sock_handler;
+    c->read->log = ch->log;
+    c->write->log = ch->log;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        ngx_close_connection(c);
+        return NGX_ERROR;
+    }
+
+    ch->sock = c;
+    ch->state = NGX_HTTP_PAGEDLLM_CONNECTING;
+    ngx_add_timer(&ch->timer, ch->conf->attach_timeout);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_pagedllm_sock_handler(ngx_event_t *ev)
+{
+    u_char                        buf[64];
+    ssize_t                       n;
+    ngx_connection_t             *c = ev->data;
+    ngx_http_pagedllm_channel_t  *ch = c->data;
+
+    if (ch->state == NGX_HTTP_PAGEDLLM_CONNECTING) {
+        ngx_http_pagedllm_hello(ch);
+        return;
+    }
+
+    for ( ;; ) {
+        n = recv(c->fd, buf, sizeof(buf), 0);
+
+        if (n > 0) {
+            continue;
+        }
+
+        if (n == -1 && ngx_socket_errno == NGX_EAGAIN) {
+            ev->ready = 0;
+            return;
+        }
+
+        if (n == -1 && ngx_socket_errno == NGX_EINTR) {
+            continue;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, ch->log, n == 0 ? 0 : ngx_socket_errno,
+                      "pagedllm: engine at \"%V\" went away",
+                      &ch->conf->engine);
+        ngx_http_pagedllm_lost(ch);
+        return;
+    }
+}
+
+
+static void
+ngx_http_pagedllm_hello(ngx_http_pagedllm_channel_t *ch)
+{
+    int              fds[3], nfds, i;
+    ssize_t          n;
+    pl_hello_t       hello;
+    struct iovec     iov;
+    struct msghdr    msg;
+    struct cmsghdr  *cm;
+    union {
+        struct cmsghdr  cm;
+        char            space[CMSG_SPACE(sizeof(int) * 3)];
+    } cmsg;
+
+    iov.iov_base = &hello;
+    iov.iov_len = sizeof(pl_hello_t);
+
+    ngx_memzero(&msg, sizeof(struct msghdr));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = &cmsg;
+    msg.msg_controllen = sizeof(cmsg);
+
+    n = recvmsg(ch->sock->fd, &msg, MSG_CMSG_CLOEXEC);
+
+    if (n == -1 && (ngx_socket_errno == NGX_EAGAIN
+                    || ngx_socket_errno == NGX_EINTR))
+    {
+        ch->sock->read->ready = 0;
+        return;
+    }
+
+    nfds = 0;
+
+    for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            nfds = ngx_min(nfds, 3);
+            ngx_memcpy(fds, CMSG_DATA(cm), nfds * sizeof(int));
+        }
+    }
+
+    if (n != (ssize_t) sizeof(pl_hello_t) || nfds != 3
+        || (msg.msg_flags & (MSG_CTRUNC|MSG_TRUNC)))
+    {
+        ngx_log_error(NGX_LOG_ERR, ch->log, n == -1 ? ngx_socket_errno : 0,
+                      "pagedllm: engine at \"%V\" sent a bad hello "
+                      "(%z bytes, %d descriptors)", &ch->conf->engine,
+                      n, nfds);
+        goto failed;
+    }
+
+    if (ngx_http_pagedllm_map(ch, &hello, fds) != NGX_OK) {
+        goto failed;
+    }
+
+    close(fds[0]);
+    ch->sub_bell = fds[1];
+
+    if (ngx_http_pagedllm_start(ch, fds[2]) != NGX_OK) {
+        ngx_http_pagedllm_lost(ch);
+    }
+
+    return;
+
+failed:
+
+    for (i = 0; i < nfds; i++) {
+        close(fds[i]);
+    }
+
+    ngx_http_pagedllm_lost(ch);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_map(ngx_http_pagedllm_channel_t *ch, pl_hello_t *hello,
+    int *fds)
+{
+    void         *p;
+    struct stat   st;
+
+    if (hello->magic != PL_PROTO_MAGIC || hello->version != PL_PROTO_VERSION) {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: engine speaks protocol %08xD/%uD, "
+                      "this module %08xD/%uD", hello->magic, hello->version,
+                      PL_PROTO_MAGIC, PL_PROTO_VERSION);
+        return NGX_ERROR;
+    }
+
+    if (fstat(fds[0], &st) == -1
+        || hello->region_size < sizeof(pl_region_hdr_t)
+        || (uint64_t) st.st_size < hello->region_size)
+    {
+        ngx_log_error(NGX_LOG_ERR, ch->log, ngx_errno,
+                      "pagedllm: engine region of %uL bytes does not fit "
+                      "its memfd", hello->region_size);
+        return NGX_ERROR;
+    }
+
+    p = mmap(NULL, hello->region_size, PROT_READ|PROT_WRITE, MAP_SHARED,
+             fds[0], 0);
+    if (p == MAP_FAILED) {
+        ngx_log_error(NGX_LOG_ERR, ch->log, ngx_errno,
+                      "pagedllm: mmap(%uL) of the engine region failed",
+                      hello->region_size);
+        return NGX_ERROR;
+    }
+
+    ch->region = p;
+    ch->region_size = hello->region_size;
+    ch->hdr = p;
+
+    if (ngx_http_pagedllm_check_region(ch, hello) != NGX_OK
+        || ngx_http_pagedllm_identity(ch) != NGX_OK)
+    {
+        munmap(ch->region, ch->region_size);
+        ch->region = NULL;
+        ch->hdr = NULL;
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_check_region(ngx_http_pagedllm_channel_t *ch,
+    pl_hello_t *hello)
+{
+    uint64_t          sub_end, comp_end;
+    pl_region_hdr_t  *h = ch->hdr;
+
+    if (h->magic != PL_PROTO_MAGIC || h->version != PL_PROTO_VERSION
+        || h->region_size != hello->region_size)
+    {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: engine region header does not match "
+                      "its hello");
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_pagedllm_check_ring(ch, "submission", h->sub_offset,
+                                     h->sub_size) != NGX_OK
+        || ngx_http_pagedllm_check_ring(ch, "completion", h->comp_offset,
+                                        h->comp_size) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    sub_end = h->sub_offset + pl_ring_bytes(h->sub_size);
+    comp_end = h->comp_offset + pl_ring_bytes(h->comp_size);
+
+    if (h->sub_offset < comp_end && h->comp_offset < sub_end) {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: engine rings overlap");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_check_ring(ngx_http_pagedllm_channel_t *ch,
+    const char *name, uint64_t off, uint64_t size)
+{
+    if (size < NGX_HTTP_PAGEDLLM_MIN_RING || (size & (size - 1)) != 0
+        || size > ch->region_size
+        || off < sizeof(pl_region_hdr_t) || off % 64 != 0
+        || off > ch->region_size
+        || ch->region_size - off < pl_ring_bytes(size))
+    {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: engine %s ring (offset %uL, size %uL) "
+                      "does not fit its region of %uz bytes",
+                      name, off, size, ch->region_size);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_identity(ngx_http_pagedllm_channel_t *ch)
+{
+    size_t            len;
+    char              path[PL_PATH_LEN];
+    pl_region_hdr_t  *h = ch->hdr;
+
+    len = ngx_strnlen((u_char *) h->model_name, PL_MODEL_NAME_LEN);
+
+    if (len == 0 || len == PL_MODEL_NAME_LEN
+        || ngx_strnlen((u_char *) h->tokenizer_path, PL_PATH_LEN)
+           == PL_PATH_LEN
+        || h->vocab_size == 0 || h->max_model_len == 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: engine region has a bad model identity");
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(ch->model, h->model_name, len);
+    ch->engine.model.data = ch->model;
+    ch->engine.model.len = len;
+    ch->engine.vocab_size = h->vocab_size;
+    ch->engine.max_model_len = h->max_model_len;
+
+    ngx_memcpy(path, h->tokenizer_path, PL_PATH_LEN);
+
+    return ngx_http_pagedllm_load_tokenizer(ch, path, h->tokenizer_hash);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_load_tokenizer(ngx_http_pagedllm_channel_t *ch,
+    const char *path, uint64_t hash)
+{
+    char             err[256];
+    uint64_t         got;
+    pl_tokenizer_t  *tok;
+
+    if (ch->engine.tokenizer && hash == ch->tokenizer_hash
+        && ngx_strcmp(path, ch->tokenizer_path) == 0)
+    {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_file_hash(ch->log, path, &got) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (got != hash) {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: tokenizer \"%s\" differs from the engine's "
+                      "(hash %016xL, engine %016xL): not serving",
+                      path, got, hash);
+        return NGX_ERROR;
+    }
+
+    tok = pl_tokenizer_load(path, err, sizeof(err));
+    if (tok == NULL) {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: cannot load tokenizer \"%s\": %s",
+                      path, err);
+        return NGX_ERROR;
+    }
+
+    if (pl_tokenizer_vocab_size(tok) != ch->engine.vocab_size) {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: tokenizer \"%s\" has %uD tokens, the engine "
+                      "%uD: not serving", path, pl_tokenizer_vocab_size(tok),
+                      ch->engine.vocab_size);
+        pl_tokenizer_free(tok);
+        return NGX_ERROR;
+    }
+
+    if (ch->engine.tokenizer) {
+        pl_tokenizer_free(ch->engine.tokenizer);
+    }
+
+    ch->engine.tokenizer = tok;
+    ch->tokenizer_hash = hash;
+    ngx_cpystrn((u_char *) ch->tokenizer_path, (u_char *) path, PL_PATH_LEN);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_file_hash(ngx_log_t *log, const char *path, uint64_t *hash)
+{
+    u_char           *buf;
+    ssize_t           n;
+    ngx_fd_t          fd;
+    ngx_int_t         rc;
+    ngx_file_t        file;
+    ngx_file_info_t   fi;
+
+    fd = ngx_open_file(path, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (fd == NGX_INVALID_FILE) {
+        ngx_log_error(NGX_LOG_ERR, log, ngx_errno,
+                      "pagedllm: cannot open tokenizer \"%s\"", path);
+        return NGX_ERROR;
+    }
+
+    rc = NGX_ERROR;
+    buf = NULL;
+
+    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR
+        || ngx_file_size(&fi) > NGX_HTTP_PAGEDLLM_MAX_TOKENIZER)
+    {
+        ngx_log_error(NGX_LOG_ERR, log, ngx_errno,
+                      "pagedllm: tokenizer \"%s\" is unreadable or too large",
+                      path);
+        goto done;
+    }
+
+    buf = ngx_alloc(ngx_file_size(&fi) + 1, log);
+    if (buf == NULL) {
+        goto done;
+    }
+
+    ngx_memzero(&file, sizeof(ngx_file_t));
+    file.fd = fd;
+    file.log = log;
+
+    n = ngx_read_file(&file, buf, ngx_file_size(&fi), 0);
+    if (n != (ssize_t) ngx_file_size(&fi)) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "pagedllm: short read of tokenizer \"%s\"", path);
+        goto done;
+    }
+
+    *hash = pl_fnv1a64(buf, (size_t) n);
+    rc = NGX_OK;
+
+done:
+
+    if (buf) {
+        ngx_free(buf);
+    }
+
+    ngx_close_file(fd);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch, int comp_fd)
+{
+    ngx_connection_t  *c;
+    pl_region_hdr_t   *h = ch->hdr;
+
+    if (ngx_nonblocking(comp_fd) == -1 || ngx_nonblocking(ch->sub_bell) == -1)
+    {
+        ngx_log_error(NGX_LOG_ALERT, ch->log, ngx_errno,
+                      "pagedllm: cannot make engine doorbells non-blocking");
+        close(comp_fd);
+        return NGX_ERROR;
+    }
+
+    pl_ring_attach_producer(&ch->sub, ch->region + h->sub_offset, h->sub_size);
+    pl_ring_attach_consumer(&ch->comp, ch->region + h->comp_offset,
+                            h->comp_size);
+
+    ch->engine.max_prompt = (pl_ring_max_payload(&ch->sub)
+                             - sizeof(pl_rec_submit_t)) / sizeof(int32_t);
+
+    ch->rec_cap = pl_ring_max_payload(&ch->comp) + PL_RING_ALIGN;
+    ch->rec = ngx_alloc(ch->rec_cap, ch->log);
+    if (ch->rec == NULL) {
+        close(comp_fd);
+        return NGX_ERROR;
+    }
+
+    c = ngx_get_connection(comp_fd, ch->log);
+    if (c == NULL) {
+        close(comp_fd);
+        return NGX_ERROR;
+    }
+
+    c->data = ch;
+    c->read->handler = ngx_http_pagedllm_bell_handler;
+    c->read->log = ch->log;
+    c->write->log = ch->log;
+    ch->bell = c;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ch->state = NGX_HTTP_PAGEDLLM_ATTACHED;
+    ch->generation++;
+    ch->logged_down = 0;
+
+    if (ch->timer.timer_set) {
+        ngx_del_timer(&ch->timer);
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, ch->log, 0,
+                  "pagedllm: attached to engine at \"%V\" as worker %uD, "
+                  "model \"%V\", vocabulary %uD, context %uD",
+                  &ch->conf->engine, h->worker_id, &ch->engine.model,
+                  ch->engine.vocab_size, ch->engine.max_model_len);
+
+    ngx_http_pagedllm_resume_parked(ch);
+    ngx_http_pagedllm_drain(ch);
+
+    return NGX_OK;
+}
+
+
+/* The engine is gone or broke the protocol: fail what runs, re-attach. */
+static void
+ngx_http_pagedllm_lost(ngx_http_pagedllm_channel_t *ch)
+{
+    ngx_rbtree_node_t        *node;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    ngx_http_pagedllm_detach(ch);
+
+    while (ch->tree.root != ch->tree.sentinel) {
+        node = ngx_rbtree_min(ch->tree.root, ch->tree.sentinel);
+        ngx_rbtree_delete(&ch->tree, node);
+
+        ctx = (ngx_http_pagedllm_ctx_t *) node;
+        ctx->state = NGX_HTTP_PAGEDLLM_DONE;
+        ctx->finished = 1;
+        ctx->finish_reason = PL_FINISH_ERROR;
+        ctx->error_status = NGX_HTTP_SERVICE_UNAVAILABLE;
+        ngx_str_set(&ctx->error_message, "the engine went away");
+        ngx_http_pagedllm_mark(ch, ctx);
+    }
+
+    ngx_http_pagedllm_flush_dirty(ch);
+    ngx_http_pagedllm_resume_parked(ch);
+
+    if (!ngx_exiting && !ngx_terminate) {
+        ngx_add_timer(&ch->timer, ch->conf->reattach_interval);
+    }
+}
+
+
+static void
+ngx_http_pagedllm_detach(ngx_http_pagedllm_channel_t *ch)
+{
+    if (ch->sock) {
+        ngx_close_connection(ch->sock);
+        ch->sock = NULL;
+    }
+
+    if (ch->bell) {
+        ngx_close_connection(ch->bell);
+        ch->bell = NULL;
+    }
+
+    if (ch->sub_bell != NGX_INVALID_FILE) {
+        close(ch->sub_bell);
+        ch->sub_bell = NGX_INVALID_FILE;
+    }
+
+    if (ch->region) {
+        munmap(ch->region, ch->region_size);
+        ch->region = NULL;
+        ch->hdr = NULL;
+    }
+
+    if (ch->rec) {
+        ngx_free(ch->rec);
+        ch->rec = NULL;
+    }
+
+    ch->naborts = 0;
+    ch->state = NGX_HTTP_PAGEDLLM_DETACHED;
+}
+
+
+static void
+ngx_http_pagedllm_resume_parked(ngx_http_pagedllm_channel_t *ch)
+{
+    ngx_queue_t              *q;
+    ngx_connection_t         *c;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    while (!ngx_queue_empty(&ch->parked)) {
+        q = ngx_queue_head(&ch->parked);
+        ngx_queue_remove(q);
+
+        ctx = ngx_queue_data(q, ngx_http_pagedllm_ctx_t, queue);
+        ctx->state = NGX_HTTP_PAGEDLLM_NEW;
+        c = ctx->request->connection;
+
+        ctx->resume(ctx->request);
+        ngx_http_run_posted_requests(c);
+    }
+}
+
+
+static void
+ngx_http_pagedllm_timer_handler(ngx_event_t *ev)
+{
+    ngx_http_pagedllm_channel_t  *ch = ev->data;
+
+    switch (ch->state) {
+
+    case NGX_HTTP_PAGEDLLM_CONNECTING:
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: engine at \"%V\" did not answer the attach "
+                      "within %M ms", &ch->conf->engine,
+                      ch->conf->attach_timeout);
+        ngx_http_pagedllm_lost(ch);
+        break;
+
+    case NGX_HTTP_PAGEDLLM_DETACHED:
+        if (ngx_http_pagedllm_connect(ch) != NGX_OK) {
+            ngx_add_timer(&ch->timer, ch->conf->reattach_interval);
+        }
+        break;
+
+    default:
+        ngx_http_pagedllm_flush_aborts(ch);
+        break;
+    }
+}
+
+
+static void
+ngx_http_pagedllm_bell_handler(ngx_event_t *ev)
+{
+    ssize_t                       n;
+    uint64_t                      v;
+    ngx_connection_t             *c = ev->data;
+    ngx_http_pagedllm_channel_t  *ch = c->data;
+
+    for ( ;; ) {
+        n = read(c->fd, &v, sizeof(uint64_t));
+
+        if (n == (ssize_t) sizeof(uint64_t)) {
+            continue;
+        }
+
+        if (n == -1 && ngx_errno == NGX_EINTR) {
+            continue;
+        }
+
+        if (n == -1 && ngx_errno == NGX_EAGAIN) {
+            ev->ready = 0;
+            break;
+        }
+
+        ngx_log_error(NGX_LOG_ALERT, ch->log, ngx_errno,
+                      "pagedllm: read() of the completion doorbell failed");
+        ngx_http_pagedllm_lost(ch);
+        return;
+    }
+
+    ngx_http_pagedllm_drain(ch);
+}
+
+
+static void
+ngx_http_pagedllm_drain(ngx_http_pagedllm_channel_t *ch)
+{
+    int       rc;
+    uint32_t  type, len;
+
+    for ( ;; ) {
+        rc = pl_ring_read(&ch->comp, &type, ch->rec, ch->rec_cap, &len);
+
+        if (rc == 0) {
+            break;
+        }
+
+        if (rc != 1 || ngx_http_pagedllm_dispatch(ch, type, len) != NGX_OK) {
+            ngx_log_error(NGX_LOG_ALERT, ch->log, 0,
+                          "pagedllm: completion ring from engine at \"%V\" "
+                          "is corrupt, detaching", &ch->conf->engine);
+            ngx_http_pagedllm_lost(ch);
+            return;
+        }
+    }
+
+    ngx_http_pagedllm_flush_dirty(ch);
+    ngx_http_pagedllm_flush_aborts(ch);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_dispatch(ngx_http_pagedllm_channel_t *ch, uint32_t type,
+    uint32_t len)
+{
+    switch (type) {
+
+    case PL_REC_TOKENS:
+        if (len < sizeof(pl_rec_tokens_t)) {
+            return NGX_ERROR;
+        }
+        ngx_http_pagedllm_tokens(ch, len);
+        return NGX_OK;
+
+    case PL_REC_FINISH:
+        if (len < sizeof(pl_rec_finish_t)) {
+            return NGX_ERROR;
+        }
+        ngx_http_pagedllm_finish(ch, len);
+        return NGX_OK;
+
+    case PL_REC_ERROR:
+        if (len < sizeof(pl_rec_error_t)) {
+            return NGX_ERROR;
+        }
+        ngx_http_pagedllm_error(ch, len);
+        return NGX_OK;
+
+    default:
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ch->log, 0,
+                       "pagedllm: ignoring engine record of type %uD", type);
+        return NGX_OK;
+    }
+}
+
+
+static void
+ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch, uint32_t len)
+{
+    pl_rec_tokens_t           rec;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    ngx_memcpy(&rec, ch->rec, sizeof(pl_rec_tokens_t));
+
+    ctx = ngx_http_pagedllm_lookup(ch, rec.req_id);
+    if (ctx == NULL) {
+        return;
+    }
+
+    if (rec.n > (len - sizeof(pl_rec_tokens_t)) / sizeof(int32_t)
+        || ngx_http_pagedllm_on_tokens(ctx,
+                                       (int32_t *) (ch->rec
+                                                    + sizeof(pl_rec_tokens_t)),
+                                       rec.n)
+           != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: engine sent bad tokens for request %uL",
+                      rec.req_id);
+        ngx_http_pagedllm_channel_cancel(ctx);
+        ctx->finished = 1;
+        ctx->finish_reason = PL_FINISH_ERROR;
+        ctx->error_status = NGX_HTTP_BAD_GATEWAY;
+        ngx_str_set(&ctx->error_message, "the engine sent invalid tokens");
+    }
+
+    ngx_http_pagedllm_mark(ch, ctx);
+}
+
+
+static void
+ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
+{
+    pl_rec_finish_t           rec;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    ngx_memcpy(&rec, ch->rec, sizeof(pl_rec_finish_t));
+
+    ctx = ngx_http_pagedllm_lookup(ch, rec.req_id);
+    if (ctx == NULL) {
+        return;
+    }
+
+    ngx_rbtree_delete(&ch->tree, &ctx->node);
+    ctx->state = NGX_HTTP_PAGEDLLM_DONE;
+    ctx->finished = 1;
+
+    switch (rec.reason) {
+
+    case PL_FINISH_STOP:
+    case PL_FINISH_LENGTH:
+        ctx->finish_reason = rec.reason;
+        break;
+
+    default:
+        ctx->finish_reason = PL_FINISH_ERROR;
+
+        if (ctx->error_status == 0) {
+            ctx->error_status = NGX_HTTP_INTERNAL_SERVER_ERROR;
+            ngx_str_set(&ctx->error_message,
+                        "the engine failed the request");
+        }
+
+        break;
+    }
+
+    ngx_http_pagedllm_mark(ch, ctx);
+}
+
+
+static void
+ngx_http_pagedllm_error(ngx_http_pagedllm_channel_t *ch, uint32_t len)
+{
+    pl_rec_error_t            rec;
+    ngx_uint_t                status;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    ngx_memcpy(&rec, ch->rec, sizeof(pl_rec_error_t));
+
+    ctx = ngx_http_pagedllm_lookup(ch, rec.req_id);
+    if (ctx == NULL) {
+        return;
+    }
+
+    status = (rec.status >= 400 && rec.status <= 599)
+             ? rec.status : NGX_HTTP_INTERNAL_SERVER_ERROR;
+
+    ngx_http_pagedllm_on_error(ctx, status,
+                               ch->rec + sizeof(pl_rec_error_t),
+                               ngx_min(rec.len,
+                                       len - sizeof(pl_rec_error_t)));
+    ngx_http_pagedllm_mark(ch, ctx);
+}
+
+
+static void
+ngx_http_pagedllm_mark(ngx_http_pagedllm_channel_t *ch,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    if (!ctx->dirty) {
+        ctx->dirty = 1;
+        ngx_queue_insert_tail(&ch->dirty, &ctx->queue);
+    }
+}
+
+
+static void
+ngx_http_pagedllm_flush_dirty(ngx_http_pagedllm_channel_t *ch)
+{
+    ngx_queue_t              *q;
+    ngx_connection_t         *c;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    while (!ngx_queue_empty(&ch->dirty)) {
+        q = ngx_queue_head(&ch->dirty);
+        ngx_queue_remove(q);
+
+        ctx = ngx_queue_data(q, ngx_http_pagedllm_ctx_t, queue);
+        ctx->dirty = 0;
+        c = ctx->request->connection;
+
+        ngx_http_pagedllm_flush(ctx);
+        ngx_http_run_posted_requests(c);
+    }
+}
+
+
+static ngx_http_pagedllm_ctx_t *
+ngx_http_pagedllm_lookup(ngx_http_pagedllm_channel_t *ch, uint64_t id)
+{
+    ngx_rbtree_key_t    key = (ngx_rbtree_key_t) id;
+    ngx_rbtree_node_t  *node, *sentinel;
+
+    node = ch->tree.root;
+    sentinel = ch->tree.sentinel;
+
+    while (node != sentinel) {
+
+        if (key == node->key) {
+            return (ngx_http_pagedllm_ctx_t *) node;
+        }
+
+        node = (key < node->key) ? node->left : node->right;
+    }
+
+    return NULL;
+}
+
+
+static void
+ngx_http_pagedllm_abort(ngx_http_pagedllm_channel_t *ch, uint64_t id)
+{
+    uint64_t        *a;
+    pl_rec_abort_t   rec;
+
+    if (ch->naborts == 0) {
+        rec.req_id = id;
+
+        if (pl_ring_write(&ch->sub, PL_REC_ABORT, &rec, sizeof(rec), NULL, 0)
+            == 0)
+        {
+            ngx_http_pagedllm_ring_bell(ch);
+            return;
+        }
+    }
+
+    if (ch->naborts == ch->aborts_cap) {
+        a = ngx_alloc((ch->aborts_cap * 2 + 16) * sizeof(uint64_t), ch->log);
+        if (a == NULL) {
+            return;
+        }
+
+        if (ch->aborts) {
+            ngx_memcpy(a, ch->aborts, ch->naborts * sizeof(uint64_t));
+            ngx_free(ch->aborts);
+        }
+
+        ch->aborts = a;
+        ch->aborts_cap = ch->aborts_cap * 2 + 16;
+    }
+
+    ch->aborts[ch->naborts++] = id;
+
+    if (!ch->timer.timer_set) {
+        ngx_add_timer(&ch->timer, NGX_HTTP_PAGEDLLM_ABORT_RETRY);
+    }
+}
+
+
+static void
+ngx_http_pagedllm_flush_aborts(ngx_http_pagedllm_channel_t *ch)
+{
+    ngx_uint_t      i;
+    pl_rec_abort_t  rec;
+
+    if (ch->naborts == 0 || ch->state != NGX_HTTP_PAGEDLLM_ATTACHED) {
+        return;
+    }
+
+    for (i = 0; i < ch->naborts; i++) {
+        rec.req_id = ch->aborts[i];
+
+        if (pl_ring_write(&ch->sub, PL_REC_ABORT, &rec, sizeof(rec), NULL, 0)
+            != 0)
+        {
+            break;
+        }
+    }
+
+    if (i > 0) {
+        ngx_memmove(ch->aborts, ch->aborts + i,
+                    (ch->naborts - i) * sizeof(uint64_t));
+        ch->naborts -= i;
+        ngx_http_pagedllm_ring_bell(ch);
+    }
+
+    if (ch->naborts && !ch->timer.timer_set) {
+        ngx_add_timer(&ch->timer, NGX_HTTP_PAGEDLLM_ABORT_RETRY);
+    }
+}
+
+
+static void
+ngx_http_pagedllm_ring_bell(ngx_http_pagedllm_channel_t *ch)
+{
+    uint64_t  one = 1;
+
+    if (write(ch->sub_bell, &one, sizeof(uint64_t)) == -1
+        && ngx_errno != NGX_EAGAIN)
+    {
+        ngx_log_error(NGX_LOG_ALERT, ch->log, ngx_errno,
+                      "pagedllm: write() of the submission doorbell failed");
+    }
+}

@@ -1,0 +1,1086 @@
+
+/*
+ * ngx_http_pagedllm_handler: the request side.  Routes /v1/completions and
+ * /v1/models and the status location, reads and checks the body, submits
+ * to the engine, and turns what the channel hands back into SSE events or
+ * one JSON body.  Every request gets a cleanup handler, so whichever way
+ * it ends (499 included) a running generation is aborted exactly once.
+ */
+
+
+#include "ngx_http_pagedllm_module.h"
+
+
+#define NGX_HTTP_PAGEDLLM_DETOK_MAX    256
+#define NGX_HTTP_PAGEDLLM_OUT_MIN      4096
+
+
+typedef enum {
+    NGX_HTTP_PAGEDLLM_ROUTE_NONE = 0,
+    NGX_HTTP_PAGEDLLM_ROUTE_COMPLETIONS,
+    NGX_HTTP_PAGEDLLM_ROUTE_MODELS
+} ngx_http_pagedllm_route_e;
+
+
+static ngx_http_pagedllm_route_e ngx_http_pagedllm_route(
+    ngx_http_request_t *r);
+static ngx_http_pagedllm_ctx_t *ngx_http_pagedllm_create_ctx(
+    ngx_http_request_t *r, ngx_http_pagedllm_resume_pt resume);
+static void ngx_http_pagedllm_cleanup(void *data);
+static ngx_int_t ngx_http_pagedllm_get(ngx_http_request_t *r,
+    ngx_http_pagedllm_resume_pt resume, ngx_uint_t need_engine);
+static void ngx_http_pagedllm_models_resume(ngx_http_request_t *r);
+static void ngx_http_pagedllm_status_resume(ngx_http_request_t *r);
+static ngx_int_t ngx_http_pagedllm_send_status(ngx_http_request_t *r);
+static void ngx_http_pagedllm_body_handler(ngx_http_request_t *r);
+static void ngx_http_pagedllm_completions(ngx_http_request_t *r);
+static u_char *ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len);
+static ngx_int_t ngx_http_pagedllm_start(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
+static ngx_int_t ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r);
+static ngx_int_t ngx_http_pagedllm_text_reserve(ngx_http_pagedllm_ctx_t *ctx,
+    size_t more);
+static void ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx);
+static size_t ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx);
+static u_char *ngx_http_pagedllm_stream_events(u_char *p,
+    ngx_http_pagedllm_ctx_t *ctx);
+static ngx_chain_t *ngx_http_pagedllm_out_buf(ngx_http_pagedllm_ctx_t *ctx,
+    size_t size);
+static void ngx_http_pagedllm_flush_whole(ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_after_write(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_int_t rc);
+static size_t ngx_http_pagedllm_unsent(ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_write_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_pagedllm_write_timer(ngx_http_request_t *r);
+static void ngx_http_pagedllm_timeout(ngx_event_t *ev);
+static ngx_int_t ngx_http_pagedllm_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_buf_t *b);
+static ngx_int_t ngx_http_pagedllm_send_error(ngx_http_request_t *r,
+    ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_unavailable(ngx_http_request_t *r,
+    const char *reason);
+static ngx_int_t ngx_http_pagedllm_add_header(ngx_http_request_t *r,
+    const char *name, ngx_str_t *value);
+
+
+ngx_int_t
+ngx_http_pagedllm_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                   rc;
+    ngx_str_t                   allow;
+    ngx_http_pagedllm_error_t   err;
+    ngx_http_pagedllm_route_e   route;
+
+    route = ngx_http_pagedllm_route(r);
+
+    if (route == NGX_HTTP_PAGEDLLM_ROUTE_NONE) {
+        if (ngx_http_discard_request_body(r) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_http_pagedllm_error_set(&err, NGX_HTTP_NOT_FOUND, NULL,
+                                    "Unknown path: %V", &r->uri);
+        err.code = "not_found";
+        return ngx_http_pagedllm_send_error(r, &err);
+    }
+
+    if (route == NGX_HTTP_PAGEDLLM_ROUTE_MODELS) {
+        if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
+            return ngx_http_pagedllm_get(r, ngx_http_pagedllm_models_resume,
+                                         1);
+        }
+
+        ngx_str_set(&allow, "GET, HEAD");
+
+    } else {
+        if (r->method == NGX_HTTP_POST) {
+            if (ngx_http_pagedllm_create_ctx(r, ngx_http_pagedllm_completions)
+                == NULL)
+            {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            rc = ngx_http_read_client_request_body(r,
+                                              ngx_http_pagedllm_body_handler);
+            if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+                return rc;
+            }
+
+            return NGX_DONE;
+        }
+
+        ngx_str_set(&allow, "POST");
+    }
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_pagedllm_add_header(r, "Allow", &allow) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_pagedllm_error_set(&err, NGX_HTTP_NOT_ALLOWED, NULL,
+                                "Method %V is not allowed here, use %V",
+                                &r->method_name, &allow);
+    err.code = "method_not_allowed";
+
+    return ngx_http_pagedllm_send_error(r, &err);
+}
+
+
+ngx_int_t
+ngx_http_pagedllm_status_handler(ngx_http_request_t *r)
+{
+    ngx_str_t                  allow;
+    ngx_http_pagedllm_error_t  err;
+
+    if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
+        return ngx_http_pagedllm_get(r, ngx_http_pagedllm_status_resume, 0);
+    }
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_str_set(&allow, "GET, HEAD");
+
+    if (ngx_http_pagedllm_add_header(r, "Allow", &allow) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_pagedllm_error_set(&err, NGX_HTTP_NOT_ALLOWED, NULL,
+                                "Method %V is not allowed here, use %V",
+                                &r->method_name, &allow);
+    err.code = "method_not_allowed";
+
+    return ngx_http_pagedllm_send_error(r, &err);
+}
+
+
+/* The path below the location: "completions" or "models", "v1/" allowed. */
+static ngx_http_pagedllm_route_e
+ngx_http_pagedllm_route(ngx_http_request_t *r)
+{
+    u_char                    *p, *last;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    p = r->uri.data;
+    last = p + r->uri.len;
+
+    if (r->uri.len >= clcf->name.len
+        && ngx_strncmp(p, clcf->name.data, clcf->name.len) == 0)
+    {
+        p += clcf->name.len;
+    }
+
+    while (p < last && *p == '/') {
+        p++;
+    }
+
+    if (last - p >= 3 && ngx_strncmp(p, "v1/", 3) == 0) {
+        p += 3;
+    }
+
+    if ((size_t) (last - p) == sizeof("completions") - 1
+        && ngx_strncmp(p, "completions", last - p) == 0)
+    {
+        return NGX_HTTP_PAGEDLLM_ROUTE_COMPLETIONS;
+    }
+
+    if ((size_t) (last - p) == sizeof("models") - 1
+        && ngx_strncmp(p, "models", last - p) == 0)
+    {
+        return NGX_HTTP_PAGEDLLM_ROUTE_MODELS;
+    }
+
+    return NGX_HTTP_PAGEDLLM_ROUTE_NONE;
+}
+
+
+static ngx_http_pagedllm_ctx_t *
+ngx_http_pagedllm_create_ctx(ngx_http_request_t *r,
+    ngx_http_pagedllm_resume_pt resume)
+{
+    ngx_http_cleanup_t       *hcln;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_pagedllm_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    hcln = ngx_http_cleanup_add(r, 0);
+    if (hcln == NULL) {
+        return NULL;
+    }
+
+    hcln->handler = ngx_http_pagedllm_cleanup;
+    hcln->data = ctx;
+
+    ctx->request = r;
+    ctx->resume = resume;
+    ctx->timer.handler = ngx_http_pagedllm_timeout;
+    ctx->timer.data = ctx;
+    ctx->timer.log = r->connection->log;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_pagedllm_module);
+
+    return ctx;
+}
+
+
+static void
+ngx_http_pagedllm_cleanup(void *data)
+{
+    ngx_http_pagedllm_ctx_t  *ctx = data;
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    ngx_http_pagedllm_channel_cancel(ctx);
+}
+
+
+/* A GET that needs the engine's identity: answer now, or park once. */
+static ngx_int_t
+ngx_http_pagedllm_get(ngx_http_request_t *r,
+    ngx_http_pagedllm_resume_pt resume, ngx_uint_t need_engine)
+{
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_pagedllm_channel_engine() == NULL) {
+        ctx = ngx_http_pagedllm_create_ctx(r, resume);
+        if (ctx == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (ngx_http_pagedllm_channel_park(ctx) == NGX_OK) {
+            r->main->count++;
+            r->read_event_handler = ngx_http_test_reading;
+            return NGX_DONE;
+        }
+    }
+
+    if (need_engine && ngx_http_pagedllm_channel_engine() == NULL) {
+        return ngx_http_pagedllm_unavailable(r, "the engine is not attached");
+    }
+
+    return need_engine
+           ? ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
+                 ngx_http_pagedllm_models_json(r->pool,
+                                          ngx_http_pagedllm_channel_engine()))
+           : ngx_http_pagedllm_send_status(r);
+}
+
+
+static void
+ngx_http_pagedllm_models_resume(ngx_http_request_t *r)
+{
+    ngx_http_pagedllm_engine_t  *engine;
+
+    engine = ngx_http_pagedllm_channel_engine();
+
+    if (engine == NULL) {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
+                                  "the engine is not attached"));
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
+                              ngx_http_pagedllm_models_json(r->pool, engine)));
+}
+
+
+static void
+ngx_http_pagedllm_status_resume(ngx_http_request_t *r)
+{
+    ngx_http_finalize_request(r, ngx_http_pagedllm_send_status(r));
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_send_status(ngx_http_request_t *r)
+{
+    ngx_int_t                      rc;
+    ngx_str_t                      value;
+    pl_stats_t                     stats;
+    ngx_http_pagedllm_loc_conf_t  *plcf;
+
+    rc = ngx_http_pagedllm_channel_stats(&stats);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
+                   ngx_http_pagedllm_status_json(r->pool,
+                       ngx_http_pagedllm_channel_engine(), &stats));
+    }
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
+
+    value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+    if (value.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    value.len = ngx_sprintf(value.data, "%T", plcf->retry_after) - value.data;
+
+    if (ngx_http_pagedllm_add_header(r, "Retry-After", &value) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_pagedllm_send_json(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+               ngx_http_pagedllm_status_json(r->pool, NULL, NULL));
+}
+
+
+static void
+ngx_http_pagedllm_body_handler(ngx_http_request_t *r)
+{
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pagedllm_module);
+
+    if (ngx_http_pagedllm_channel_engine() == NULL
+        && ngx_http_pagedllm_channel_park(ctx) == NGX_OK)
+    {
+        r->read_event_handler = ngx_http_test_reading;
+        return;
+    }
+
+    ngx_http_pagedllm_completions(r);
+}
+
+
+/* Body read and the engine attached (or not): check, submit, start. */
+static void
+ngx_http_pagedllm_completions(ngx_http_request_t *r)
+{
+    u_char                      *body;
+    size_t                       len;
+    ngx_int_t                    rc;
+    ngx_http_pagedllm_ctx_t     *ctx;
+    ngx_http_pagedllm_error_t    err;
+    ngx_http_pagedllm_engine_t  *engine;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pagedllm_module);
+    engine = ngx_http_pagedllm_channel_engine();
+
+    if (engine == NULL) {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
+                                  "the engine is not attached"));
+        return;
+    }
+
+    body = ngx_http_pagedllm_body(r, &len);
+
+    if (body == NULL) {
+        ngx_http_pagedllm_error_set(&err, NGX_HTTP_BAD_REQUEST, NULL,
+                                    "The request body is empty or "
+                                    "unreadable");
+        ngx_http_finalize_request(r, ngx_http_pagedllm_send_error(r, &err));
+        return;
+    }
+
+    if (ngx_http_pagedllm_parse_completion(r, body, len, engine,
+                                           &ctx->params, &err)
+        != NGX_OK)
+    {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_send_error(r, &err));
+        return;
+    }
+
+    ctx->model.len = engine->model.len;
+    ctx->model.data = ngx_pstrdup(r->pool, &engine->model);
+    if (ctx->model.data == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    pl_detok_init(&ctx->detok, engine->tokenizer, 1);
+
+    rc = ngx_http_pagedllm_channel_submit(ctx);
+
+    if (rc == NGX_AGAIN) {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
+                                  "the engine is busy, try again"));
+        return;
+    }
+
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
+                                  "the engine is not attached"));
+        return;
+    }
+
+    rc = ngx_http_pagedllm_start(r, ctx);
+
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r, rc);
+    }
+}
+
+
+/* The whole body as one piece of memory (it may sit in a temp file). */
+static u_char *
+ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len)
+{
+    u_char       *p, *body;
+    off_t         size;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NULL;
+    }
+
+    size = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    if (size == 0) {
+        return NULL;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        *len = (size_t) size;
+        return cl->buf->pos;
+    }
+
+    body = ngx_pnalloc(r->pool, (size_t) size);
+    if (body == NULL) {
+        return NULL;
+    }
+
+    p = body;
+
+    for ( /* void */ ; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (!b->in_file) {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+            continue;
+        }
+
+        n = ngx_read_file(b->file, p, (size_t) (b->file_last - b->file_pos),
+                          b->file_pos);
+        if (n != b->file_last - b->file_pos) {
+            return NULL;
+        }
+
+        p += n;
+    }
+
+    *len = (size_t) size;
+
+    return body;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_start(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_int_t                      rc;
+    ngx_http_pagedllm_loc_conf_t  *plcf;
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
+
+    ctx->id.data = ngx_pnalloc(r->pool, sizeof("cmpl-") - 1 + 8 + 16);
+    if (ctx->id.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->id.len = ngx_sprintf(ctx->id.data, "cmpl-%08xD%016xL",
+                              (uint32_t) ngx_pid, (uint64_t) ctx->node.key)
+                  - ctx->id.data;
+    ctx->created = ngx_time();
+
+    ngx_add_timer(&ctx->timer, plcf->timeout);
+
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_request_empty_handler;
+
+    if (!ctx->params.stream) {
+        return NGX_OK;
+    }
+
+    rc = ngx_http_pagedllm_send_stream_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        return rc;
+    }
+
+    r->write_event_handler = ngx_http_pagedllm_write_handler;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r)
+{
+    ngx_str_t  value;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    ngx_str_set(&r->headers_out.content_type, "text/event-stream");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    ngx_http_clear_content_length(r);
+    ngx_http_clear_accept_ranges(r);
+
+    ngx_str_set(&value, "no-cache");
+
+    if (ngx_http_pagedllm_add_header(r, "Cache-Control", &value) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_send_header(r);
+}
+
+
+ngx_int_t
+ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, const int32_t *ids,
+    ngx_uint_t n)
+{
+    long                          len;
+    uint32_t                     *pe;
+    ngx_uint_t                    i, cap;
+    ngx_http_pagedllm_engine_t   *engine;
+
+    engine = ngx_http_pagedllm_channel_engine();
+
+    if (ctx->params.stream && ctx->npieces + n > ctx->pieces_cap) {
+        cap = ngx_max(ctx->pieces_cap * 2, ctx->npieces + n);
+        cap = ngx_max(cap, 16);
+
+        pe = ngx_palloc(ctx->request->pool, cap * sizeof(uint32_t));
+        if (pe == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ctx->npieces) {
+            ngx_memcpy(pe, ctx->piece_end, ctx->npieces * sizeof(uint32_t));
+        }
+
+        ctx->piece_end = pe;
+        ctx->pieces_cap = cap;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t) ids[i] >= engine->vocab_size
+            || ngx_http_pagedllm_text_reserve(ctx, NGX_HTTP_PAGEDLLM_DETOK_MAX)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        len = pl_detok_push(&ctx->detok, ids[i], (char *) ctx->text
+                            + ctx->text_len, NGX_HTTP_PAGEDLLM_DETOK_MAX);
+        if (len < 0) {
+            return NGX_ERROR;
+        }
+
+        ctx->text_len += len;
+        ctx->completion_tokens++;
+
+        if (ctx->params.stream) {
+            ctx->piece_end[ctx->npieces++] = (uint32_t) ctx->text_len;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t status,
+    u_char *msg, size_t len)
+{
+    len = ngx_min(len, NGX_HTTP_PAGEDLLM_ERR_LEN);
+
+    ctx->error_status = status;
+    ctx->error_message.data = ngx_pnalloc(ctx->request->pool, len);
+
+    if (ctx->error_message.data == NULL || len == 0
+        || !pl_utf8_valid((char *) msg, len))
+    {
+        ngx_str_set(&ctx->error_message, "the engine failed the request");
+        return;
+    }
+
+    ngx_memcpy(ctx->error_message.data, msg, len);
+    ctx->error_message.len = len;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_text_reserve(ngx_http_pagedllm_ctx_t *ctx, size_t more)
+{
+    u_char  *p;
+    size_t   cap;
+
+    if (ctx->text_len + more <= ctx->text_cap) {
+        return NGX_OK;
+    }
+
+    cap = ngx_max(ctx->text_cap * 2, ctx->text_len + more);
+    cap = ngx_max(cap, 1024);
+
+    p = ngx_pnalloc(ctx->request->pool, cap);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->text_len) {
+        ngx_memcpy(p, ctx->text, ctx->text_len);
+    }
+
+    if (ctx->text) {
+        ngx_pfree(ctx->request->pool, ctx->text);
+    }
+
+    ctx->text = p;
+    ctx->text_cap = cap;
+
+    return NGX_OK;
+}
+
+
+/* Called once per drain for every request the drain touched. */
+void
+ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_loc_conf_t  *plcf;
+
+    if (ctx->finished) {
+        if (ctx->timer.timer_set) {
+            ngx_del_timer(&ctx->timer);
+        }
+
+        ngx_http_pagedllm_finish_text(ctx);
+
+    } else {
+        plcf = ngx_http_get_module_loc_conf(ctx->request,
+                                            ngx_http_pagedllm_module);
+        ngx_add_timer(&ctx->timer, plcf->timeout);
+    }
+
+    if (ctx->params.stream) {
+        ngx_http_pagedllm_flush_stream(ctx);
+
+    } else if (ctx->finished) {
+        ngx_http_pagedllm_flush_whole(ctx);
+    }
+}
+
+
+/* The end of the text: bytes of an incomplete character become U+FFFD. */
+static void
+ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx)
+{
+    long  len;
+
+    if (ctx->finish_reason != PL_FINISH_STOP
+        && ctx->finish_reason != PL_FINISH_LENGTH)
+    {
+        return;
+    }
+
+    if (ngx_http_pagedllm_text_reserve(ctx, NGX_HTTP_PAGEDLLM_DETOK_MAX)
+        != NGX_OK)
+    {
+        return;
+    }
+
+    len = pl_detok_flush(&ctx->detok, (char *) ctx->text + ctx->text_len,
+                         NGX_HTTP_PAGEDLLM_DETOK_MAX);
+    if (len <= 0) {
+        return;
+    }
+
+    ctx->text_len += len;
+
+    if (ctx->npieces) {
+        ctx->piece_end[ctx->npieces - 1] = (uint32_t) ctx->text_len;
+    }
+}
+
+
+static void
+ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_int_t            rc;
+    ngx_buf_t           *b;
+    ngx_chain_t         *out;
+    ngx_http_request_t  *r = ctx->request;
+
+    out = ngx_http_pagedllm_out_buf(ctx, ngx_http_pagedllm_stream_size(ctx));
+    if (out == NULL) {
+        ngx_http_finalize_request(r, NGX_ERROR);
+        return;
+    }
+
+    b = out->buf;
+    b->last = ngx_http_pagedllm_stream_events(b->last, ctx);
+    b->flush = 1;
+    b->last_buf = ctx->finished && r == r->main;
+    b->last_in_chain = 1;
+
+    ctx->text_len = 0;
+    ctx->npieces = 0;
+
+    rc = ngx_http_output_filter(r, out);
+
+    ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &out,
+                            (ngx_buf_tag_t) &ngx_http_pagedllm_module);
+
+    ngx_http_pagedllm_after_write(ctx, rc);
+}
+
+
+static size_t
+ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx)
+{
+    size_t  size;
+
+    size = ctx->npieces * ngx_http_pagedllm_sse_bound(ctx, 0)
+           + ngx_http_pagedllm_sse_bound(ctx, ctx->text_len);
+
+    if (ctx->finished) {
+        size += 2 * ngx_http_pagedllm_sse_bound(ctx, 0) + 512
+                + 6 * ctx->error_message.len + sizeof("data: [DONE]\n\n");
+    }
+
+    return size;
+}
+
+
+static u_char *
+ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+{
+    uint32_t    reason, start, end;
+    ngx_uint_t  i, normal;
+
+    normal = ctx->finish_reason == PL_FINISH_STOP
+             || ctx->finish_reason == PL_FINISH_LENGTH;
+    start = 0;
+
+    for (i = 0; i < ctx->npieces; i++) {
+        end = ctx->piece_end[i];
+        reason = (i == ctx->npieces - 1 && ctx->finished && normal)
+                 ? ctx->finish_reason : 0;
+
+        p = ngx_http_pagedllm_sse_text(p, ctx, ctx->text + start,
+                                       end - start, reason);
+        start = end;
+    }
+
+    if (!ctx->finished) {
+        return p;
+    }
+
+    if (normal && ctx->npieces == 0) {
+        p = ngx_http_pagedllm_sse_text(p, ctx, ctx->text, ctx->text_len,
+                                       ctx->finish_reason);
+    }
+
+    if (!normal) {
+        p = ngx_http_pagedllm_sse_error(p, ctx, ctx->error_status,
+                                        &ctx->error_message);
+
+    } else if (ctx->params.include_usage) {
+        p = ngx_http_pagedllm_sse_usage(p, ctx);
+    }
+
+    return ngx_cpymem(p, "data: [DONE]\n\n", sizeof("data: [DONE]\n\n") - 1);
+}
+
+
+/* An output buffer of at least size bytes, reused once it has been sent. */
+static ngx_chain_t *
+ngx_http_pagedllm_out_buf(ngx_http_pagedllm_ctx_t *ctx, size_t size)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    cl = ngx_chain_get_free_buf(ctx->request->pool, &ctx->free);
+    if (cl == NULL) {
+        return NULL;
+    }
+
+    b = cl->buf;
+
+    if (b->start == NULL || (size_t) (b->end - b->start) < size) {
+        size = ngx_max(size, NGX_HTTP_PAGEDLLM_OUT_MIN);
+
+        b->start = ngx_palloc(ctx->request->pool, size);
+        if (b->start == NULL) {
+            return NULL;
+        }
+
+        b->end = b->start + size;
+    }
+
+    b->pos = b->start;
+    b->last = b->start;
+    b->temporary = 1;
+    b->tag = (ngx_buf_tag_t) &ngx_http_pagedllm_module;
+
+    return cl;
+}
+
+
+static void
+ngx_http_pagedllm_after_write(ngx_http_pagedllm_ctx_t *ctx, ngx_int_t rc)
+{
+    ngx_http_request_t            *r = ctx->request;
+    ngx_http_pagedllm_loc_conf_t  *plcf;
+
+    if (ctx->finished || rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
+
+    if (ngx_http_pagedllm_unsent(ctx) > plcf->max_unsent) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "pagedllm: client reads too slowly, more than %uz "
+                      "bytes unsent, aborting the generation",
+                      plcf->max_unsent);
+        ngx_http_finalize_request(r, NGX_ERROR);
+        return;
+    }
+
+    if (ngx_http_pagedllm_write_timer(r) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_ERROR);
+    }
+}
+
+
+static size_t
+ngx_http_pagedllm_unsent(ngx_http_pagedllm_ctx_t *ctx)
+{
+    size_t        size;
+    ngx_chain_t  *cl;
+
+    size = 0;
+
+    for (cl = ctx->busy; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    return size;
+}
+
+
+static void
+ngx_http_pagedllm_write_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                 rc;
+    ngx_connection_t         *c;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    c = r->connection;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pagedllm_module);
+
+    if (c->write->timedout) {
+        c->timedout = 1;
+        ngx_log_error(NGX_LOG_INFO, c->log, NGX_ETIMEDOUT,
+                      "client timed out");
+        ngx_http_finalize_request(r, NGX_HTTP_REQUEST_TIME_OUT);
+        return;
+    }
+
+    rc = ngx_http_output_filter(r, NULL);
+
+    ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, NULL,
+                            (ngx_buf_tag_t) &ngx_http_pagedllm_module);
+
+    if (rc == NGX_ERROR || ngx_http_pagedllm_write_timer(r) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_ERROR);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_write_timer(ngx_http_request_t *r)
+{
+    ngx_event_t               *wev;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    wev = r->connection->write;
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (ngx_handle_write_event(wev, clcf->send_lowat) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (wev->active && !wev->ready) {
+        ngx_add_timer(wev, clcf->send_timeout);
+
+    } else if (wev->timer_set) {
+        ngx_del_timer(wev);
+    }
+
+    return NGX_OK;
+}
+
+
+/* The engine said nothing for pagedllm_timeout: give up on it. */
+static void
+ngx_http_pagedllm_timeout(ngx_event_t *ev)
+{
+    ngx_connection_t                *c;
+    ngx_http_pagedllm_ctx_t         *ctx = ev->data;
+
+    c = ctx->request->connection;
+
+    ngx_log_error(NGX_LOG_ERR, c->log, NGX_ETIMEDOUT,
+                  "pagedllm: the engine produced nothing in time");
+
+    ngx_http_pagedllm_channel_cancel(ctx);
+
+    ctx->finished = 1;
+    ctx->finish_reason = PL_FINISH_ERROR;
+    ctx->error_status = NGX_HTTP_GATEWAY_TIME_OUT;
+    ngx_str_set(&ctx->error_message, "the engine timed out");
+
+    ngx_http_pagedllm_flush(ctx);
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_pagedllm_flush_whole(ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_buf_t                  *b;
+    ngx_http_request_t         *r = ctx->request;
+    ngx_http_pagedllm_error_t   err;
+
+    if (ctx->finish_reason == PL_FINISH_STOP
+        || ctx->finish_reason == PL_FINISH_LENGTH)
+    {
+        b = ngx_http_pagedllm_completion_json(ctx);
+        ngx_http_finalize_request(r, ngx_http_pagedllm_send_json(r,
+                                  NGX_HTTP_OK, b));
+        return;
+    }
+
+    ngx_http_pagedllm_error_set(&err, ctx->error_status, NULL, "%V",
+                                &ctx->error_message);
+
+    if (ctx->error_status == NGX_HTTP_SERVICE_UNAVAILABLE) {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
+                                  (char *) err.message));
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_pagedllm_send_error(r, &err));
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_send_json(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b)
+{
+    ngx_int_t    rc;
+    ngx_chain_t  out;
+
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->headers_out.status = status;
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.content_length_n = ngx_buf_size(b);
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b->last_buf = (r == r->main);
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_send_error(ngx_http_request_t *r,
+    ngx_http_pagedllm_error_t *err)
+{
+    return ngx_http_pagedllm_send_json(r, err->status,
+                                 ngx_http_pagedllm_error_json(r->pool, err));
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_unavailable(ngx_http_request_t *r, const char *reason)
+{
+    ngx_str_t                      value;
+    ngx_http_pagedllm_error_t      err;
+    ngx_http_pagedllm_loc_conf_t  *plcf;
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
+
+    value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+    if (value.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    value.len = ngx_sprintf(value.data, "%T", plcf->retry_after) - value.data;
+
+    if (ngx_http_pagedllm_add_header(r, "Retry-After", &value) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_pagedllm_error_set(&err, NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
+                                "%s", reason);
+    err.code = "engine_unavailable";
+
+    return ngx_http_pagedllm_send_error(r, &err);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_add_header(ngx_http_request_t *r, const char *name,
+    ngx_str_t *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.data = (u_char *) name;
+    h->key.len = ngx_strlen(name);
+    h->value = *value;
+
+    return NGX_OK;
+}

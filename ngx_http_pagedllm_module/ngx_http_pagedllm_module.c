@@ -1,0 +1,275 @@
+
+/*
+ * ngx_http_pagedllm_module: directives, configuration and process init.
+ *
+ *     pagedllm_engine unix:/run/pagedllm/engine.sock;     (http)
+ *     location /v1/ { pagedllm; }
+ *     location = /pagedllm/status { pagedllm_status; }
+ */
+
+
+#include "ngx_http_pagedllm_module.h"
+
+
+static char *ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_pagedllm(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_pagedllm_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static void *ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_pagedllm_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_pagedllm_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_pagedllm_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static ngx_int_t ngx_http_pagedllm_init_process(ngx_cycle_t *cycle);
+static void ngx_http_pagedllm_exit_process(ngx_cycle_t *cycle);
+
+
+static ngx_command_t  ngx_http_pagedllm_commands[] = {
+
+    { ngx_string("pagedllm_engine"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_pagedllm_engine,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pagedllm_attach_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_pagedllm_main_conf_t, attach_timeout),
+      NULL },
+
+    { ngx_string("pagedllm_reattach_interval"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_pagedllm_main_conf_t, reattach_interval),
+      NULL },
+
+    { ngx_string("pagedllm"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_pagedllm,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pagedllm_status"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_pagedllm_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pagedllm_max_unsent"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pagedllm_loc_conf_t, max_unsent),
+      NULL },
+
+    { ngx_string("pagedllm_retry_after"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pagedllm_loc_conf_t, retry_after),
+      NULL },
+
+    { ngx_string("pagedllm_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pagedllm_loc_conf_t, timeout),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_pagedllm_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    NULL,                                  /* postconfiguration */
+
+    ngx_http_pagedllm_create_main_conf,    /* create main configuration */
+    ngx_http_pagedllm_init_main_conf,      /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_pagedllm_create_loc_conf,     /* create location configuration */
+    ngx_http_pagedllm_merge_loc_conf       /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_pagedllm_module = {
+    NGX_MODULE_V1,
+    &ngx_http_pagedllm_module_ctx,         /* module context */
+    ngx_http_pagedllm_commands,            /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_pagedllm_init_process,        /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_pagedllm_exit_process,        /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static char *
+ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pagedllm_main_conf_t *pmcf = conf;
+
+    ngx_str_t           *value;
+    struct sockaddr_un   sun;
+
+    if (pmcf->engine.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len <= 5
+        || ngx_strncmp(value[1].data, "unix:", 5) != 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must be \"unix:PATH\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (value[1].len - 5 >= sizeof(sun.sun_path)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "engine socket path \"%V\" is too long",
+                           &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    pmcf->engine.len = value[1].len - 5;
+    pmcf->engine.data = ngx_pnalloc(cf->pool, pmcf->engine.len + 1);
+    if (pmcf->engine.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(pmcf->engine.data, value[1].data + 5, pmcf->engine.len);
+    pmcf->engine.data[pmcf->engine.len] = '\0';
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_pagedllm(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_pagedllm_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_pagedllm_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_pagedllm_status_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_pagedllm_main_conf_t  *pmcf;
+
+    pmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_pagedllm_main_conf_t));
+    if (pmcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     pmcf->engine = { 0, NULL };
+     */
+
+    pmcf->attach_timeout = NGX_CONF_UNSET_MSEC;
+    pmcf->reattach_interval = NGX_CONF_UNSET_MSEC;
+
+    return pmcf;
+}
+
+
+static char *
+ngx_http_pagedllm_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_pagedllm_main_conf_t *pmcf = conf;
+
+    ngx_conf_init_msec_value(pmcf->attach_timeout, 1000);
+    ngx_conf_init_msec_value(pmcf->reattach_interval, 1000);
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_pagedllm_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_pagedllm_loc_conf_t  *plcf;
+
+    plcf = ngx_palloc(cf->pool, sizeof(ngx_http_pagedllm_loc_conf_t));
+    if (plcf == NULL) {
+        return NULL;
+    }
+
+    plcf->max_unsent = NGX_CONF_UNSET_SIZE;
+    plcf->retry_after = NGX_CONF_UNSET;
+    plcf->timeout = NGX_CONF_UNSET_MSEC;
+
+    return plcf;
+}
+
+
+static char *
+ngx_http_pagedllm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_pagedllm_loc_conf_t *prev = parent;
+    ngx_http_pagedllm_loc_conf_t *conf = child;
+
+    ngx_conf_merge_size_value(conf->max_unsent, prev->max_unsent,
+                              1024 * 1024);
+    ngx_conf_merge_sec_value(conf->retry_after, prev->retry_after, 1);
+    ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 300000);
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_pagedllm_main_conf_t  *pmcf;
+
+    pmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_pagedllm_module);
+    if (pmcf == NULL || pmcf->engine.data == NULL) {
+        return NGX_OK;
+    }
+
+    return ngx_http_pagedllm_channel_init(cycle, pmcf);
+}
+
+
+static void
+ngx_http_pagedllm_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_pagedllm_channel_exit(cycle);
+}

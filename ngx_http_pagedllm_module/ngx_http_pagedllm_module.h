@@ -1,0 +1,171 @@
+
+/*
+ * ngx_http_pagedllm_module: OpenAI-style completions served by
+ * pagedllm-engine through per-worker shared-memory rings.
+ *
+ * The module is split by concern:
+ *   ngx_http_pagedllm_module.c   directives, configuration, process init
+ *   ngx_http_pagedllm_channel.c  the worker's engine connection: attach,
+ *                                rings, doorbell, request table, re-attach
+ *   ngx_http_pagedllm_handler.c  request handlers, streaming, cleanup
+ *   ngx_http_pagedllm_openai.c   OpenAI JSON in (validation) and out
+ */
+
+
+#ifndef _NGX_HTTP_PAGEDLLM_MODULE_H_INCLUDED_
+#define _NGX_HTTP_PAGEDLLM_MODULE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "pl_proto.h"
+#include "pl_ring.h"
+#include "pl_tokenizer.h"
+
+
+#define NGX_HTTP_PAGEDLLM_ERR_LEN      512
+
+
+typedef struct {
+    ngx_str_t                     engine;        /* socket path, NUL-ended */
+    ngx_msec_t                    attach_timeout;
+    ngx_msec_t                    reattach_interval;
+} ngx_http_pagedllm_main_conf_t;
+
+
+typedef struct {
+    size_t                        max_unsent;
+    time_t                        retry_after;
+    ngx_msec_t                    timeout;
+} ngx_http_pagedllm_loc_conf_t;
+
+
+/* What the attached engine serves; valid while attached. */
+typedef struct {
+    ngx_str_t                     model;
+    uint32_t                      vocab_size;
+    uint32_t                      max_model_len;
+    uint32_t                      max_prompt;    /* fits one SUBMIT record */
+    pl_tokenizer_t               *tokenizer;
+} ngx_http_pagedllm_engine_t;
+
+
+typedef struct {
+    int32_t                      *prompt;
+    ngx_uint_t                    n_prompt;
+    uint32_t                      max_tokens;
+    uint32_t                      flags;         /* PL_SUBMIT_* */
+    float                         temperature;
+    float                         top_p;
+    int32_t                       top_k;
+    uint64_t                      seed;
+    unsigned                      stream:1;
+    unsigned                      include_usage:1;
+} ngx_http_pagedllm_params_t;
+
+
+/* An OpenAI-style error answer. */
+typedef struct {
+    ngx_uint_t                    status;
+    const char                   *type;
+    const char                   *code;          /* NULL: null */
+    char                          param[64];     /* "": null */
+    u_char                        message[NGX_HTTP_PAGEDLLM_ERR_LEN];
+} ngx_http_pagedllm_error_t;
+
+
+typedef enum {
+    NGX_HTTP_PAGEDLLM_NEW = 0,
+    NGX_HTTP_PAGEDLLM_PARKED,        /* waiting for the engine to attach */
+    NGX_HTTP_PAGEDLLM_RUNNING,       /* submitted, in the request table */
+    NGX_HTTP_PAGEDLLM_DONE           /* finished, failed or aborted */
+} ngx_http_pagedllm_state_e;
+
+
+typedef void (*ngx_http_pagedllm_resume_pt)(ngx_http_request_t *r);
+
+
+typedef struct {
+    ngx_rbtree_node_t             node;          /* key: request id */
+    ngx_queue_t                   queue;         /* parked or dirty list */
+    ngx_http_request_t           *request;
+    ngx_http_pagedllm_resume_pt   resume;
+    ngx_http_pagedllm_state_e     state;
+    ngx_uint_t                    generation;    /* attach it ran on */
+    ngx_event_t                   timer;         /* engine silence limit */
+
+    ngx_http_pagedllm_params_t    params;
+    pl_detok_t                    detok;
+    ngx_str_t                     id;            /* "cmpl-..." */
+    ngx_str_t                     model;
+    time_t                        created;
+    ngx_uint_t                    completion_tokens;
+
+    uint32_t                      finish_reason; /* PL_FINISH_*, 0: none */
+    ngx_uint_t                    error_status;
+    ngx_str_t                     error_message;
+
+    /* text decoded since the last flush (all of it when not streaming) */
+    u_char                       *text;
+    size_t                        text_len;
+    size_t                        text_cap;
+    uint32_t                     *piece_end;     /* per token, streaming */
+    ngx_uint_t                    npieces;
+    ngx_uint_t                    pieces_cap;
+
+    ngx_chain_t                  *free;
+    ngx_chain_t                  *busy;
+
+    unsigned                      dirty:1;
+    unsigned                      finished:1;
+} ngx_http_pagedllm_ctx_t;
+
+
+extern ngx_module_t  ngx_http_pagedllm_module;
+
+
+/* channel */
+ngx_int_t ngx_http_pagedllm_channel_init(ngx_cycle_t *cycle,
+    ngx_http_pagedllm_main_conf_t *pmcf);
+void ngx_http_pagedllm_channel_exit(ngx_cycle_t *cycle);
+ngx_http_pagedllm_engine_t *ngx_http_pagedllm_channel_engine(void);
+ngx_int_t ngx_http_pagedllm_channel_park(ngx_http_pagedllm_ctx_t *ctx);
+ngx_int_t ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx);
+void ngx_http_pagedllm_channel_cancel(ngx_http_pagedllm_ctx_t *ctx);
+ngx_int_t ngx_http_pagedllm_channel_stats(pl_stats_t *stats);
+
+/* handler */
+ngx_int_t ngx_http_pagedllm_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_pagedllm_status_handler(ngx_http_request_t *r);
+
+/* handler: called by the channel while it drains the completion ring */
+ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,
+    const int32_t *ids, ngx_uint_t n);
+void ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t status, u_char *msg, size_t len);
+void ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx);
+
+/* openai */
+ngx_int_t ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
+    u_char *body, size_t len, ngx_http_pagedllm_engine_t *engine,
+    ngx_http_pagedllm_params_t *params, ngx_http_pagedllm_error_t *err);
+void ngx_http_pagedllm_error_set(ngx_http_pagedllm_error_t *err,
+    ngx_uint_t status, const char *param, const char *fmt, ...);
+ngx_buf_t *ngx_http_pagedllm_error_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err);
+size_t ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx,
+    size_t text_len);
+u_char *ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    u_char *text, size_t len, uint32_t finish_reason);
+u_char *ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
+u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t status, ngx_str_t *message);
+ngx_buf_t *ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx);
+ngx_buf_t *ngx_http_pagedllm_models_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_engine_t *engine);
+ngx_buf_t *ngx_http_pagedllm_status_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats);
+
+#endif /* _NGX_HTTP_PAGEDLLM_MODULE_H_INCLUDED_ */

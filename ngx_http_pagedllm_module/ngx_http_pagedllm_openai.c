@@ -1,0 +1,1172 @@
+
+/*
+ * ngx_http_pagedllm_openai: the OpenAI completions API on the wire.
+ *
+ * In: the request body is parsed with jansson and every field is checked
+ * against a table of the fields we know; a field we do not support that
+ * asks for something is refused by name rather than ignored.  A string
+ * prompt is tokenized here, in the worker, with the engine's tokenizer.
+ * Out: SSE events are formatted straight into output buffers (they are
+ * per token and must be cheap); whole bodies go through jansson.
+ */
+
+
+#include <jansson.h>
+
+#include "ngx_http_pagedllm_module.h"
+
+
+#define NGX_HTTP_PAGEDLLM_MARKER      "\xef\xbf\xbe"   /* U+FFFE */
+#define NGX_HTTP_PAGEDLLM_MARKER_LEN  3
+
+
+typedef ngx_int_t (*ngx_http_pagedllm_field_pt)(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+
+
+typedef struct {
+    const char                   *name;
+    ngx_http_pagedllm_field_pt    parse;
+} ngx_http_pagedllm_field_t;
+
+
+static json_t *ngx_http_pagedllm_load(ngx_pool_t *pool, u_char *body,
+    size_t len, ngx_http_pagedllm_error_t *err);
+static u_char *ngx_http_pagedllm_sanitize(ngx_pool_t *pool, u_char *body,
+    size_t len, size_t *out_len);
+static ngx_int_t ngx_http_pagedllm_find_marker(json_t *root,
+    ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_has_marker(json_t *v);
+static ngx_int_t ngx_http_pagedllm_fields(json_t *root,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_check_length(
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_http_pagedllm_error_t *err);
+
+static ngx_int_t ngx_http_pagedllm_f_model(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_prompt(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_prompt_text(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_prompt_ids(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_max_tokens(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_temperature(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_top_p(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_top_k(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_seed(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_n(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_stream(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_stream_options(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_ignore_eos(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_user(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_unsupported(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_penalty(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_one(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+
+static ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);
+static u_char *ngx_http_pagedllm_sse_head(u_char *p,
+    ngx_http_pagedllm_ctx_t *ctx);
+static const char *ngx_http_pagedllm_reason(uint32_t reason);
+
+
+/* The field being parsed, for error messages. */
+static const char  *ngx_http_pagedllm_field;
+
+
+static ngx_http_pagedllm_field_t  ngx_http_pagedllm_fields_known[] = {
+    { "model", ngx_http_pagedllm_f_model },
+    { "prompt", ngx_http_pagedllm_f_prompt },
+    { "max_tokens", ngx_http_pagedllm_f_max_tokens },
+    { "temperature", ngx_http_pagedllm_f_temperature },
+    { "top_p", ngx_http_pagedllm_f_top_p },
+    { "top_k", ngx_http_pagedllm_f_top_k },
+    { "seed", ngx_http_pagedllm_f_seed },
+    { "n", ngx_http_pagedllm_f_n },
+    { "best_of", ngx_http_pagedllm_f_one },
+    { "stream", ngx_http_pagedllm_f_stream },
+    { "stream_options", ngx_http_pagedllm_f_stream_options },
+    { "ignore_eos", ngx_http_pagedllm_f_ignore_eos },
+    { "user", ngx_http_pagedllm_f_user },
+    { "echo", ngx_http_pagedllm_f_unsupported },
+    { "logprobs", ngx_http_pagedllm_f_unsupported },
+    { "stop", ngx_http_pagedllm_f_unsupported },
+    { "suffix", ngx_http_pagedllm_f_unsupported },
+    { "logit_bias", ngx_http_pagedllm_f_unsupported },
+    { "presence_penalty", ngx_http_pagedllm_f_penalty },
+    { "frequency_penalty", ngx_http_pagedllm_f_penalty },
+    { NULL, NULL }
+};
+
+
+ngx_int_t
+ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
+    size_t len, ngx_http_pagedllm_engine_t *engine,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err)
+{
+    json_t     *root;
+    ngx_int_t   rc;
+
+    ngx_memzero(p, sizeof(ngx_http_pagedllm_params_t));
+    p->max_tokens = 16;
+    p->temperature = 1.0f;
+    p->top_p = 1.0f;
+
+    root = ngx_http_pagedllm_load(r->pool, body, len, err);
+    if (root == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_pagedllm_fields(root, p, engine, r->pool, err);
+
+    json_decref(root);
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_pagedllm_check_length(p, engine, err);
+}
+
+
+static json_t *
+ngx_http_pagedllm_load(ngx_pool_t *pool, u_char *body, size_t len,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_t        *root;
+    ngx_uint_t     bad_utf8;
+    json_error_t   jerr;
+
+    bad_utf8 = !pl_utf8_valid((char *) body, len);
+
+    if (bad_utf8) {
+        body = ngx_http_pagedllm_sanitize(pool, body, len, &len);
+        if (body == NULL) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                        NULL, "out of memory");
+            return NULL;
+        }
+    }
+
+    root = json_loadb((char *) body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL,
+                                    "We could not parse the JSON body of "
+                                    "your request: %s (line %d, column %d)",
+                                    jerr.text, jerr.line, jerr.column);
+        return NULL;
+    }
+
+    if (!json_is_object(root)) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL,
+                                    "The request body must be a JSON "
+                                    "object");
+        json_decref(root);
+        return NULL;
+    }
+
+    if (bad_utf8) {
+        ngx_http_pagedllm_find_marker(root, err);
+        json_decref(root);
+        return NULL;
+    }
+
+    return root;
+}
+
+
+/*
+ * jansson refuses invalid UTF-8 anywhere in a document, which would hide
+ * which field was at fault; so each invalid byte is replaced by a marker
+ * (U+FFFE) and the field whose value holds a marker is named.
+ */
+static u_char *
+ngx_http_pagedllm_sanitize(ngx_pool_t *pool, u_char *body, size_t len,
+    size_t *out_len)
+{
+    u_char  *out, *o, c;
+    size_t   i, n;
+
+    out = ngx_pnalloc(pool, len * NGX_HTTP_PAGEDLLM_MARKER_LEN + 1);
+    if (out == NULL) {
+        return NULL;
+    }
+
+    o = out;
+
+    for (i = 0; i < len; i += n) {
+        c = body[i];
+        n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
+            : (c >> 3) == 30 ? 4 : 0;
+
+        if (n && i + n <= len && pl_utf8_valid((char *) body + i, n)) {
+            o = ngx_cpymem(o, body + i, n);
+            continue;
+        }
+
+        o = ngx_cpymem(o, NGX_HTTP_PAGEDLLM_MARKER,
+                       NGX_HTTP_PAGEDLLM_MARKER_LEN);
+        n = 1;
+    }
+
+    *out_len = o - out;
+
+    return out;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_find_marker(json_t *root, ngx_http_pagedllm_error_t *err)
+{
+    json_t      *v;
+    const char  *key;
+
+    json_object_foreach(root, key, v) {
+        if (ngx_http_pagedllm_has_marker(v)) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, key,
+                                        "'%s' is not valid UTF-8", key);
+            return NGX_OK;
+        }
+    }
+
+    ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL,
+                                "The request body is not valid UTF-8");
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_has_marker(json_t *v)
+{
+    size_t       i;
+    json_t      *e;
+    const char  *key;
+
+    if (json_is_string(v)) {
+        return ngx_strnstr((u_char *) json_string_value(v),
+                           NGX_HTTP_PAGEDLLM_MARKER, json_string_length(v))
+               != NULL;
+    }
+
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, e) {
+            if (ngx_http_pagedllm_has_marker(e)) {
+                return 1;
+            }
+        }
+    }
+
+    if (json_is_object(v)) {
+        json_object_foreach(v, key, e) {
+            if (ngx_http_pagedllm_has_marker(e)
+                || ngx_strstr(key, NGX_HTTP_PAGEDLLM_MARKER))
+            {
+                return 1;
+            }
+        }
+    }
+
+    return 0;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_t                     *v, *so;
+    const char                 *key;
+    ngx_http_pagedllm_field_t  *f;
+
+    json_object_foreach(root, key, v) {
+
+        for (f = ngx_http_pagedllm_fields_known; f->name; f++) {
+            if (ngx_strcmp(key, f->name) == 0) {
+                break;
+            }
+        }
+
+        if (f->name == NULL) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, key,
+                                        "Unrecognized request argument "
+                                        "supplied: %s", key);
+            return NGX_ERROR;
+        }
+
+        ngx_http_pagedllm_field = f->name;
+
+        if (f->parse(v, p, engine, pool, err) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (p->prompt == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                    "'prompt' is a required property");
+        return NGX_ERROR;
+    }
+
+    so = json_object_get(root, "stream_options");
+
+    if (so && !json_is_null(so) && !p->stream) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    "stream_options",
+                                    "'stream_options' is only allowed when "
+                                    "'stream' is true");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err)
+{
+    if (p->n_prompt >= engine->max_model_len
+        || p->n_prompt > engine->max_prompt)
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                    "This model's maximum context length is "
+                                    "%uD tokens, however your prompt has "
+                                    "%ui tokens", engine->max_model_len,
+                                    p->n_prompt);
+        return NGX_ERROR;
+    }
+
+    if (p->n_prompt + p->max_tokens > engine->max_model_len) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "max_tokens",
+                                    "This model's maximum context length is "
+                                    "%uD tokens, however you requested %uL "
+                                    "tokens (%ui in the prompt, %uD for the "
+                                    "completion)", engine->max_model_len,
+                                    (uint64_t) p->n_prompt + p->max_tokens,
+                                    p->n_prompt, p->max_tokens);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_type_error(ngx_http_pagedllm_error_t *err, const char *what)
+{
+    ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                ngx_http_pagedllm_field,
+                                "'%s' must be %s", ngx_http_pagedllm_field,
+                                what);
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_model(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_string(v)) {
+        return ngx_http_pagedllm_type_error(err, "a string");
+    }
+
+    if (json_string_length(v) != engine->model.len
+        || ngx_strncmp(json_string_value(v), engine->model.data,
+                       engine->model.len) != 0)
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_NOT_FOUND, "model",
+                                    "The model `%s` does not exist",
+                                    json_string_value(v));
+        err->code = "model_not_found";
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_prompt(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_t  *first;
+
+    if (json_is_string(v)) {
+        return ngx_http_pagedllm_prompt_text(v, p, engine, pool, err);
+    }
+
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return ngx_http_pagedllm_type_error(err,
+                   "a string, an array of token ids, or a one-element "
+                   "array of either");
+    }
+
+    first = json_array_get(v, 0);
+
+    if (json_is_integer(first)) {
+        return ngx_http_pagedllm_prompt_ids(v, p, engine, pool, err);
+    }
+
+    if (json_array_size(v) > 1
+        && (json_is_string(first) || json_is_array(first)))
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                    "Batched prompts are not supported: "
+                                    "send one prompt per request");
+        return NGX_ERROR;
+    }
+
+    if (json_is_string(first)) {
+        return ngx_http_pagedllm_prompt_text(first, p, engine, pool, err);
+    }
+
+    if (json_is_array(first) && json_array_size(first) > 0) {
+        return ngx_http_pagedllm_prompt_ids(first, p, engine, pool, err);
+    }
+
+    return ngx_http_pagedllm_type_error(err,
+               "a string, an array of token ids, or a one-element array "
+               "of either");
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_prompt_text(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    int          n;
+    size_t       len, cap;
+    const char  *s;
+
+    s = json_string_value(v);
+    len = json_string_length(v);
+
+    if (!pl_utf8_valid(s, len)) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                    "'prompt' is not valid UTF-8");
+        return NGX_ERROR;
+    }
+
+    cap = len + PL_TOKENIZER_EXTRA;
+    p->prompt = ngx_palloc(pool, cap * sizeof(int32_t));
+    if (p->prompt == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    n = pl_tokenizer_encode(engine->tokenizer, s, len, 1, 0, p->prompt, cap);
+
+    if (n < 0) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                    n == -1 ? "'prompt' is not valid UTF-8"
+                                            : "'prompt' cannot be tokenized");
+        return NGX_ERROR;
+    }
+
+    if (n == 0) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                    "'prompt' must not be empty");
+        return NGX_ERROR;
+    }
+
+    p->n_prompt = n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_prompt_ids(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    size_t      i, n;
+    json_t     *e;
+    json_int_t  id;
+
+    n = json_array_size(v);
+
+    p->prompt = ngx_palloc(pool, n * sizeof(int32_t));
+    if (p->prompt == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(v, i, e) {
+        if (!json_is_integer(e)) {
+            return ngx_http_pagedllm_type_error(err,
+                       "a string, an array of token ids, or a one-element "
+                       "array of either");
+        }
+
+        id = json_integer_value(e);
+
+        if (id < 0 || id >= (json_int_t) engine->vocab_size) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                        "Token id %L in 'prompt' is out of "
+                                        "vocabulary (0..%uD)", (int64_t) id,
+                                        engine->vocab_size - 1);
+            return NGX_ERROR;
+        }
+
+        p->prompt[i] = (int32_t) id;
+    }
+
+    p->n_prompt = n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_max_tokens(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_int_t  n;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_integer(v)) {
+        return ngx_http_pagedllm_type_error(err, "an integer");
+    }
+
+    n = json_integer_value(v);
+
+    if (n < 1 || n > (json_int_t) engine->max_model_len) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "max_tokens",
+                                    "'max_tokens' must be between 1 and %uD, "
+                                    "got %L", engine->max_model_len,
+                                    (int64_t) n);
+        return NGX_ERROR;
+    }
+
+    p->max_tokens = (uint32_t) n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_number(json_t *v, double lo, double hi, ngx_uint_t open_lo,
+    double *out, ngx_http_pagedllm_error_t *err)
+{
+    double  d;
+
+    if (!json_is_number(v)) {
+        return ngx_http_pagedllm_type_error(err, "a number");
+    }
+
+    d = json_number_value(v);
+
+    if (!(d <= hi) || (open_lo ? !(d > lo) : !(d >= lo))) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    ngx_http_pagedllm_field,
+                                    "'%s' must be in %s%.1f, %.1f], got %.3f",
+                                    ngx_http_pagedllm_field,
+                                    open_lo ? "(" : "[", lo, hi, d);
+        return NGX_ERROR;
+    }
+
+    *out = d;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_temperature(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    double  d;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_number(v, 0.0, 2.0, 0, &d, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    p->temperature = (float) d;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_top_p(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    double  d;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_number(v, 0.0, 1.0, 1, &d, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    p->top_p = (float) d;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_top_k(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_int_t  k;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_integer(v)) {
+        return ngx_http_pagedllm_type_error(err, "an integer");
+    }
+
+    k = json_integer_value(v);
+
+    if (k < -1 || k > (json_int_t) engine->vocab_size) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "top_k",
+                                    "'top_k' must be -1 (off) or between 1 "
+                                    "and %uD, got %L", engine->vocab_size,
+                                    (int64_t) k);
+        return NGX_ERROR;
+    }
+
+    p->top_k = k < 0 ? 0 : (int32_t) k;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_seed(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_integer(v)) {
+        return ngx_http_pagedllm_type_error(err, "an integer");
+    }
+
+    p->seed = (uint64_t) json_integer_value(v);
+    p->flags |= PL_SUBMIT_HAS_SEED;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_n(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_integer(v)) {
+        return ngx_http_pagedllm_type_error(err, "an integer");
+    }
+
+    if (json_integer_value(v) != 1) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "n",
+                                    "'n' must be 1 for now: parallel "
+                                    "sampling is not supported yet");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_bool(json_t *v, ngx_uint_t *out,
+    ngx_http_pagedllm_error_t *err)
+{
+    if (json_is_null(v)) {
+        *out = 0;
+        return NGX_OK;
+    }
+
+    if (!json_is_boolean(v)) {
+        return ngx_http_pagedllm_type_error(err, "a boolean");
+    }
+
+    *out = json_is_true(v);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_stream(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    ngx_uint_t  b;
+
+    if (ngx_http_pagedllm_bool(v, &b, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    p->stream = b;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_stream_options(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_t      *e;
+    ngx_uint_t   b;
+    const char  *key;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(v)) {
+        return ngx_http_pagedllm_type_error(err, "an object");
+    }
+
+    json_object_foreach(v, key, e) {
+        if (ngx_strcmp(key, "include_usage") != 0) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "stream_options",
+                                        "Unrecognized stream option: %s",
+                                        key);
+            return NGX_ERROR;
+        }
+
+        ngx_http_pagedllm_field = "stream_options";
+
+        if (ngx_http_pagedllm_bool(e, &b, err) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        p->include_usage = b;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_ignore_eos(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    ngx_uint_t  b;
+
+    if (ngx_http_pagedllm_bool(v, &b, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (b) {
+        p->flags |= PL_SUBMIT_IGNORE_EOS;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_user(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    if (!json_is_null(v) && !json_is_string(v)) {
+        return ngx_http_pagedllm_type_error(err, "a string");
+    }
+
+    return NGX_OK;
+}
+
+
+/* Accepted only when it asks for nothing: null, false, "", [] or {}. */
+static ngx_int_t
+ngx_http_pagedllm_f_unsupported(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    if (json_is_null(v) || json_is_false(v)
+        || (json_is_string(v) && json_string_length(v) == 0)
+        || (json_is_array(v) && json_array_size(v) == 0)
+        || (json_is_object(v) && json_object_size(v) == 0))
+    {
+        return NGX_OK;
+    }
+
+    ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                ngx_http_pagedllm_field,
+                                "'%s' is not supported",
+                                ngx_http_pagedllm_field);
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_penalty(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    double  d;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_number(v, -2.0, 2.0, 0, &d, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (d != 0.0) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    ngx_http_pagedllm_field,
+                                    "'%s' other than 0 is not supported",
+                                    ngx_http_pagedllm_field);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_one(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_integer(v)) {
+        return ngx_http_pagedllm_type_error(err, "an integer");
+    }
+
+    if (json_integer_value(v) != 1) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    ngx_http_pagedllm_field,
+                                    "'%s' other than 1 is not supported",
+                                    ngx_http_pagedllm_field);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_pagedllm_error_set(ngx_http_pagedllm_error_t *err,
+    ngx_uint_t status, const char *param, const char *fmt, ...)
+{
+    u_char   *last;
+    va_list   args;
+
+    err->status = status;
+    err->type = status < 500 ? "invalid_request_error" : "server_error";
+    err->code = NULL;
+
+    if (param) {
+        ngx_cpystrn((u_char *) err->param, (u_char *) param,
+                    sizeof(err->param));
+    } else {
+        err->param[0] = '\0';
+    }
+
+    va_start(args, fmt);
+    last = ngx_vslprintf(err->message, err->message + sizeof(err->message) - 1,
+                         fmt, args);
+    va_end(args);
+
+    *last = '\0';
+}
+
+
+ngx_buf_t *
+ngx_http_pagedllm_error_json(ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
+{
+    json_t  *j, *msg;
+
+    msg = json_string((char *) err->message);
+    if (msg == NULL) {
+        msg = json_string("invalid request");
+    }
+
+    j = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error",
+                  "message", msg,
+                  "type", err->type,
+                  "param", err->param[0] ? json_string(err->param)
+                                         : json_null(),
+                  "code", err->code ? json_string(err->code) : json_null());
+
+    return ngx_http_pagedllm_json_buf(pool, j);
+}
+
+
+size_t
+ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx, size_t text_len)
+{
+    return sizeof("data: {\"id\":\"\",\"object\":\"text_completion\","
+                  "\"created\":,\"model\":\"\",\"choices\":[{\"index\":0,"
+                  "\"text\":\"\",\"logprobs\":null,\"finish_reason\":"
+                  "\"length\"}]}\n\n")
+           + NGX_TIME_T_LEN + ctx->id.len + 6 * ctx->model.len
+           + 6 * text_len;
+}
+
+
+static u_char *
+ngx_http_pagedllm_sse_head(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+{
+    p = ngx_sprintf(p, "data: {\"id\":\"%V\",\"object\":\"text_completion\","
+                    "\"created\":%T,\"model\":\"", &ctx->id, ctx->created);
+    p = (u_char *) ngx_escape_json(p, ctx->model.data, ctx->model.len);
+
+    return ngx_cpymem(p, "\",", 2);
+}
+
+
+u_char *
+ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    u_char *text, size_t len, uint32_t finish_reason)
+{
+    const char  *reason;
+
+    p = ngx_http_pagedllm_sse_head(p, ctx);
+    p = ngx_sprintf(p, "\"choices\":[{\"index\":0,\"text\":\"");
+    p = (u_char *) ngx_escape_json(p, text, len);
+
+    reason = ngx_http_pagedllm_reason(finish_reason);
+
+    if (reason) {
+        return ngx_sprintf(p, "\",\"logprobs\":null,\"finish_reason\":"
+                           "\"%s\"}]}\n\n", reason);
+    }
+
+    return ngx_sprintf(p, "\",\"logprobs\":null,\"finish_reason\":null}]}"
+                       "\n\n");
+}
+
+
+u_char *
+ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+{
+    p = ngx_http_pagedllm_sse_head(p, ctx);
+
+    return ngx_sprintf(p, "\"choices\":[],\"usage\":{\"prompt_tokens\":%ui,"
+                       "\"completion_tokens\":%ui,\"total_tokens\":%ui}}"
+                       "\n\n", ctx->params.n_prompt, ctx->completion_tokens,
+                       ctx->params.n_prompt + ctx->completion_tokens);
+}
+
+
+u_char *
+ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t status, ngx_str_t *message)
+{
+    p = ngx_sprintf(p, "data: {\"error\":{\"message\":\"");
+    p = (u_char *) ngx_escape_json(p, message->data, message->len);
+
+    return ngx_sprintf(p, "\",\"type\":\"%s\",\"param\":null,\"code\":%ui}}"
+                       "\n\n",
+                       status < 500 ? "invalid_request_error"
+                                    : "server_error",
+                       status);
+}
+
+
+ngx_buf_t *
+ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
+{
+    json_t  *j, *text;
+
+    text = json_stringn((char *) ctx->text, ctx->text_len);
+    if (text == NULL) {
+        return NULL;
+    }
+
+    j = json_pack("{s:s%,s:s,s:I,s:s%,s:[{s:i,s:o,s:n,s:s}],"
+                  "s:{s:I,s:I,s:I}}",
+                  "id", ctx->id.data, ctx->id.len,
+                  "object", "text_completion",
+                  "created", (json_int_t) ctx->created,
+                  "model", ctx->model.data, ctx->model.len,
+                  "choices",
+                      "index", 0,
+                      "text", text,
+                      "logprobs",
+                      "finish_reason",
+                      ngx_http_pagedllm_reason(ctx->finish_reason),
+                  "usage",
+                      "prompt_tokens", (json_int_t) ctx->params.n_prompt,
+                      "completion_tokens",
+                      (json_int_t) ctx->completion_tokens,
+                      "total_tokens",
+                      (json_int_t) (ctx->params.n_prompt
+                                    + ctx->completion_tokens));
+
+    return ngx_http_pagedllm_json_buf(ctx->request->pool, j);
+}
+
+
+ngx_buf_t *
+ngx_http_pagedllm_models_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_engine_t *engine)
+{
+    json_t  *j;
+
+    j = json_pack("{s:s,s:[{s:s%,s:s,s:I,s:s,s:I}]}",
+                  "object", "list",
+                  "data",
+                      "id", engine->model.data, engine->model.len,
+                      "object", "model",
+                      "created", (json_int_t) ngx_time(),
+                      "owned_by", "pagedllm",
+                      "max_model_len", (json_int_t) engine->max_model_len);
+
+    return ngx_http_pagedllm_json_buf(pool, j);
+}
+
+
+ngx_buf_t *
+ngx_http_pagedllm_status_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_engine_t *engine, pl_stats_t *s)
+{
+    json_t  *j;
+
+    if (engine == NULL) {
+        j = json_pack("{s:s}", "engine", "detached");
+        return ngx_http_pagedllm_json_buf(pool, j);
+    }
+
+    j = json_pack("{s:s,s:s%,s:s,s:I,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I,s:I},"
+                  "s:I,s:I,s:I,s:I,s:I}",
+                  "engine", "attached",
+                  "model", engine->model.data, engine->model.len,
+                  "device", s->device,
+                  "workers", (json_int_t) s->workers,
+                  "requests",
+                      "running", (json_int_t) s->running,
+                      "waiting", (json_int_t) s->waiting,
+                      "swapped", (json_int_t) s->swapped,
+                  "kv_blocks",
+                      "total", (json_int_t) s->kv_blocks_total,
+                      "used", (json_int_t) s->kv_blocks_used,
+                      "free", (json_int_t) s->kv_blocks_free,
+                      "block_size", (json_int_t) s->block_size,
+                  "iterations", (json_int_t) s->iterations,
+                  "requests_total", (json_int_t) s->requests_total,
+                  "prompt_tokens_total", (json_int_t) s->prompt_tokens_total,
+                  "generation_tokens_total",
+                  (json_int_t) s->generation_tokens_total,
+                  "preemptions_total", (json_int_t) s->preemptions_total);
+
+    return ngx_http_pagedllm_json_buf(pool, j);
+}
+
+
+static ngx_buf_t *
+ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j)
+{
+    char       *s;
+    size_t      len;
+    ngx_buf_t  *b;
+
+    if (j == NULL) {
+        return NULL;
+    }
+
+    s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+
+    if (s == NULL) {
+        return NULL;
+    }
+
+    len = ngx_strlen(s);
+
+    b = ngx_create_temp_buf(pool, len + 1);
+    if (b != NULL) {
+        b->last = ngx_cpymem(b->last, s, len);
+        *b->last++ = '\n';
+    }
+
+    free(s);
+
+    return b;
+}
+
+
+static const char *
+ngx_http_pagedllm_reason(uint32_t reason)
+{
+    switch (reason) {
+    case PL_FINISH_STOP:
+        return "stop";
+    case PL_FINISH_LENGTH:
+        return "length";
+    default:
+        return NULL;
+    }
+}
