@@ -832,9 +832,11 @@ variant(rmodel_t *rm, const char *name, const char *set, const char *key)
     const char    *dir = write_model(rm, name);
     json_t        *c = config_json(rm);
     json_error_t   jerr;
+    json_t        *patch = set ? json_loads(set, 0, &jerr) : NULL;
 
-    if (set != NULL) {
-        json_object_update(c, json_loads(set, 0, &jerr));
+    if (patch != NULL) {
+        json_object_update(c, patch);
+        json_decref(patch);
     }
     if (key != NULL) {
         json_object_del(c, key);
