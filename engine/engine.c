@@ -580,7 +580,7 @@ pl_engine_reject(pl_conn_t *c, uint64_t req_id, uint32_t status,
 {
     pl_seq_t  *s = pl_seq_create(req_id, NULL, 0, 0);
 
-    pl_log(PL_LOG_INFO, "worker %u request %llu rejected (%u): %s",
+    pl_log(PL_LOG_DEBUG, "worker %u request %llu rejected (%u): %s",
            c->worker_id, (unsigned long long) req_id, status, why);
 
     if (s == NULL || (s->error = strdup(why)) == NULL) {
@@ -692,6 +692,38 @@ pl_engine_drain(pl_engine_t *e, pl_conn_t *c)
 }
 
 
+/* ---- counters ---- */
+
+
+static void
+pl_engine_stats(const pl_engine_t *e, pl_stats_t *st)
+{
+    *st = e->totals;
+    st->running = (uint32_t) e->sched.running.n;
+    st->waiting = (uint32_t) e->sched.waiting.n;
+    st->swapped = 0;
+    st->preemptions_total = e->sched.preemptions;
+    st->kv_blocks_used = (uint32_t) pl_bm_num_used(&e->bm);
+    st->kv_blocks_free = (uint32_t) pl_bm_num_free(&e->bm);
+}
+
+
+static void
+pl_engine_publish(pl_engine_t *e)
+{
+    pl_stats_t  st;
+    pl_conn_t  *c;
+
+    pl_engine_stats(e, &st);
+
+    for (c = e->conns; c; c = c->next) {
+        if (c->attached && !c->dead) {
+            pl_stats_publish(c->hdr, &st);
+        }
+    }
+}
+
+
 /* ---- connections ---- */
 
 
@@ -720,9 +752,15 @@ pl_engine_accept(pl_engine_t *e)
 static void
 pl_engine_attach(pl_engine_t *e, pl_conn_t *c)
 {
-    char  err[256];
-    int   rc = pl_ipc_attach(c, &e->identity, err, sizeof(err));
+    char        err[256];
+    pl_stats_t  st;
+    int         rc;
 
+    e->totals.workers++;
+    pl_engine_stats(e, &st);
+    e->totals.workers--;
+
+    rc = pl_ipc_attach(c, &e->identity, &st, err, sizeof(err));
     if (rc == 0) {
         return;
     }
@@ -730,8 +768,10 @@ pl_engine_attach(pl_engine_t *e, pl_conn_t *c)
     if (rc < 0
         || pl_engine_watch(e, c->sub_efd, EPOLLIN, &c->bell_watch) != 0)
     {
-        pl_log(PL_LOG_WARN, "connection %u: attach failed: %s",
-               c->worker_id, rc < 0 ? err : strerror(errno));
+        /* a probe that connects and closes is no cause for alarm */
+        pl_log(c->attach_got ? PL_LOG_WARN : PL_LOG_DEBUG,
+               "connection %u: attach failed: %s", c->worker_id,
+               rc < 0 ? err : strerror(errno));
         c->dead = 1;
         return;
     }
@@ -991,27 +1031,6 @@ pl_engine_flush(pl_engine_t *e)
         }
 
         pl_ipc_flush_doorbell(c);
-    }
-}
-
-
-static void
-pl_engine_publish(pl_engine_t *e)
-{
-    pl_stats_t  st = e->totals;
-    pl_conn_t  *c;
-
-    st.running = (uint32_t) e->sched.running.n;
-    st.waiting = (uint32_t) e->sched.waiting.n;
-    st.swapped = 0;
-    st.preemptions_total = e->sched.preemptions;
-    st.kv_blocks_used = (uint32_t) pl_bm_num_used(&e->bm);
-    st.kv_blocks_free = (uint32_t) pl_bm_num_free(&e->bm);
-
-    for (c = e->conns; c; c = c->next) {
-        if (c->attached && !c->dead) {
-            pl_stats_publish(c->hdr, &st);
-        }
     }
 }
 

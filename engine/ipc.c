@@ -296,8 +296,8 @@ pl_ipc_check_attach(pl_conn_t *c, char *err, size_t errlen)
 
 
 int
-pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id, char *err,
-    size_t errlen)
+pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id,
+    const pl_stats_t *stats, char *err, size_t errlen)
 {
     ssize_t  n;
     int      memfd, rc;
@@ -332,6 +332,7 @@ pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id, char *err,
     if (memfd < 0) {
         return -1;
     }
+    pl_stats_publish(c->hdr, stats);
 
     rc = pl_ipc_send_hello(c, memfd);
     close(memfd);

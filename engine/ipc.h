@@ -98,11 +98,12 @@ pl_conn_t *pl_ipc_accept(int lfd, uint32_t worker_id);
 
 /*
  * Read what the worker sent so far of its pl_attach_t; once complete and
- * valid, build its region and send pl_hello_t with the descriptors.
- * 1 attached, 0 more to read, -1 bad or failed (err says why).
+ * valid, build its region (identity and current stats filled in) and send
+ * pl_hello_t with the descriptors.  1 attached, 0 more to read, -1 bad or
+ * failed (err says why).
  */
 int        pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id,
-    char *err, size_t errlen);
+    const pl_stats_t *stats, char *err, size_t errlen);
 
 /* The socket of an attached worker is readable: 0 when it just woke us,
    -1 when the worker is gone or broke the protocol by talking. */
