@@ -8,7 +8,8 @@
  * step compares the same computation; the logits must agree within bf16
  * error and so must the greedy choice wherever the CPU's best logit leads
  * the runner-up by a clear margin.  Free-running: each backend follows its
- * own greedy choices, and the generated sequences must be identical.
+ * own greedy choices, and the generations must be identical up to the
+ * first near-tie of the CPU's.
  */
 
 #include <stdio.h>
@@ -208,9 +209,11 @@ teacher_forced(side_t *cpu, side_t *gpu, const int32_t *tables, int vocab)
 }
 
 
-/* each backend follows its own greedy choices */
+/* each backend follows its own greedy choices; lead[i][k] is the margin
+   of the k-th generated token of sequence i */
 static int
-free_run(side_t *s, seq_t *seqs, const int32_t *tables, int vocab)
+free_run(side_t *s, seq_t *seqs, const int32_t *tables, int vocab,
+    float (*lead)[NEW_TOKENS + 1])
 {
     float  *lg = malloc((size_t) NSEQ * vocab * sizeof(float));
     int     it, i;
@@ -222,11 +225,11 @@ free_run(side_t *s, seq_t *seqs, const int32_t *tables, int vocab)
         }
         advance(seqs);
         for (i = 0; i < NSEQ; i++) {
-            float  lead;
+            int  k = seqs[i].len - seqs[i].prompt;
 
             if (seqs[i].done == seqs[i].len) {
                 seqs[i].tok[seqs[i].len++] =
-                    argmax(lg + (size_t) i * vocab, vocab, &lead);
+                    argmax(lg + (size_t) i * vocab, vocab, &lead[i][k]);
             }
         }
     }
@@ -235,28 +238,42 @@ free_run(side_t *s, seq_t *seqs, const int32_t *tables, int vocab)
 }
 
 
+/*
+ * Sequences must be identical up to the first token the CPU chose without
+ * a clear lead: past a near-tie, bf16 rounding may rightly pick the other
+ * token and the two generations part.
+ */
 static void
 free_running(side_t *cpu, side_t *gpu, const int32_t *tables, int vocab)
 {
     seq_t  sc[NSEQ], sg[NSEQ];
-    int    i, same = 1;
+    float  lc[NSEQ][NEW_TOKENS + 1], lg[NSEQ][NEW_TOKENS + 1];
+    int    i, k, same = 1, compared = 0;
 
     draw_prompts(sc, vocab);
     memcpy(sg, sc, sizeof(sc));
-    if (!ok(free_run(cpu, sc, tables, vocab) == 0
-            && free_run(gpu, sg, tables, vocab) == 0,
+    if (!ok(free_run(cpu, sc, tables, vocab, lc) == 0
+            && free_run(gpu, sg, tables, vocab, lg) == 0,
             "free-running greedy decoding runs on both backends"))
     {
         return;
     }
     for (i = 0; i < NSEQ; i++) {
-        same &= sc[i].len >= sc[i].prompt + NEW_TOKENS
-                && memcmp(sc[i].tok, sg[i].tok,
-                          (sc[i].prompt + NEW_TOKENS) * sizeof(int32_t))
-                   == 0;
+        for (k = 0; k < NEW_TOKENS && lc[i][k] > CLEAR_LEAD; k++) {
+            int  p = sc[i].prompt + k;
+
+            if (sc[i].tok[p] != sg[i].tok[p]) {
+                diag("sequence %d token %d: cpu %d, cuda %d (lead %.3f)", i,
+                     k, sc[i].tok[p], sg[i].tok[p], lc[i][k]);
+                same = 0;
+                break;
+            }
+            compared++;
+        }
     }
-    ok(same, "free-running greedy: the %d generated tokens of each of %d "
-       "sequences are identical on CUDA and CPU", NEW_TOKENS, NSEQ);
+    ok(same && compared > 0, "free-running greedy: CUDA generates the "
+       "CPU's tokens up to the first near-tie (%d tokens compared of %d)",
+       compared, NSEQ * NEW_TOKENS);
 }
 
 
