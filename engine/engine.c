@@ -341,7 +341,7 @@ pl_engine_tokenizer(pl_engine_t *e, pl_ipc_identity_t *id)
     }
 
     id->tokenizer_hash = pl_fnv1a64(data, (size_t) size);
-    snprintf(id->tokenizer_path, sizeof(id->tokenizer_path), "%s", real);
+    memcpy(id->tokenizer_path, real, strlen(real) + 1);
     free(data);
     fclose(f);
 

@@ -121,16 +121,17 @@ pl_ipc_listen(const char *path, unsigned mode, char *err, size_t errlen)
     }
 
     if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0) {
-        snprintf(err, errlen, "bind(\"%s\"): %s", path, strerror(errno));
+        snprintf(err, errlen, "bind(\"%s\"): %s", sa.sun_path,
+                 strerror(errno));
         close(fd);
         return -1;
     }
 
-    if (chmod(path, mode) != 0 || listen(fd, 64) != 0) {
-        snprintf(err, errlen, "chmod/listen \"%s\": %s", path,
+    if (chmod(sa.sun_path, mode) != 0 || listen(fd, 64) != 0) {
+        snprintf(err, errlen, "chmod/listen \"%s\": %s", sa.sun_path,
                  strerror(errno));
         close(fd);
-        unlink(path);
+        unlink(sa.sun_path);
         return -1;
     }
 

@@ -947,6 +947,50 @@ test_full_completion_ring(worker_t *w)
 }
 
 
+/*
+ * Ten requests of 600 + 600 tokens need 750 blocks of a pool of 512: the
+ * engine must preempt (by recompute) and still finish every one of them
+ * with exactly the tokens it would have produced alone.
+ */
+static void
+test_preemption(worker_t *w)
+{
+    static int32_t  prompt[10][600];
+    pl_stats_t      before = wait_idle(w), after;
+    result_t       *alone, *r;
+    int             i, j, all = 1;
+
+    for (i = 0; i < 10; i++) {
+        for (j = 0; j < 600; j++) {
+            prompt[i][j] = (i * 31 + j * 7) % 500;
+        }
+    }
+
+    submit(w, 400, prompt[9], 600, 600, &greedy_ignore_eos);
+    wait_finished(w, 400);
+    alone = result_for(400);
+
+    for (i = 0; i < 10; i++) {
+        submit(w, 410 + i, prompt[i], 600, 600, &greedy_ignore_eos);
+    }
+    for (i = 0; i < 10; i++) {
+        wait_finished(w, 410 + i);
+        r = result_for(410 + i);
+        all &= r->n == 600 && r->reason == PL_FINISH_LENGTH;
+    }
+    after = wait_idle(w);
+
+    ok(after.preemptions_total > before.preemptions_total,
+       "a pool too small for the load preempts (%llu times)",
+       (unsigned long long) (after.preemptions_total
+                             - before.preemptions_total));
+    ok(all, "every request still gets its 600 tokens");
+    ok(memcmp(result_for(419)->toks, alone->toks, 600 * sizeof(int32_t)) == 0,
+       "recomputation gives the tokens the request produces alone");
+    is_int(after.kv_blocks_used, 0, "and every block comes back");
+}
+
+
 int
 main(void)
 {
@@ -982,6 +1026,7 @@ main(void)
         test_seed(&w);
         test_abort(&w);
         test_invalid(&w);
+        test_preemption(&w);
         corrupt_and_check(&w, 0, "unknown record type");
         corrupt_and_check(&w, 1, "token id >= vocab");
         corrupt_and_check(&w, 2, "n_prompt larger than the record");
