@@ -1,0 +1,484 @@
+package PagedLLM::Test;
+
+# Integration harness: starts a real pagedllm-engine and a real nginx with
+# our module on loopback, and speaks raw HTTP/1.1 to it so that chunked
+# streams can be checked byte by byte.  Core Perl only.
+#
+#   my $t = PagedLLM::Test->new(http => '...', server => '...');
+#   $t->start;                      # engine, then nginx; dies if either fails
+#   my $r = $t->request(POST => '/v1/completions', $json);
+#   my $s = $t->stream('/v1/completions', $json);   # chunks with timestamps
+#
+# A failing test prints the engine's and nginx's logs.  Nothing is skipped:
+# when the engine or nginx does not start, the test dies (and so fails).
+
+use strict;
+use warnings;
+
+use File::Temp qw(tempdir);
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP;
+use POSIX qw(WNOHANG);
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+our $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
+our $SEQ = 0;       # order in which chunks of all streams arrived
+
+sub new {
+    my ($class, %opt) = @_;
+
+    my $build = $ENV{PAGEDLLM_BUILD}
+        or die "PAGEDLLM_BUILD is not set (run the tests with make test)\n";
+
+    my $self = bless {
+        build   => $build,
+        dir     => tempdir('pagedllm-t-XXXXXX', TMPDIR => 1, CLEANUP => 1),
+        http    => $opt{http} // '',
+        server  => $opt{server} // '',
+        workers => $opt{workers} // 1,
+        engine_args => $opt{engine_args} // [],
+        pids    => {},
+    }, $class;
+
+    $self->{port} = free_port();
+    $self->{sock} = "$self->{dir}/engine.sock";
+
+    for my $f ("$build/pagedllm-engine", "$build/ngx_http_pagedllm_module.so",
+               "$build/models/tiny/config.json")
+    {
+        die "$f is missing: build with make first\n" unless -e $f;
+    }
+
+    return $self;
+}
+
+sub port { $_[0]{port} }
+sub dir  { $_[0]{dir} }
+
+sub free_port {
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Proto => 'tcp', Listen => 1, ReuseAddr => 1)
+        or die "cannot bind a loopback port: $!\n";
+    my $port = $s->sockport;
+    close $s;
+    return $port;
+}
+
+sub start {
+    my ($self) = @_;
+    $self->start_engine;
+    $self->start_nginx;
+    return $self;
+}
+
+sub spawn {
+    my ($self, $name, $log, @cmd) = @_;
+
+    my $pid = fork;
+    die "fork: $!\n" unless defined $pid;
+
+    if ($pid == 0) {
+        open STDOUT, '>>', $log or die "$log: $!";
+        open STDERR, '>&', \*STDOUT or die "dup: $!";
+        exec @cmd or die "exec $cmd[0]: $!";
+    }
+
+    $self->{pids}{$name} = $pid;
+    return $pid;
+}
+
+sub running {
+    my ($self, $name) = @_;
+    my $pid = $self->{pids}{$name} or return 0;
+    return 1 if waitpid($pid, WNOHANG) == 0;
+    delete $self->{pids}{$name};
+    return 0;
+}
+
+sub start_engine {
+    my ($self) = @_;
+    my $b = $self->{build};
+
+    unlink $self->{sock};
+    $self->spawn(engine => "$self->{dir}/engine.log",
+                 "$b/pagedllm-engine", '--model', "$b/models/tiny",
+                 '--device', 'cpu', '--listen', $self->{sock},
+                 '--threads', '1', '--kv-cache-memory', '16',
+                 @{ $self->{engine_args} });
+
+    my $deadline = time + 30;
+    until (-S $self->{sock}) {
+        $self->running('engine')
+            or $self->fail_start("pagedllm-engine exited before listening");
+        time < $deadline
+            or $self->fail_start("pagedllm-engine did not listen in 30 s");
+        sleep 0.05;
+    }
+}
+
+sub stop_engine {
+    my ($self, $signal) = @_;
+    $self->stop('engine', $signal // 'TERM');
+    unlink $self->{sock};
+}
+
+sub write_conf {
+    my ($self) = @_;
+    my $d = $self->{dir};
+    my $user = $> == 0 ? 'user root;' : '';
+
+    mkdir "$d/logs";
+    open my $fh, '>', "$d/nginx.conf" or die "$d/nginx.conf: $!";
+    print $fh <<"EOF";
+load_module $self->{build}/ngx_http_pagedllm_module.so;
+$user
+worker_processes $self->{workers};
+pid $d/nginx.pid;
+error_log $d/error.log info;
+
+events {
+    worker_connections 256;
+}
+
+http {
+    access_log $d/access.log;
+    client_body_temp_path $d/client_body;
+    proxy_temp_path $d/proxy;
+    fastcgi_temp_path $d/fastcgi;
+    uwsgi_temp_path $d/uwsgi;
+    scgi_temp_path $d/scgi;
+
+    pagedllm_engine unix:$self->{sock};
+    pagedllm_reattach_interval 200ms;
+$self->{http}
+
+    server {
+        listen 127.0.0.1:$self->{port};
+
+        location /v1/ {
+            pagedllm;
+        }
+
+        location = /pagedllm/status {
+            pagedllm_status;
+        }
+$self->{server}
+    }
+}
+EOF
+    close $fh;
+}
+
+sub start_nginx {
+    my ($self) = @_;
+    my $d = $self->{dir};
+
+    $self->write_conf;
+    $self->spawn(nginx => "$d/nginx.stderr", '/usr/sbin/nginx', '-p', "$d/",
+                 '-c', "$d/nginx.conf", '-e', "$d/error.log",
+                 '-g', 'daemon off;');
+
+    my $deadline = time + 10;
+    while (1) {
+        $self->running('nginx')
+            or $self->fail_start("nginx exited at start");
+        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                      PeerPort => $self->{port},
+                                      Proto => 'tcp');
+        if ($s) {
+            close $s;
+            last;
+        }
+        time < $deadline
+            or $self->fail_start("nginx did not listen in 10 s");
+        sleep 0.05;
+    }
+}
+
+sub stop {
+    my ($self, $name, $signal) = @_;
+    my $pid = delete $self->{pids}{$name} or return;
+
+    kill $signal // 'TERM', $pid;
+    my $deadline = time + 10;
+    while (waitpid($pid, WNOHANG) == 0) {
+        if (time > $deadline) {
+            kill 'KILL', $pid;
+            waitpid($pid, 0);
+            last;
+        }
+        sleep 0.02;
+    }
+}
+
+sub fail_start {
+    my ($self, $why) = @_;
+    $self->dump_logs;
+    $self->stop_all;
+    die "$why\n";
+}
+
+sub stop_all {
+    my ($self) = @_;
+    $self->stop('nginx', 'TERM');
+    $self->stop('engine', 'TERM');
+}
+
+sub dump_logs {
+    my ($self) = @_;
+    for my $f (qw(engine.log nginx.stderr error.log)) {
+        my $p = "$self->{dir}/$f";
+        next unless -s $p;
+        open my $fh, '<', $p or next;
+        diag("--- $f");
+        diag($_) for <$fh>;
+    }
+}
+
+sub error_log {
+    my ($self) = @_;
+    open my $fh, '<', "$self->{dir}/error.log" or return '';
+    local $/;
+    return <$fh>;
+}
+
+# Stops nginx and the engine; prints their logs when a test failed.
+sub finish {
+    my ($self) = @_;
+    $self->dump_logs if !Test::More->builder->is_passing;
+    $self->{logs_dumped} = 1;
+    $self->stop_all;
+}
+
+sub DESTROY {
+    my ($self) = @_;
+    local $?;
+    $self->dump_logs
+        if !$self->{logs_dumped} && !Test::More->builder->is_passing;
+    $self->stop_all;
+}
+
+# ---- HTTP ----------------------------------------------------------------
+
+sub connect {
+    my ($self) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $self->{port}, Proto => 'tcp',
+                                  Timeout => 5)
+        or die "connect to nginx: $!\n";
+    binmode $s;
+    return $s;
+}
+
+sub send_request {
+    my ($self, $method, $path, $body, %h) = @_;
+    my $s = $self->connect;
+
+    $body //= '';
+    my $req = "$method $path HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    $req .= "Connection: close\r\n" unless $h{'Connection'};
+    $req .= "Content-Type: application/json\r\n" if length $body;
+    $req .= "Content-Length: " . length($body) . "\r\n"
+        if length $body || $method eq 'POST';
+    $req .= "$_: $h{$_}\r\n" for sort keys %h;
+    $req .= "\r\n" . $body;
+
+    syswrite_all($s, $req);
+    return $s;
+}
+
+sub syswrite_all {
+    my ($s, $data) = @_;
+    while (length $data) {
+        my $n = syswrite($s, $data);
+        die "write: $!\n" unless defined $n;
+        substr($data, 0, $n, '');
+    }
+}
+
+# Reads from a socket into a buffer, waiting at most until $deadline.
+sub fill {
+    my ($s, $buf, $deadline) = @_;
+    my $left = $deadline - time;
+    return -1 if $left <= 0;
+    return -1 unless IO::Select->new($s)->can_read($left);
+    my $n = sysread($s, $$buf, 65536, length $$buf);
+    return defined $n ? $n : 0;
+}
+
+sub read_head {
+    my ($s, $buf, $deadline) = @_;
+    while ($$buf !~ /\r\n\r\n/) {
+        my $n = fill($s, $buf, $deadline);
+        return undef if $n <= 0;
+    }
+    $$buf =~ s/^(.*?)\r\n\r\n//s;
+    my ($line, @lines) = split /\r\n/, $1;
+    my ($status) = $line =~ m{^HTTP/1\.[01] (\d{3})} or return undef;
+    my %h;
+    for (@lines) {
+        my ($k, $v) = /^([^:]+):\s*(.*)$/ or next;
+        $h{lc $k} = $v;
+    }
+    return { status => $status, headers => \%h };
+}
+
+# A whole response: { status, headers, body, json }.
+sub request {
+    my ($self, $method, $path, $body, %h) = @_;
+    my $timeout = delete $h{timeout} // 30;
+    my $s = $self->send_request($method, $path, $body, %h);
+    my $deadline = time + $timeout;
+    my $buf = '';
+
+    my $r = read_head($s, \$buf, $deadline)
+        or return { status => 0, error => 'no response head' };
+
+    if (($r->{headers}{'transfer-encoding'} // '') eq 'chunked') {
+        my $c = read_chunks([{ sock => $s, buf => $buf }], $deadline)->[0];
+        $r->{body} = join '', map { $_->{data} } @{ $c->{chunks} };
+        $r->{framing_error} = $c->{error};
+    } else {
+        my $len = $r->{headers}{'content-length'};
+        while (1) {
+            last if defined $len && length $buf >= $len;
+            last if $method eq 'HEAD';
+            last if fill($s, \$buf, $deadline) <= 0;
+        }
+        $r->{body} = $buf;
+    }
+
+    $r->{json} = eval { $JSON->decode($r->{body}) }
+        if ($r->{headers}{'content-type'} // '') =~ m{application/json};
+    close $s;
+    return $r;
+}
+
+# Starts a streaming request; returns { sock, status, headers, buf }.
+sub stream_start {
+    my ($self, $path, $body) = @_;
+    my $s = $self->send_request(POST => $path, $body);
+    my $buf = '';
+    my $r = read_head($s, \$buf, time + 30) or die "no response head\n";
+    $r->{sock} = $s;
+    $r->{buf} = $buf;
+    return $r;
+}
+
+# Reads the chunked bodies of several streams (from stream_start) at once,
+# checking the framing byte by byte.  Returns, per stream, { chunks =>
+# [{ data, time, seq }], complete, error }.  $max_chunks stops reading a
+# stream early (for disconnect tests); what was read stays in its buffer.
+sub read_chunks {
+    my ($streams, $deadline, $max_chunks) = @_;
+    my @st = map { { sock => $_->{sock}, buf => $_->{buf} // '',
+                     chunks => [], done => 0, stream => $_ } } @$streams;
+
+    while (grep { !$_->{done} } @st) {
+        for my $x (grep { !$_->{done} } @st) {
+            parse_chunks($x);
+            $x->{done} = 1 if $max_chunks && @{ $x->{chunks} } >= $max_chunks;
+        }
+        my @open = grep { !$_->{done} } @st or last;
+        my $left = $deadline - time;
+        if ($left <= 0) {
+            $_->{error} //= 'timeout' for @open;
+            last;
+        }
+        my $sel = IO::Select->new(map { $_->{sock} } @open);
+        for my $fh ($sel->can_read($left)) {
+            my ($x) = grep { $_->{sock} == $fh } @open;
+            my $n = sysread($fh, $x->{buf}, 65536, length $x->{buf});
+            if (!$n) {
+                parse_chunks($x);
+                unless ($x->{done}) {
+                    $x->{error} //= 'connection closed before the last chunk';
+                    $x->{done} = 1;
+                }
+            }
+        }
+    }
+
+    $_->{stream}{buf} = $_->{buf} for @st;
+
+    return [ map { { chunks => $_->{chunks}, error => $_->{error},
+                     complete => $_->{complete} } } @st ];
+}
+
+sub parse_chunks {
+    my ($x) = @_;
+    while (!$x->{done}) {
+        my $b = \$x->{buf};
+        my $i = index($$b, "\r\n");
+        return if $i < 0;
+        my $line = substr($$b, 0, $i);
+        if ($line !~ /^[0-9a-fA-F]+$/) {
+            $x->{error} = "bad chunk size line '$line'";
+            $x->{done} = 1;
+            return;
+        }
+        my $size = hex $line;
+        if ($size == 0) {
+            return if length $$b < $i + 4;
+            if (substr($$b, $i + 2, 2) ne "\r\n") {
+                $x->{error} = 'bad last chunk';
+            }
+            substr($$b, 0, $i + 4, '');
+            $x->{complete} = 1;
+            $x->{done} = 1;
+            return;
+        }
+        return if length $$b < $i + 2 + $size + 2;
+        if (substr($$b, $i + 2 + $size, 2) ne "\r\n") {
+            $x->{error} = 'chunk data not followed by CRLF';
+            $x->{done} = 1;
+            return;
+        }
+        push @{ $x->{chunks} }, { data => substr($$b, $i + 2, $size),
+                                  time => time, seq => ++$SEQ };
+        substr($$b, 0, $i + 2 + $size + 2, '');
+    }
+}
+
+# SSE: returns the list of event payloads (the text after "data: "), with
+# each event's arrival time, and an error when the text is not exactly a
+# sequence of "data: ...\n\n" events.
+sub sse_events {
+    my ($chunks) = @_;
+    my (@events, $rest);
+    $rest = '';
+    for my $c (@$chunks) {
+        $rest .= $c->{data};
+        while ($rest =~ s/^data: ([^\n]*)\n\n//) {
+            push @events, { data => $1, time => $c->{time} };
+        }
+    }
+    return (\@events, length $rest ? "trailing bytes: '$rest'" : undef);
+}
+
+sub status {
+    my ($self) = @_;
+    return $self->request(GET => '/pagedllm/status');
+}
+
+# Polls the status endpoint until $cond->($json) holds or $timeout passes.
+sub wait_status {
+    my ($self, $cond, $timeout) = @_;
+    my $deadline = time + ($timeout // 5);
+    my $r;
+    while (1) {
+        $r = $self->status;
+        return $r if $r->{json} && $cond->($r->{json});
+        return $r if time > $deadline;
+        sleep 0.05;
+    }
+}
+
+sub completion {
+    my ($self, %req) = @_;
+    return $self->request(POST => '/v1/completions', $JSON->encode(\%req));
+}
+
+1;
