@@ -28,7 +28,8 @@ pl_cpu_silu_mul(pl_backend_t *be, void *out, const void *gate_up, int n,
 {
     int  i;
 
-    #pragma omp parallel for num_threads(pl_cpu_threads(be)) if (n > 8)
+    #pragma omp parallel for \
+                num_threads(pl_cpu_team(be, (int64_t) n * inter * 8))
     for (i = 0; i < n; i++) {
         silu_mul_row((float *) out + (int64_t) i * inter,
                      (const float *) gate_up + (int64_t) i * 2 * inter,

@@ -93,14 +93,15 @@ pl_cpu_attention(pl_backend_t *be, void *out, const void *q,
     const void *k_cache, const void *v_cache, const pl_batch_t *batch,
     int n_heads, int n_kv_heads, int head_dim, int block_size, float scale)
 {
-    int64_t  work = (int64_t) batch->num_tokens * n_heads;
+    int64_t  pairs = (int64_t) batch->num_tokens * n_heads;
+    int64_t  work = pairs * batch->max_context_len * head_dim;
     int64_t  q_row = (int64_t) n_heads * head_dim;
     int      group = n_heads / n_kv_heads;
     int64_t  idx;
 
-    #pragma omp parallel for num_threads(pl_cpu_threads(be)) \
-                schedule(dynamic, 4) if (work > 16)
-    for (idx = 0; idx < work; idx++) {
+    #pragma omp parallel for num_threads(pl_cpu_team(be, work)) \
+                schedule(dynamic, 4)
+    for (idx = 0; idx < pairs; idx++) {
         int         i = (int) (idx / n_heads), h = (int) (idx % n_heads);
         int         s = seq_of_row(batch, i);
         int         qlen = batch->query_start[s + 1] - batch->query_start[s];

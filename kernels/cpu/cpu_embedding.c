@@ -12,7 +12,7 @@ pl_cpu_embedding(pl_backend_t *be, void *out, const pl_weight_t *table,
 {
     int  i;
 
-    #pragma omp parallel for num_threads(pl_cpu_threads(be)) if (n > 64)
+    #pragma omp parallel for num_threads(pl_cpu_team(be, n * table->cols))
     for (i = 0; i < n; i++) {
         pl_cpu_weight_to_f32((float *) out + (int64_t) i * table->cols, table,
                              (int64_t) ids[i] * table->cols, table->cols);

@@ -15,8 +15,8 @@ pl_cpu_gather_rows(pl_backend_t *be, void *out, const void *x,
 {
     int  i;
 
-    #pragma omp parallel for num_threads(pl_cpu_threads(be)) \
-                if ((int64_t) n * dim > (1 << 16))
+    #pragma omp parallel for \
+                num_threads(pl_cpu_team(be, (int64_t) n * dim))
     for (i = 0; i < n; i++) {
         memcpy((float *) out + (int64_t) i * dim,
                (const float *) x + (int64_t) rows[i] * dim,

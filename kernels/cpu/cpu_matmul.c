@@ -8,8 +8,6 @@
 
 #include "cpu_ops.h"
 
-#define PL_MATMUL_SERIAL_WORK  (1 << 15)
-
 
 static void
 matmul_row(float *out, const float *x, const pl_weight_t *w,
@@ -43,8 +41,8 @@ pl_cpu_matmul(pl_backend_t *be, void *out, const void *x,
     int64_t  row;
     int64_t  work = w->rows * w->cols * (int64_t) n;
 
-    #pragma omp parallel for num_threads(pl_cpu_threads(be)) \
-                schedule(static) if (work > PL_MATMUL_SERIAL_WORK)
+    #pragma omp parallel for num_threads(pl_cpu_team(be, work)) \
+                schedule(static)
     for (row = 0; row < w->rows; row++) {
         matmul_row(out, x, w, bias, n, row);
     }

@@ -8,8 +8,6 @@
 
 #include "cpu_ops.h"
 
-#define PL_NORM_SERIAL_ROWS  8
-
 
 static void
 rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps)
@@ -32,8 +30,8 @@ pl_cpu_rmsnorm(pl_backend_t *be, void *out, const void *x,
 
     pl_cpu_weight_to_f32(wf, w, 0, dim);
 
-    #pragma omp parallel for num_threads(pl_cpu_threads(be)) \
-                if (n > PL_NORM_SERIAL_ROWS)
+    #pragma omp parallel for \
+                num_threads(pl_cpu_team(be, (int64_t) n * dim * 4))
     for (i = 0; i < n; i++) {
         rmsnorm_row((float *) out + (int64_t) i * dim,
                     (const float *) x + (int64_t) i * dim, wf, dim, eps);
@@ -50,8 +48,8 @@ pl_cpu_add_rmsnorm(pl_backend_t *be, void *out, void *residual,
 
     pl_cpu_weight_to_f32(wf, w, 0, dim);
 
-    #pragma omp parallel for private(j) num_threads(pl_cpu_threads(be)) \
-                if (n > PL_NORM_SERIAL_ROWS)
+    #pragma omp parallel for private(j) \
+                num_threads(pl_cpu_team(be, (int64_t) n * dim * 4))
     for (i = 0; i < n; i++) {
         float        *r = (float *) residual + (int64_t) i * dim;
         const float  *xi = (const float *) x + (int64_t) i * dim;

@@ -14,10 +14,17 @@ typedef struct {
     int  threads;       /* OpenMP threads each operation uses */
 } pl_cpu_t;
 
+/*
+ * Threads for an operation of about work element-operations: one below
+ * PL_CPU_MIN_WORK, where waking a team costs more than it saves (and, on a
+ * busy machine, waiting for a descheduled thread costs milliseconds).
+ */
+#define PL_CPU_MIN_WORK  (1 << 18)
+
 static inline int
-pl_cpu_threads(const pl_backend_t *be)
+pl_cpu_team(const pl_backend_t *be, int64_t work)
 {
-    return ((const pl_cpu_t *) be->priv)->threads;
+    return work < PL_CPU_MIN_WORK ? 1 : ((const pl_cpu_t *) be->priv)->threads;
 }
 
 /* dst[count] = elements [first, first + count) of w, widened to fp32 */

@@ -36,7 +36,8 @@ pl_cpu_rope(pl_backend_t *be, void *q, void *k, const int32_t *positions,
 {
     int  t;
 
-    #pragma omp parallel for num_threads(pl_cpu_threads(be)) if (n > 8)
+    #pragma omp parallel for \
+                num_threads(pl_cpu_team(be, (int64_t) n * head_dim * 64))
     for (t = 0; t < n; t++) {
         float  cos_t[head_dim / 2], sin_t[head_dim / 2];
         int    i;

@@ -159,9 +159,9 @@ ref_rmsnorm(double *out, const float *x, const float *w, int n, int dim,
 
 
 static void
-test_norms(pl_backend_t *be)
+test_norms(pl_backend_t *be, int n)
 {
-    int          n = 21, dim = 37, i;
+    int          dim = 37, i;
     float       *wref, *x = random_floats(n * dim), *y = random_floats(n * dim);
     float       *res = malloc(n * dim * sizeof(float));
     float       *out = malloc(n * dim * sizeof(float));
@@ -170,7 +170,8 @@ test_norms(pl_backend_t *be)
 
     be->rmsnorm(be, out, x, &w, n, dim, 1e-5f);
     ref_rmsnorm(ref, x, wref, n, dim, 1e-5f);
-    ok(max_diff(out, ref, n * dim) < 1e-5, "rmsnorm matches the loop");
+    ok(max_diff(out, ref, n * dim) < 1e-5, "rmsnorm matches the loop "
+       "(%d rows)", n);
 
     memcpy(res, x, n * dim * sizeof(float));
     be->add_rmsnorm(be, out, res, y, &w, n, dim, 1e-5f);
@@ -181,7 +182,8 @@ test_norms(pl_backend_t *be)
     ok(max_diff(res, ref, n * dim) == 0.0, "add_rmsnorm adds x into the "
        "residual");
     ref_rmsnorm(ref, x, wref, n, dim, 1e-5f);
-    ok(max_diff(out, ref, n * dim) < 1e-5, "add_rmsnorm normalizes the sum");
+    ok(max_diff(out, ref, n * dim) < 1e-5, "add_rmsnorm normalizes the sum "
+       "(%d rows)", n);
     free(x); free(y); free(res); free(out); free(ref); free(wref);
     free(w.data);
 }
@@ -236,10 +238,10 @@ ref_rope(double *out, const float *x, int pos, const float *inv_freq,
 
 
 static void
-test_rope(pl_backend_t *be)
+test_rope(pl_backend_t *be, int n)
 {
-    int      n = 6, nh = 4, nkv = 2, hd = 16, i;
-    int32_t  pos[6] = { 0, 1, 2, 17, 300, 2047 };
+    int      nh = 4, nkv = 2, hd = 16, i;
+    int32_t *pos = malloc(n * sizeof(int32_t));
     float    inv_freq[8];
     float   *q = random_floats(n * nh * hd), *k = random_floats(n * nkv * hd);
     double  *rq = malloc(n * nh * hd * sizeof(double));
@@ -249,28 +251,29 @@ test_rope(pl_backend_t *be)
         inv_freq[i] = (float) pow(10000.0, -2.0 * i / hd);
     }
     for (i = 0; i < n; i++) {
+        pos[i] = i < 3 ? i : (i * 293) % 4096;
+    }
+    for (i = 0; i < n; i++) {
         ref_rope(rq + i * nh * hd, q + i * nh * hd, pos[i], inv_freq, nh, hd);
         ref_rope(rk + i * nkv * hd, k + i * nkv * hd, pos[i], inv_freq, nkv,
                  hd);
     }
     be->rope(be, q, k, pos, inv_freq, n, nh, nkv, hd);
     ok(max_diff(q, rq, n * nh * hd) < 1e-5, "rope rotates q by position "
-       "(rotate-half pairs)");
+       "(rotate-half pairs, %d tokens)", n);
     ok(max_diff(k, rk, n * nkv * hd) < 1e-5, "rope rotates k with the same "
        "angles");
-    free(q); free(k); free(rq); free(rk);
+    free(q); free(k); free(rq); free(rk); free(pos);
 }
 
 
 static void
-test_elementwise(pl_backend_t *be)
+test_silu_mul(pl_backend_t *be, int n)
 {
-    int          n = 3, inter = 11, dim = 8, i, j;
-    int32_t      ids[4] = { 5, 0, 9, 5 }, rows[3] = { 2, 0, 2 };
-    float       *gu = random_floats(n * 2 * inter), *tref;
-    float       *out = malloc(128 * sizeof(float));
-    double       ref[128];
-    pl_weight_t  table = random_weight(PL_DT_BF16, 10, dim, &tref);
+    int      inter = 11, i, j;
+    float   *gu = random_floats(n * 2 * inter);
+    float   *out = malloc(n * inter * sizeof(float));
+    double  *ref = malloc(n * inter * sizeof(double));
 
     be->silu_mul(be, out, gu, n, inter);
     for (i = 0; i < n; i++) {
@@ -282,7 +285,20 @@ test_elementwise(pl_backend_t *be)
         }
     }
     ok(max_diff(out, ref, n * inter) < 1e-6, "silu_mul gates the second "
-       "half by silu of the first");
+       "half by silu of the first (%d rows)", n);
+    free(gu); free(out); free(ref);
+}
+
+
+static void
+test_elementwise(pl_backend_t *be)
+{
+    int          n = 3, inter = 11, dim = 8, i;
+    int32_t      ids[4] = { 5, 0, 9, 5 }, rows[3] = { 2, 0, 2 };
+    float       *gu = random_floats(n * 2 * inter), *tref;
+    float       *out = malloc(128 * sizeof(float));
+    double       ref[128];
+    pl_weight_t  table = random_weight(PL_DT_BF16, 10, dim, &tref);
 
     be->embedding(be, out, &table, ids, 4);
     for (i = 0; i < 4 * dim; i++) {
@@ -451,13 +467,17 @@ main(void)
        && strstr(err, "threads") != NULL, "negative threads are refused");
     test_conversions();
     test_memory(be);
-    test_norms(be);
+    test_norms(be, 21);
+    test_norms(be, 2100);                       /* on several threads */
     for (i = 0; i < 3; i++) {
         test_matmul(be, dts[i], 0, 7, 19, 45);
         test_matmul(be, dts[i], 1, 7, 19, 45);
         test_matmul(be, dts[i], 1, 9, 301, 200);    /* on several threads */
     }
-    test_rope(be);
+    test_rope(be, 6);
+    test_rope(be, 300);
+    test_silu_mul(be, 3);
+    test_silu_mul(be, 3000);
     test_elementwise(be);
     test_paged_attention(be);
     be->destroy(be);
