@@ -575,11 +575,11 @@ pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
     pl_scratch_t             *s = &m->s;
 
     free_scratch(m);
-    if (max_tokens < 1 || max_seqs < 1 || max_seqs > max_tokens
+    if (max_tokens < 1 || max_seqs < 1
         || max_tokens > (1 << 24) / (c->num_heads + 2 * c->num_kv_heads))
     {
         return model_fail(err, errlen, "model: cannot prepare for %d tokens "
-                          "and %d sequences (need 1 <= sequences <= tokens, "
+                          "and %d sequences (need at least one of each, and "
                           "tokens x heads < 2^24)", max_tokens, max_seqs);
     }
     if ((s->x = model_alloc(m, T * hid * a, "activations", err, errlen))
