@@ -37,6 +37,7 @@ sub new {
         dir     => tempdir('pagedllm-t-XXXXXX', TMPDIR => 1, CLEANUP => 1),
         http    => $opt{http} // '',
         server  => $opt{server} // '',
+        listen  => $opt{listen} // '',
         workers => $opt{workers} // 1,
         engine_args => $opt{engine_args} // [],
         pids    => {},
@@ -155,7 +156,7 @@ http {
 $self->{http}
 
     server {
-        listen 127.0.0.1:$self->{port};
+        listen 127.0.0.1:$self->{port} $self->{listen};
 
         location /v1/ {
             pagedllm;
@@ -273,8 +274,14 @@ sub connect {
 }
 
 sub send_request {
-    my ($self, $method, $path, $body, %h) = @_;
+    my ($self, @req) = @_;
     my $s = $self->connect;
+    syswrite_all($s, $self->raw_request(@req));
+    return $s;
+}
+
+sub raw_request {
+    my ($self, $method, $path, $body, %h) = @_;
 
     $body //= '';
     my $req = "$method $path HTTP/1.1\r\nHost: 127.0.0.1\r\n";
@@ -283,10 +290,7 @@ sub send_request {
     $req .= "Content-Length: " . length($body) . "\r\n"
         if length $body || $method eq 'POST';
     $req .= "$_: $h{$_}\r\n" for sort keys %h;
-    $req .= "\r\n" . $body;
-
-    syswrite_all($s, $req);
-    return $s;
+    return $req . "\r\n" . $body;
 }
 
 sub syswrite_all {
