@@ -1,0 +1,1283 @@
+/*
+ * pl_tokenizer: loads a Hugging Face tokenizer.json into the read-only
+ * form of pl_tok_internal.h.
+ *
+ * The model must be BPE (byte-level like GPT-2, Llama 3 and Qwen, or
+ * SentencePiece-style with byte fallback like Llama 2 and Mistral).  The
+ * vocabulary becomes a string pool plus an open-addressing hash, the
+ * merges a hash from (left id, right id) to (rank, merged id).  Each
+ * pipeline stage (normalizer, pre-tokenizer, post-processor, decoder) is
+ * flattened into a small list of steps; a component we do not implement
+ * makes the load fail with a message that names it, never a silent
+ * approximation.  Encoding lives in pl_tok_encode.c, decoding in
+ * pl_tok_decode.c.
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pl_tok_internal.h"
+#include "pl_tok_json.h"
+
+#define PL_TOK_MAX_ID     (1 << 24)
+#define PL_TOK_MAX_FILE   ((size_t) 1 << 30)
+
+/* GPT-2's split pattern, used by ByteLevel with use_regex. */
+static const char  pl_tok_gpt2_re[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"
+    "|\\s+(?!\\S)|\\s+";
+
+static const char  pl_tok_punct_re[] =
+    "[^\\p{P}\\x21-\\x2F\\x3A-\\x40\\x5B-\\x60\\x7B-\\x7E]+"
+    "|[\\p{P}\\x21-\\x2F\\x3A-\\x40\\x5B-\\x60\\x7B-\\x7E]+";
+
+typedef struct {
+    pl_tokenizer_t  *t;
+    char            *err;
+    size_t           errlen;
+} pl_tok_loader_t;
+
+static int
+pl_tok_fail(pl_tok_loader_t *ld, const char *fmt, const char *arg)
+{
+    snprintf(ld->err, ld->errlen, fmt, arg ? arg : "");
+    return -1;
+}
+
+static uint64_t
+pl_tok_hash(const char *s, size_t len)
+{
+    uint64_t  h = 0xcbf29ce484222325ULL;
+    size_t    i;
+
+    for (i = 0; i < len; i++) {
+        h = (h ^ (uint8_t) s[i]) * 0x100000001b3ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+static uint64_t
+pl_tok_hash64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return k;
+}
+
+int32_t
+pl_tok_lookup(const pl_tokenizer_t *t, const char *s, size_t len)
+{
+    size_t  i = (size_t) pl_tok_hash(s, len) & t->hashmask;
+
+    for (;;) {
+        int32_t  id = t->hash[i];
+
+        if (id < 0) {
+            return -1;
+        }
+        if (t->piece_len[id] == len
+            && memcmp(t->pool + t->piece_off[id], s, len) == 0)
+        {
+            return id;
+        }
+        i = (i + 1) & t->hashmask;
+    }
+}
+
+static int
+pl_tok_pool_add(pl_tok_loader_t *ld, const char *s, size_t len,
+    uint32_t *off)
+{
+    pl_tokenizer_t  *t = ld->t;
+
+    if (t->poollen + len + 1 > t->poolcap) {
+        size_t  cap = t->poolcap ? t->poolcap : 1 << 16;
+        char   *p;
+
+        while (cap < t->poollen + len + 1) {
+            cap *= 2;
+        }
+        if (cap > UINT32_MAX) {
+            return pl_tok_fail(ld, "vocabulary too large%s", NULL);
+        }
+        p = realloc(t->pool, cap);
+        if (p == NULL) {
+            return pl_tok_fail(ld, "out of memory%s", NULL);
+        }
+        t->pool = p;
+        t->poolcap = cap;
+    }
+    *off = (uint32_t) t->poollen;
+    memcpy(t->pool + t->poollen, s, len);
+    t->pool[t->poollen + len] = '\0';
+    t->poollen += len + 1;
+    return 0;
+}
+
+/* Sets the piece of id (first definition wins, added tokens override). */
+static int
+pl_tok_set_piece(pl_tok_loader_t *ld, int32_t id, const char *s, size_t len,
+    int added)
+{
+    pl_tokenizer_t  *t = ld->t;
+
+    if ((t->flags[id] & PL_TOK_PRESENT) && !added) {
+        return 0;
+    }
+    if (pl_tok_pool_add(ld, s, len, &t->piece_off[id]) != 0) {
+        return -1;
+    }
+    t->piece_len[id] = (uint32_t) len;
+    t->flags[id] |= PL_TOK_PRESENT | (added ? PL_TOK_ADDED : 0);
+    return 0;
+}
+
+static void
+pl_tok_hash_insert(pl_tokenizer_t *t, int32_t id)
+{
+    size_t  len = t->piece_len[id];
+    size_t  i = (size_t) pl_tok_hash(t->pool + t->piece_off[id], len)
+                & t->hashmask;
+
+    for (;;) {
+        int32_t  cur = t->hash[i];
+
+        if (cur < 0) {
+            t->hash[i] = id;
+            return;
+        }
+        if (t->piece_len[cur] == len
+            && memcmp(t->pool + t->piece_off[cur], t->pool + t->piece_off[id],
+                      len) == 0)
+        {
+            if (t->flags[id] & PL_TOK_ADDED) {
+                t->hash[i] = id;
+            }
+            return;
+        }
+        i = (i + 1) & t->hashmask;
+    }
+}
+
+static int
+pl_tok_id_of(pl_tok_loader_t *ld, const pl_json_t *v, const char *what,
+    int32_t *id)
+{
+    if (v == NULL || v->type != PL_JSON_NUMBER || v->u.num < 0
+        || v->u.num >= PL_TOK_MAX_ID || v->u.num != (double) (int32_t) v->u.num)
+    {
+        return pl_tok_fail(ld, "%s: bad token id", what);
+    }
+    *id = (int32_t) v->u.num;
+    return 0;
+}
+
+static int
+pl_tok_alloc_vocab(pl_tok_loader_t *ld, uint32_t n)
+{
+    pl_tokenizer_t  *t = ld->t;
+    size_t           hsize = 1024;
+
+    t->nvocab = n;
+    t->piece_off = calloc(n ? n : 1, sizeof(uint32_t));
+    t->piece_len = calloc(n ? n : 1, sizeof(uint32_t));
+    t->flags = calloc(n ? n : 1, 1);
+    while (hsize < (size_t) n * 2) {
+        hsize *= 2;
+    }
+    t->hash = malloc(hsize * sizeof(int32_t));
+    if (t->piece_off == NULL || t->piece_len == NULL || t->flags == NULL
+        || t->hash == NULL)
+    {
+        return pl_tok_fail(ld, "out of memory%s", NULL);
+    }
+    memset(t->hash, 0xff, hsize * sizeof(int32_t));
+    t->hashmask = hsize - 1;
+    return 0;
+}
+
+static int
+pl_tok_load_vocab(pl_tok_loader_t *ld, const pl_json_t *vocab,
+    const pl_json_t *added)
+{
+    int32_t          id, maxid = -1;
+    size_t           i;
+
+    if (vocab == NULL || vocab->type != PL_JSON_OBJECT) {
+        return pl_tok_fail(ld, "model.vocab: missing or not an object%s",
+                           NULL);
+    }
+    if (added != NULL && added->type != PL_JSON_ARRAY) {
+        return pl_tok_fail(ld, "added_tokens: not an array%s", NULL);
+    }
+    for (i = 0; i < vocab->n; i++) {
+        if (pl_tok_id_of(ld, &vocab->u.kids[2 * i + 1], "model.vocab", &id)
+            != 0)
+        {
+            return -1;
+        }
+        maxid = id > maxid ? id : maxid;
+    }
+    for (i = 0; added != NULL && i < added->n; i++) {
+        if (pl_tok_id_of(ld, pl_json_get(&added->u.kids[i], "id"),
+                         "added_tokens", &id) != 0)
+        {
+            return -1;
+        }
+        maxid = id > maxid ? id : maxid;
+    }
+    if (pl_tok_alloc_vocab(ld, (uint32_t) (maxid + 1)) != 0) {
+        return -1;
+    }
+    for (i = 0; i < vocab->n; i++) {
+        const pl_json_t  *k = &vocab->u.kids[2 * i];
+
+        id = (int32_t) vocab->u.kids[2 * i + 1].u.num;
+        if (pl_tok_set_piece(ld, id, k->u.s, k->n, 0) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int
+pl_tok_added_cmp(const void *a, const void *b, void *pool)
+{
+    const pl_tok_added_t  *x = a, *y = b;
+    const uint8_t         *px = (const uint8_t *) pool + x->off;
+    const uint8_t         *py = (const uint8_t *) pool + y->off;
+
+    if (px[0] != py[0]) {
+        return px[0] < py[0] ? -1 : 1;
+    }
+    if (x->len != y->len) {
+        return x->len > y->len ? -1 : 1;
+    }
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Insertion sort: qsort_r is not in C11 and the list is short. */
+static void
+pl_tok_sort_added(pl_tokenizer_t *t)
+{
+    size_t  i, j;
+
+    for (i = 1; i < t->nadded; i++) {
+        pl_tok_added_t  a = t->added[i];
+
+        for (j = i; j > 0 && pl_tok_added_cmp(&t->added[j - 1], &a, t->pool)
+                             > 0; j--)
+        {
+            t->added[j] = t->added[j - 1];
+        }
+        t->added[j] = a;
+    }
+}
+
+static int
+pl_tok_load_added(pl_tok_loader_t *ld, const pl_json_t *added)
+{
+    pl_tokenizer_t  *t = ld->t;
+    size_t           i, n = added ? added->n : 0, k = 0;
+
+    t->added = calloc(n ? n : 1, sizeof(pl_tok_added_t));
+    if (t->added == NULL) {
+        return pl_tok_fail(ld, "out of memory%s", NULL);
+    }
+    for (i = 0; i < n; i++) {
+        const pl_json_t  *a = &added->u.kids[i];
+        const pl_json_t  *c = pl_json_get(a, "content");
+        pl_tok_added_t   *at = &t->added[k];
+
+        if (pl_json_str(c) == NULL || c->n == 0) {
+            return pl_tok_fail(ld, "added_tokens: missing content%s", NULL);
+        }
+        at->id = (int32_t) pl_json_get(a, "id")->u.num;
+        if (pl_tok_set_piece(ld, at->id, c->u.s, c->n, 1) != 0) {
+            return -1;
+        }
+        at->off = t->piece_off[at->id];
+        at->len = c->n;
+        at->special = (uint8_t) pl_json_bool(pl_json_get(a, "special"), 0);
+        at->lstrip = (uint8_t) pl_json_bool(pl_json_get(a, "lstrip"), 0);
+        at->rstrip = (uint8_t) pl_json_bool(pl_json_get(a, "rstrip"), 0);
+        at->normalized = (uint8_t) pl_json_bool(pl_json_get(a, "normalized"),
+                                                !at->special);
+        if (at->special) {
+            t->flags[at->id] |= PL_TOK_SPECIAL;
+        }
+        k++;
+    }
+    t->nadded = k;
+    pl_tok_sort_added(t);
+    for (i = 0, k = 0; i < 256; i++) {
+        t->added_first[i] = (uint32_t) k;
+        while (k < t->nadded && (uint8_t) t->pool[t->added[k].off] == i) {
+            k++;
+        }
+    }
+    t->added_first[256] = (uint32_t) t->nadded;
+    return 0;
+}
+
+static int
+pl_tok_merge_insert(pl_tok_loader_t *ld, int32_t a, int32_t b, uint32_t rank,
+    int32_t merged)
+{
+    pl_tokenizer_t  *t = ld->t;
+    uint64_t         key = (((uint64_t) (uint32_t) a << 32) | (uint32_t) b) + 1;
+    size_t           i = (size_t) pl_tok_hash64(key) & t->mmask;
+
+    while (t->mkeys[i] != 0 && t->mkeys[i] != key) {
+        i = (i + 1) & t->mmask;
+    }
+    t->mkeys[i] = key;
+    t->mrank[i] = rank;
+    t->mid[i] = merged;
+    return 0;
+}
+
+static int
+pl_tok_merge_pair(pl_tok_loader_t *ld, const pl_json_t *m, const char **a,
+    size_t *alen, const char **b, size_t *blen)
+{
+    const char  *sp;
+
+    if (m->type == PL_JSON_ARRAY && m->n == 2
+        && m->u.kids[0].type == PL_JSON_STRING
+        && m->u.kids[1].type == PL_JSON_STRING)
+    {
+        *a = m->u.kids[0].u.s;
+        *alen = m->u.kids[0].n;
+        *b = m->u.kids[1].u.s;
+        *blen = m->u.kids[1].n;
+        return 0;
+    }
+    if (m->type != PL_JSON_STRING
+        || (sp = memchr(m->u.s, ' ', m->n)) == NULL
+        || memchr(sp + 1, ' ', m->n - (size_t) (sp + 1 - m->u.s)) != NULL)
+    {
+        return pl_tok_fail(ld, "model.merges: entry is not a pair%s", NULL);
+    }
+    *a = m->u.s;
+    *alen = (size_t) (sp - m->u.s);
+    *b = sp + 1;
+    *blen = m->n - *alen - 1;
+    return 0;
+}
+
+static int
+pl_tok_load_merges(pl_tok_loader_t *ld, const pl_json_t *merges)
+{
+    pl_tokenizer_t  *t = ld->t;
+    size_t           i, msize = 1024;
+    char             buf[1024];
+
+    if (merges == NULL || merges->type != PL_JSON_ARRAY) {
+        return pl_tok_fail(ld, "model.merges: missing or not an array%s",
+                           NULL);
+    }
+    while (msize < (size_t) merges->n * 2) {
+        msize *= 2;
+    }
+    t->mkeys = calloc(msize, sizeof(uint64_t));
+    t->mrank = calloc(msize, sizeof(uint32_t));
+    t->mid = calloc(msize, sizeof(int32_t));
+    if (t->mkeys == NULL || t->mrank == NULL || t->mid == NULL) {
+        return pl_tok_fail(ld, "out of memory%s", NULL);
+    }
+    t->mmask = msize - 1;
+    for (i = 0; i < merges->n; i++) {
+        const char  *a = NULL, *b = NULL;
+        size_t       alen = 0, blen = 0;
+        int32_t      ia, ib, im;
+
+        if (pl_tok_merge_pair(ld, &merges->u.kids[i], &a, &alen, &b, &blen)
+            != 0)
+        {
+            return -1;
+        }
+        if (alen + blen > sizeof(buf)) {
+            return pl_tok_fail(ld, "model.merges: piece too long%s", NULL);
+        }
+        memcpy(buf, a, alen);
+        memcpy(buf + alen, b, blen);
+        ia = pl_tok_lookup(t, a, alen);
+        ib = pl_tok_lookup(t, b, blen);
+        im = pl_tok_lookup(t, buf, alen + blen);
+        if (ia < 0 || ib < 0 || im < 0) {
+            snprintf(ld->err, ld->errlen,
+                     "model.merges[%zu]: a piece of \"%.*s %.*s\" is not "
+                     "in the vocabulary", i, (int) alen, a, (int) blen, b);
+            return -1;
+        }
+        pl_tok_merge_insert(ld, ia, ib, (uint32_t) i, im);
+    }
+    return 0;
+}
+
+/* GPT-2's byte to printable character table. */
+static uint32_t
+pl_tok_byte_char(unsigned b)
+{
+    unsigned  n = 0, c;
+
+    if ((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac)
+        || (b >= 0xae && b <= 0xff))
+    {
+        return b;
+    }
+    for (c = 0; c < b; c++) {
+        if (!((c >= 0x21 && c <= 0x7e) || (c >= 0xa1 && c <= 0xac)
+              || (c >= 0xae && c <= 0xff)))
+        {
+            n++;
+        }
+    }
+    return 256 + n;
+}
+
+static void
+pl_tok_byte_tables(pl_tokenizer_t *t)
+{
+    unsigned  b;
+    uint8_t   buf[8];
+    char      hex[8];
+
+    for (b = 0; b < 256; b++) {
+        size_t  n = pl_utf8_put(pl_tok_byte_char(b), buf);
+
+        t->byte_ids[b] = pl_tok_lookup(t, (const char *) buf, n);
+        snprintf(hex, sizeof(hex), "<0x%02X>", b);
+        t->fallback_ids[b] = pl_tok_lookup(t, hex, 6);
+    }
+}
+
+static int
+pl_tok_load_model(pl_tok_loader_t *ld, const pl_json_t *root)
+{
+    pl_tokenizer_t    *t = ld->t;
+    const pl_json_t   *model = pl_json_get(root, "model");
+    const pl_json_t   *added = pl_json_get(root, "added_tokens");
+    const char        *type = pl_json_str(pl_json_get(model, "type"));
+    const char        *s;
+    size_t             i;
+
+    if (model == NULL || model->type != PL_JSON_OBJECT) {
+        return pl_tok_fail(ld, "model: missing%s", NULL);
+    }
+    if (type != NULL && strcmp(type, "BPE") != 0) {
+        return pl_tok_fail(ld, "model type %s is not supported", type);
+    }
+    s = pl_json_str(pl_json_get(model, "continuing_subword_prefix"));
+    if (s != NULL && *s) {
+        return pl_tok_fail(ld, "BPE continuing_subword_prefix is not "
+                           "supported%s", NULL);
+    }
+    s = pl_json_str(pl_json_get(model, "end_of_word_suffix"));
+    if (s != NULL && *s) {
+        return pl_tok_fail(ld, "BPE end_of_word_suffix is not supported%s",
+                           NULL);
+    }
+    if (pl_json_get(model, "dropout") != NULL
+        && pl_json_get(model, "dropout")->type == PL_JSON_NUMBER
+        && pl_json_get(model, "dropout")->u.num != 0)
+    {
+        return pl_tok_fail(ld, "BPE dropout is not supported%s", NULL);
+    }
+    if (pl_tok_load_vocab(ld, pl_json_get(model, "vocab"), added) != 0
+        || pl_tok_load_added(ld, added) != 0)
+    {
+        return -1;
+    }
+    for (i = 0; i < t->nvocab; i++) {
+        if (t->flags[i] & PL_TOK_PRESENT) {
+            pl_tok_hash_insert(t, (int32_t) i);
+        }
+    }
+    if (pl_tok_load_merges(ld, pl_json_get(model, "merges")) != 0) {
+        return -1;
+    }
+    t->byte_fallback = pl_json_bool(pl_json_get(model, "byte_fallback"), 0);
+    t->fuse_unk = pl_json_bool(pl_json_get(model, "fuse_unk"), 0);
+    t->ignore_merges = pl_json_bool(pl_json_get(model, "ignore_merges"), 0);
+    t->unk_id = -1;
+    s = pl_json_str(pl_json_get(model, "unk_token"));
+    if (s != NULL) {
+        t->unk_id = pl_tok_lookup(t, s, pl_json_get(model, "unk_token")->n);
+        if (t->unk_id < 0) {
+            return pl_tok_fail(ld, "model.unk_token %s is not in the "
+                               "vocabulary", s);
+        }
+    }
+    pl_tok_byte_tables(t);
+    return 0;
+}
+
+/* ---- normalizers ---- */
+
+static int
+pl_tok_copy_str(pl_tok_loader_t *ld, const pl_json_t *v, char **out,
+    size_t *len)
+{
+    if (pl_json_str(v) == NULL) {
+        return pl_tok_fail(ld, "expected a string%s", NULL);
+    }
+    *out = malloc(v->n + 1);
+    if (*out == NULL) {
+        return pl_tok_fail(ld, "out of memory%s", NULL);
+    }
+    memcpy(*out, v->u.s, v->n + 1);
+    *len = v->n;
+    return 0;
+}
+
+/* {"String": s} or {"Regex": r}: copies s, or compiles r. */
+static int
+pl_tok_pattern(pl_tok_loader_t *ld, const pl_json_t *pat, const char *where,
+    char **str, size_t *slen, pl_regex_t **re)
+{
+    const pl_json_t  *v;
+    char              rerr[160];
+
+    if ((v = pl_json_get(pat, "String")) != NULL) {
+        if (pl_tok_copy_str(ld, v, str, slen) != 0) {
+            return -1;
+        }
+        return *slen ? 0 : pl_tok_fail(ld, "%s: empty pattern", where);
+    }
+    if ((v = pl_json_get(pat, "Regex")) != NULL && pl_json_str(v) != NULL) {
+        *re = pl_regex_compile(v->u.s, v->n, rerr, sizeof(rerr));
+        if (*re == NULL) {
+            snprintf(ld->err, ld->errlen, "%s: %s", where, rerr);
+            return -1;
+        }
+        return 0;
+    }
+    return pl_tok_fail(ld, "%s: pattern must be String or Regex", where);
+}
+
+static pl_tok_norm_t *
+pl_tok_new_norm(pl_tok_loader_t *ld, int type)
+{
+    pl_tokenizer_t  *t = ld->t;
+    pl_tok_norm_t   *n = realloc(t->norms,
+                                 (t->nnorms + 1) * sizeof(pl_tok_norm_t));
+
+    if (n == NULL) {
+        pl_tok_fail(ld, "out of memory%s", NULL);
+        return NULL;
+    }
+    t->norms = n;
+    n = &t->norms[t->nnorms++];
+    memset(n, 0, sizeof(*n));
+    n->type = type;
+    return n;
+}
+
+static int
+pl_tok_load_normalizer(pl_tok_loader_t *ld, const pl_json_t *cfg)
+{
+    static const char  *forms[] = { "NFC", "NFD", "NFKC", "NFKD" };
+    const char         *type = pl_json_str(pl_json_get(cfg, "type"));
+    pl_tok_norm_t      *n;
+    size_t              i;
+
+    if (cfg == NULL || cfg->type == PL_JSON_NULL) {
+        return 0;
+    }
+    if (type == NULL) {
+        return pl_tok_fail(ld, "normalizer: missing type%s", NULL);
+    }
+    if (strcmp(type, "Sequence") == 0) {
+        const pl_json_t  *list = pl_json_get(cfg, "normalizers");
+
+        for (i = 0; list != NULL && i < list->n && list->type == PL_JSON_ARRAY;
+             i++)
+        {
+            if (pl_tok_load_normalizer(ld, &list->u.kids[i]) != 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    for (i = 0; i < 4; i++) {
+        if (strcmp(type, forms[i]) == 0) {
+            n = pl_tok_new_norm(ld, PL_NORM_UNICODE);
+            if (n == NULL) {
+                return -1;
+            }
+            n->form = (int) i;
+            return 0;
+        }
+    }
+    if (strcmp(type, "Lowercase") == 0) {
+        return pl_tok_new_norm(ld, PL_NORM_LOWERCASE) ? 0 : -1;
+    }
+    if (strcmp(type, "StripAccents") == 0) {
+        return pl_tok_new_norm(ld, PL_NORM_STRIP_ACCENTS) ? 0 : -1;
+    }
+    if (strcmp(type, "Strip") == 0) {
+        n = pl_tok_new_norm(ld, PL_NORM_STRIP);
+        if (n == NULL) {
+            return -1;
+        }
+        n->left = pl_json_bool(pl_json_get(cfg, "strip_left"), 1);
+        n->right = pl_json_bool(pl_json_get(cfg, "strip_right"), 1);
+        return 0;
+    }
+    if (strcmp(type, "Prepend") == 0) {
+        n = pl_tok_new_norm(ld, PL_NORM_PREPEND);
+        return n ? pl_tok_copy_str(ld, pl_json_get(cfg, "prepend"), &n->text,
+                                   &n->textlen) : -1;
+    }
+    if (strcmp(type, "Replace") == 0) {
+        n = pl_tok_new_norm(ld, PL_NORM_REPLACE);
+        if (n == NULL || pl_tok_pattern(ld, pl_json_get(cfg, "pattern"),
+                                        "normalizer Replace", &n->text,
+                                        &n->textlen, &n->re) != 0)
+        {
+            return -1;
+        }
+        return pl_tok_copy_str(ld, pl_json_get(cfg, "content"), &n->content,
+                               &n->contentlen);
+    }
+    return pl_tok_fail(ld, "normalizer %s is not supported", type);
+}
+
+/* ---- pre-tokenizers ---- */
+
+static pl_tok_pre_t *
+pl_tok_new_pre(pl_tok_loader_t *ld, int type)
+{
+    pl_tokenizer_t  *t = ld->t;
+    pl_tok_pre_t    *p;
+
+    if (t->byte_level) {
+        pl_tok_fail(ld, "pre_tokenizer: ByteLevel must come last%s", NULL);
+        return NULL;
+    }
+    p = realloc(t->pres, (t->npres + 1) * sizeof(pl_tok_pre_t));
+    if (p == NULL) {
+        pl_tok_fail(ld, "out of memory%s", NULL);
+        return NULL;
+    }
+    t->pres = p;
+    p = &t->pres[t->npres++];
+    memset(p, 0, sizeof(*p));
+    p->type = type;
+    return p;
+}
+
+static int
+pl_tok_regex_pre(pl_tok_loader_t *ld, const char *pattern, int invert)
+{
+    pl_tok_pre_t  *p = pl_tok_new_pre(ld, PL_PRE_SPLIT);
+    char           rerr[160];
+
+    if (p == NULL) {
+        return -1;
+    }
+    p->invert = invert;
+    p->behavior = invert ? PL_SPLIT_REMOVED : PL_SPLIT_ISOLATED;
+    p->re = pl_regex_compile(pattern, strlen(pattern), rerr, sizeof(rerr));
+    if (p->re == NULL) {
+        return pl_tok_fail(ld, "pre_tokenizer: %s", rerr);
+    }
+    return 0;
+}
+
+static int
+pl_tok_split_behavior(pl_tok_loader_t *ld, const char *b)
+{
+    static const char  *names[] = {
+        "Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
+        "Contiguous"
+    };
+    int                 i;
+
+    for (i = 0; b != NULL && i < 5; i++) {
+        if (strcmp(b, names[i]) == 0) {
+            return i;
+        }
+    }
+    return pl_tok_fail(ld, "pre_tokenizer Split: behavior %s is not "
+                       "supported", b ? b : "(missing)");
+}
+
+static int
+pl_tok_load_metaspace(pl_tok_loader_t *ld, const pl_json_t *cfg)
+{
+    pl_tok_pre_t  *p = pl_tok_new_pre(ld, PL_PRE_METASPACE);
+    const char    *scheme = pl_json_str(pl_json_get(cfg, "prepend_scheme"));
+    const pl_json_t *rep = pl_json_get(cfg, "replacement");
+
+    if (p == NULL) {
+        return -1;
+    }
+    if (rep == NULL) {
+        p->str = malloc(4);
+        if (p->str != NULL) {
+            memcpy(p->str, "\xe2\x96\x81", 4);
+        }
+        p->strlen = 3;
+    } else if (pl_tok_copy_str(ld, rep, &p->str, &p->strlen) != 0) {
+        return -1;
+    }
+    p->prepend_scheme = PL_PREPEND_ALWAYS;
+    if (scheme == NULL) {
+        p->prepend_scheme = pl_json_bool(pl_json_get(cfg, "add_prefix_space"),
+                                         1) ? PL_PREPEND_ALWAYS
+                                            : PL_PREPEND_NEVER;
+    } else if (strcmp(scheme, "first") == 0) {
+        p->prepend_scheme = PL_PREPEND_FIRST;
+    } else if (strcmp(scheme, "never") == 0) {
+        p->prepend_scheme = PL_PREPEND_NEVER;
+    } else if (strcmp(scheme, "always") != 0) {
+        return pl_tok_fail(ld, "pre_tokenizer Metaspace: prepend_scheme %s "
+                           "is not supported", scheme);
+    }
+    p->split = pl_json_bool(pl_json_get(cfg, "split"), 1);
+    return p->str && p->strlen ? 0 : pl_tok_fail(ld, "out of memory%s", NULL);
+}
+
+static int
+pl_tok_load_pre(pl_tok_loader_t *ld, const pl_json_t *cfg)
+{
+    const char    *type = pl_json_str(pl_json_get(cfg, "type"));
+    pl_tok_pre_t  *p;
+    size_t         i;
+
+    if (cfg == NULL || cfg->type == PL_JSON_NULL) {
+        return 0;
+    }
+    if (type == NULL) {
+        return pl_tok_fail(ld, "pre_tokenizer: missing type%s", NULL);
+    }
+    if (strcmp(type, "Sequence") == 0) {
+        const pl_json_t  *list = pl_json_get(cfg, "pretokenizers");
+
+        for (i = 0; list != NULL && list->type == PL_JSON_ARRAY
+                    && i < list->n; i++)
+        {
+            if (pl_tok_load_pre(ld, &list->u.kids[i]) != 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (strcmp(type, "ByteLevel") == 0) {
+        p = pl_tok_new_pre(ld, PL_PRE_BYTELEVEL);
+        if (p == NULL) {
+            return -1;
+        }
+        if (pl_json_bool(pl_json_get(cfg, "use_regex"), 1)) {
+            p->re = pl_regex_compile(pl_tok_gpt2_re, strlen(pl_tok_gpt2_re),
+                                     ld->err, ld->errlen);
+            if (p->re == NULL) {
+                return -1;
+            }
+        }
+        p->add_prefix_space = pl_json_bool(
+            pl_json_get(cfg, "add_prefix_space"), 1);
+        ld->t->byte_level = 1;
+        return 0;
+    }
+    if (strcmp(type, "Split") == 0) {
+        p = pl_tok_new_pre(ld, PL_PRE_SPLIT);
+        if (p == NULL
+            || pl_tok_pattern(ld, pl_json_get(cfg, "pattern"),
+                              "pre_tokenizer Split", &p->str, &p->strlen,
+                              &p->re) != 0
+            || (p->behavior = pl_tok_split_behavior(ld,
+                    pl_json_str(pl_json_get(cfg, "behavior")))) < 0)
+        {
+            return -1;
+        }
+        p->invert = pl_json_bool(pl_json_get(cfg, "invert"), 0);
+        return 0;
+    }
+    if (strcmp(type, "Metaspace") == 0) {
+        return pl_tok_load_metaspace(ld, cfg);
+    }
+    if (strcmp(type, "Digits") == 0) {
+        return pl_tok_regex_pre(ld,
+            pl_json_bool(pl_json_get(cfg, "individual_digits"), 0)
+            ? "[^\\d]+|\\d" : "[^\\d]+|\\d+", 0);
+    }
+    if (strcmp(type, "Whitespace") == 0) {
+        return pl_tok_regex_pre(ld, "\\w+|[^\\w\\s]+", 1);
+    }
+    if (strcmp(type, "Punctuation") == 0) {
+        return pl_tok_regex_pre(ld, pl_tok_punct_re, 1);
+    }
+    if (strcmp(type, "WhitespaceSplit") == 0) {
+        return pl_tok_new_pre(ld, PL_PRE_WSPLIT) ? 0 : -1;
+    }
+    return pl_tok_fail(ld, "pre_tokenizer %s is not supported", type);
+}
+
+/* ---- post-processors ---- */
+
+static int
+pl_tok_push_ids(pl_tok_loader_t *ld, int32_t **list, size_t *n,
+    const int32_t *ids, size_t count)
+{
+    int32_t  *p = realloc(*list, (*n + count + 1) * sizeof(int32_t));
+
+    if (p == NULL) {
+        return pl_tok_fail(ld, "out of memory%s", NULL);
+    }
+    memcpy(p + *n, ids, count * sizeof(int32_t));
+    *list = p;
+    *n += count;
+    return 0;
+}
+
+static int
+pl_tok_special_ids(pl_tok_loader_t *ld, const pl_json_t *cfg,
+    const pl_json_t *name, int seen_a)
+{
+    const pl_json_t  *sp = pl_json_get(pl_json_get(cfg, "special_tokens"),
+                                       pl_json_str(name) ? name->u.s : "");
+    const pl_json_t  *ids = pl_json_get(sp, "ids");
+    int32_t           id;
+    size_t            i;
+
+    if (pl_json_str(name) == NULL) {
+        return pl_tok_fail(ld, "post_processor: bad SpecialToken%s", NULL);
+    }
+    if (ids == NULL || ids->type != PL_JSON_ARRAY) {
+        id = pl_tok_lookup(ld->t, name->u.s, name->n);
+        if (id < 0) {
+            return pl_tok_fail(ld, "post_processor: unknown special token %s",
+                               name->u.s);
+        }
+        return seen_a ? pl_tok_push_ids(ld, &ld->t->suffix, &ld->t->nsuffix,
+                                        &id, 1)
+                      : pl_tok_push_ids(ld, &ld->t->prefix, &ld->t->nprefix,
+                                        &id, 1);
+    }
+    for (i = 0; i < ids->n; i++) {
+        if (pl_tok_id_of(ld, &ids->u.kids[i], "post_processor", &id) != 0
+            || (uint32_t) id >= ld->t->nvocab
+            || (seen_a ? pl_tok_push_ids(ld, &ld->t->suffix, &ld->t->nsuffix,
+                                         &id, 1)
+                       : pl_tok_push_ids(ld, &ld->t->prefix, &ld->t->nprefix,
+                                         &id, 1)) != 0)
+        {
+            return pl_tok_fail(ld, "post_processor: bad id for %s",
+                               name->u.s);
+        }
+    }
+    return 0;
+}
+
+static int
+pl_tok_load_template(pl_tok_loader_t *ld, const pl_json_t *cfg)
+{
+    const pl_json_t  *single = pl_json_get(cfg, "single");
+    int               seen_a = 0;
+    size_t            i;
+
+    if (single == NULL || single->type != PL_JSON_ARRAY) {
+        return pl_tok_fail(ld, "post_processor TemplateProcessing: single "
+                           "must be an array%s", NULL);
+    }
+    if (ld->t->nprefix || ld->t->nsuffix) {
+        return pl_tok_fail(ld, "post_processor: more than one template%s",
+                           NULL);
+    }
+    for (i = 0; i < single->n; i++) {
+        const pl_json_t  *it = &single->u.kids[i];
+        const pl_json_t  *sp = pl_json_get(it, "SpecialToken");
+
+        if (sp != NULL) {
+            if (pl_tok_special_ids(ld, cfg, pl_json_get(sp, "id"), seen_a)
+                != 0)
+            {
+                return -1;
+            }
+        } else if (pl_json_get(it, "Sequence") != NULL && !seen_a) {
+            seen_a = 1;
+        } else {
+            return pl_tok_fail(ld, "post_processor TemplateProcessing: "
+                               "unsupported item in single%s", NULL);
+        }
+    }
+    return 0;
+}
+
+/* RobertaProcessing / BertProcessing: cls A sep. */
+static int
+pl_tok_load_clssep(pl_tok_loader_t *ld, const pl_json_t *cfg)
+{
+    const pl_json_t  *cls = pl_json_get(cfg, "cls");
+    const pl_json_t  *sep = pl_json_get(cfg, "sep");
+    int32_t           c, s;
+
+    if (pl_tok_id_of(ld, pl_json_at(cls, 1), "post_processor cls", &c) != 0
+        || pl_tok_id_of(ld, pl_json_at(sep, 1), "post_processor sep", &s)
+           != 0
+        || (uint32_t) c >= ld->t->nvocab || (uint32_t) s >= ld->t->nvocab)
+    {
+        return pl_tok_fail(ld, "post_processor: bad cls/sep%s", NULL);
+    }
+    return (pl_tok_push_ids(ld, &ld->t->prefix, &ld->t->nprefix, &c, 1) != 0
+            || pl_tok_push_ids(ld, &ld->t->suffix, &ld->t->nsuffix, &s, 1)
+               != 0) ? -1 : 0;
+}
+
+static int
+pl_tok_load_post(pl_tok_loader_t *ld, const pl_json_t *cfg)
+{
+    const char  *type = pl_json_str(pl_json_get(cfg, "type"));
+    size_t       i;
+
+    if (cfg == NULL || cfg->type == PL_JSON_NULL) {
+        return 0;
+    }
+    if (type == NULL) {
+        return pl_tok_fail(ld, "post_processor: missing type%s", NULL);
+    }
+    if (strcmp(type, "Sequence") == 0) {
+        const pl_json_t  *list = pl_json_get(cfg, "processors");
+
+        for (i = 0; list != NULL && list->type == PL_JSON_ARRAY
+                    && i < list->n; i++)
+        {
+            if (pl_tok_load_post(ld, &list->u.kids[i]) != 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (strcmp(type, "ByteLevel") == 0) {
+        return 0;
+    }
+    if (strcmp(type, "TemplateProcessing") == 0) {
+        return pl_tok_load_template(ld, cfg);
+    }
+    if (strcmp(type, "RobertaProcessing") == 0
+        || strcmp(type, "BertProcessing") == 0)
+    {
+        return pl_tok_load_clssep(ld, cfg);
+    }
+    return pl_tok_fail(ld, "post_processor %s is not supported", type);
+}
+
+/* ---- decoders ---- */
+
+enum {
+    PL_DEC_TOKENS, PL_DEC_FUSED
+};
+
+static int
+pl_tok_dec_char(pl_tok_loader_t *ld, const pl_json_t *v, const char *dflt,
+    char *out, size_t *len)
+{
+    const char  *s = v ? pl_json_str(v) : dflt;
+    size_t       n = v ? (s ? v->n : 0) : strlen(dflt);
+
+    if (s == NULL || n == 0 || n >= 8 || pl_utf8_seq_len((const uint8_t *) s,
+                                                         n) != n)
+    {
+        return pl_tok_fail(ld, "decoder: expected one character%s", NULL);
+    }
+    memcpy(out, s, n);
+    *len = n;
+    return 0;
+}
+
+static int
+pl_tok_dec_replace(pl_tok_loader_t *ld, const pl_json_t *cfg)
+{
+    pl_tok_decoder_t  *d = &ld->t->dec;
+    pl_tok_replace_t  *r;
+    pl_regex_t        *re = NULL;
+
+    r = realloc(d->replaces, (d->nreplaces + 1) * sizeof(pl_tok_replace_t));
+    if (r == NULL) {
+        return pl_tok_fail(ld, "out of memory%s", NULL);
+    }
+    d->replaces = r;
+    r = &d->replaces[d->nreplaces];
+    memset(r, 0, sizeof(*r));
+    if (pl_json_get(pl_json_get(cfg, "pattern"), "String") == NULL) {
+        return pl_tok_fail(ld, "decoder Replace: only String patterns are "
+                           "supported%s", NULL);
+    }
+    if (pl_tok_pattern(ld, pl_json_get(cfg, "pattern"), "decoder Replace",
+                       &r->from, &r->fromlen, &re) != 0)
+    {
+        return -1;
+    }
+    d->nreplaces++;
+    if (pl_tok_copy_str(ld, pl_json_get(cfg, "content"), &r->to, &r->tolen)
+        != 0)
+    {
+        return -1;
+    }
+    return 0;
+}
+
+static int
+pl_tok_dec_strip(pl_tok_loader_t *ld, const pl_json_t *cfg, int phase)
+{
+    pl_tok_decoder_t  *d = &ld->t->dec;
+    const pl_json_t   *start = pl_json_get(cfg, "start");
+    const pl_json_t   *stop = pl_json_get(cfg, "stop");
+
+    if (phase != PL_DEC_FUSED || d->strip_len != 0) {
+        return pl_tok_fail(ld, "decoder Strip is supported only once, after "
+                           "Fuse%s", NULL);
+    }
+    if (stop != NULL && stop->type == PL_JSON_NUMBER && stop->u.num != 0) {
+        return pl_tok_fail(ld, "decoder Strip with stop > 0 is not "
+                           "supported%s", NULL);
+    }
+    if (pl_tok_dec_char(ld, pl_json_get(cfg, "content"), " ", d->strip_char,
+                        &d->strip_len) != 0)
+    {
+        return -1;
+    }
+    if (start != NULL && (start->type != PL_JSON_NUMBER || start->u.num < 0
+                          || start->u.num > 1000))
+    {
+        return pl_tok_fail(ld, "decoder Strip: bad start%s", NULL);
+    }
+    d->strip_start = start ? (int) start->u.num : 0;
+    return 0;
+}
+
+static int
+pl_tok_load_dec_step(pl_tok_loader_t *ld, const pl_json_t *cfg, int *phase)
+{
+    pl_tok_decoder_t  *d = &ld->t->dec;
+    const char        *type = pl_json_str(pl_json_get(cfg, "type"));
+    const char        *scheme;
+    size_t             i;
+
+    if (type == NULL) {
+        return pl_tok_fail(ld, "decoder: missing type%s", NULL);
+    }
+    if (strcmp(type, "Sequence") == 0) {
+        const pl_json_t  *list = pl_json_get(cfg, "decoders");
+
+        for (i = 0; list != NULL && list->type == PL_JSON_ARRAY
+                    && i < list->n; i++)
+        {
+            if (pl_tok_load_dec_step(ld, &list->u.kids[i], phase) != 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (strcmp(type, "Strip") == 0) {
+        return pl_tok_dec_strip(ld, cfg, *phase);
+    }
+    if (*phase == PL_DEC_FUSED) {
+        return pl_tok_fail(ld, "decoder %s after Fuse/ByteLevel is not "
+                           "supported", type);
+    }
+    if (strcmp(type, "Fuse") == 0) {
+        *phase = PL_DEC_FUSED;
+        return 0;
+    }
+    if (strcmp(type, "ByteLevel") == 0 && !d->byte_fallback
+        && !d->metaspace && d->nreplaces == 0)
+    {
+        d->byte_level = 1;
+        *phase = PL_DEC_FUSED;
+        return 0;
+    }
+    if (strcmp(type, "ByteFallback") == 0) {
+        d->byte_fallback = 1;
+        return 0;
+    }
+    if (strcmp(type, "Replace") == 0 && !d->byte_fallback && !d->metaspace
+        && d->nreplaces == 0)
+    {
+        return pl_tok_dec_replace(ld, cfg);
+    }
+    if (strcmp(type, "Metaspace") == 0 && !d->byte_fallback && !d->metaspace
+        && d->nreplaces == 0)
+    {
+        d->metaspace = 1;
+        scheme = pl_json_str(pl_json_get(cfg, "prepend_scheme"));
+        d->meta_strip_first = scheme ? strcmp(scheme, "never") != 0
+            : pl_json_bool(pl_json_get(cfg, "add_prefix_space"), 1);
+        return pl_tok_dec_char(ld, pl_json_get(cfg, "replacement"),
+                               "\xe2\x96\x81", d->meta_char, &d->meta_len);
+    }
+    return pl_tok_fail(ld, "decoder %s is not supported here", type);
+}
+
+static int
+pl_tok_load_decoder(pl_tok_loader_t *ld, const pl_json_t *cfg)
+{
+    int  phase = PL_DEC_TOKENS;
+
+    if (cfg == NULL || cfg->type == PL_JSON_NULL) {
+        return pl_tok_fail(ld, "decoder: missing (tokenizers without a "
+                           "decoder are not supported)%s", NULL);
+    }
+    return pl_tok_load_dec_step(ld, cfg, &phase);
+}
+
+/* ---- loading ---- */
+
+static char *
+pl_tok_read_file(const char *path, size_t *len, char *err, size_t errlen)
+{
+    FILE  *f = fopen(path, "rb");
+    char  *buf;
+    long   size;
+
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0
+        || (size_t) size > PL_TOK_MAX_FILE || fseek(f, 0, SEEK_SET) != 0)
+    {
+        snprintf(err, errlen, "%s: cannot size the file", path);
+        fclose(f);
+        return NULL;
+    }
+    buf = malloc((size_t) size + 1);
+    if (buf == NULL || fread(buf, 1, (size_t) size, f) != (size_t) size) {
+        snprintf(err, errlen, "%s: read failed", path);
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    buf[size] = '\0';
+    *len = (size_t) size;
+    return buf;
+}
+
+static int
+pl_tok_load_root(pl_tok_loader_t *ld, const pl_json_t *root)
+{
+    if (root->type != PL_JSON_OBJECT) {
+        return pl_tok_fail(ld, "tokenizer.json: not an object%s", NULL);
+    }
+    if (pl_tok_load_model(ld, root) != 0
+        || pl_tok_load_normalizer(ld, pl_json_get(root, "normalizer")) != 0
+        || pl_tok_load_pre(ld, pl_json_get(root, "pre_tokenizer")) != 0
+        || pl_tok_load_post(ld, pl_json_get(root, "post_processor")) != 0
+        || pl_tok_load_decoder(ld, pl_json_get(root, "decoder")) != 0)
+    {
+        return -1;
+    }
+    if (ld->t->dec.byte_level != ld->t->byte_level) {
+        return pl_tok_fail(ld, "ByteLevel pre-tokenizer and decoder must be "
+                           "used together%s", NULL);
+    }
+    return 0;
+}
+
+pl_tokenizer_t *
+pl_tokenizer_load(const char *path, char *err, size_t errlen)
+{
+    pl_tok_loader_t  ld;
+    pl_json_doc_t   *doc;
+    char            *buf, jerr[160];
+    size_t           len;
+    int              rc;
+
+    buf = pl_tok_read_file(path, &len, err, errlen);
+    if (buf == NULL) {
+        return NULL;
+    }
+    doc = pl_json_parse(buf, len, jerr, sizeof(jerr));
+    free(buf);
+    if (doc == NULL) {
+        snprintf(err, errlen, "%s: %s", path, jerr);
+        return NULL;
+    }
+    ld.err = err;
+    ld.errlen = errlen;
+    ld.t = calloc(1, sizeof(pl_tokenizer_t));
+    rc = ld.t ? pl_tok_load_root(&ld, pl_json_root(doc))
+              : pl_tok_fail(&ld, "out of memory%s", NULL);
+    pl_json_free(doc);
+    if (rc != 0) {
+        pl_tokenizer_free(ld.t);
+        return NULL;
+    }
+    return ld.t;
+}
+
+void
+pl_tokenizer_free(pl_tokenizer_t *t)
+{
+    size_t  i;
+
+    if (t == NULL) {
+        return;
+    }
+    for (i = 0; i < t->nnorms; i++) {
+        free(t->norms[i].text);
+        free(t->norms[i].content);
+        pl_regex_free(t->norms[i].re);
+    }
+    for (i = 0; i < t->npres; i++) {
+        free(t->pres[i].str);
+        pl_regex_free(t->pres[i].re);
+    }
+    for (i = 0; i < t->dec.nreplaces; i++) {
+        free(t->dec.replaces[i].from);
+        free(t->dec.replaces[i].to);
+    }
+    free(t->dec.replaces);
+    free(t->norms);
+    free(t->pres);
+    free(t->prefix);
+    free(t->suffix);
+    free(t->added);
+    free(t->mkeys);
+    free(t->mrank);
+    free(t->mid);
+    free(t->hash);
+    free(t->piece_off);
+    free(t->piece_len);
+    free(t->flags);
+    free(t->pool);
+    free(t);
+}
+
+uint32_t
+pl_tokenizer_vocab_size(const pl_tokenizer_t *t)
+{
+    return t->nvocab;
+}
+
+const char *
+pl_tokenizer_id_to_piece(const pl_tokenizer_t *t, int32_t id)
+{
+    if (id < 0 || (uint32_t) id >= t->nvocab
+        || !(t->flags[id] & PL_TOK_PRESENT))
+    {
+        return NULL;
+    }
+    return t->pool + t->piece_off[id];
+}
+
+int32_t
+pl_tokenizer_piece_to_id(const pl_tokenizer_t *t, const char *piece)
+{
+    return pl_tok_lookup(t, piece, strlen(piece));
+}
+
+int
+pl_tokenizer_is_special(const pl_tokenizer_t *t, int32_t id)
+{
+    return id >= 0 && (uint32_t) id < t->nvocab
+           && (t->flags[id] & PL_TOK_SPECIAL) != 0;
+}
