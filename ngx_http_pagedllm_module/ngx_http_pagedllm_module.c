@@ -3,8 +3,13 @@
  * ngx_http_pagedllm_module: directives, configuration and process init.
  *
  *     pagedllm_engine unix:/run/pagedllm/engine.sock;     (http)
- *     location /v1/ { pagedllm; }
+ *     pagedllm_attach_timeout 1s;         (http) wait for the engine's hello
+ *     pagedllm_reattach_interval 1s;      (http) retry while detached
+ *     location /v1/ { pagedllm; }         /v1/completions, /v1/models
  *     location = /pagedllm/status { pagedllm_status; }
+ *     pagedllm_max_unsent 1m;             unsent output before an abort
+ *     pagedllm_retry_after 1s;            Retry-After of a 503
+ *     pagedllm_timeout 300s;              engine silence before a 504
  */
 
 
