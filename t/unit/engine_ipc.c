@@ -3,7 +3,8 @@
  * written here: attach, model identity, generation with max_tokens and
  * ignore_eos, batching, seeds, ABORT, invalid SUBMITs, corrupt records that
  * drop only their own connection, workers that vanish mid-generation, a
- * completion ring left full, and a clean stop on SIGTERM.
+ * completion ring left full, and a clean stop on SIGTERM.  The engine runs
+ * on the CPU unless PAGEDLLM_TEST_DEVICE names another device.
  */
 
 #include <errno.h>
@@ -64,6 +65,7 @@ static char      sock_path[256];
 static char      log_path[256];
 static char      dir[128];
 static pid_t     engine_pid;
+static const char *device;              /* PAGEDLLM_TEST_DEVICE, or cpu */
 static uint8_t   bulk_state[BULK_N];    /* 0, 1 after ERROR, 2 after FINISH */
 static int       bulk_bad;
 
@@ -132,7 +134,7 @@ start_engine(const char *build)
 
         dup2(log, 2);
         execl(engine, engine, "--model", model, "--listen", sock_path,
-              "--device", "cpu", "--threads", "1", "--num-blocks", "512",
+              "--device", device, "--threads", "1", "--num-blocks", "512",
               "--block-size", "16", "--max-num-seqs", "128",
               "--log-level", "info", (char *) NULL);
         fprintf(stderr, "exec %s: %s\n", engine, strerror(errno));
@@ -531,7 +533,7 @@ test_identity(worker_t *w, const char *build)
     st = wait_idle(w);
     is_int(st.kv_blocks_total, 512, "stats: 512 KV blocks");
     is_int(st.block_size, 16, "stats: block size 16");
-    is_str(st.device, "cpu", "stats: device");
+    is_str(st.device, device, "stats: device");
     ok(st.workers >= 1, "stats: the worker is counted");
 }
 
@@ -1001,6 +1003,10 @@ main(void)
 
     if (build == NULL) {
         build = "build";
+    }
+    device = getenv("PAGEDLLM_TEST_DEVICE");
+    if (device == NULL) {
+        device = "cpu";
     }
 
     snprintf(dir, sizeof(dir), "/tmp/pagedllm-ipc-XXXXXX");
