@@ -40,6 +40,7 @@ sub new {
         listen  => $opt{listen} // '',
         workers => $opt{workers} // 1,
         engine_args => $opt{engine_args} // [],
+        model   => $opt{model} // "$build/models/tiny",
         pids    => {},
     }, $class;
 
@@ -104,7 +105,7 @@ sub start_engine {
 
     unlink $self->{sock};
     $self->spawn(engine => "$self->{dir}/engine.log",
-                 "$b/pagedllm-engine", '--model', "$b/models/tiny",
+                 "$b/pagedllm-engine", '--model', $self->{model},
                  '--device', 'cpu', '--listen', $self->{sock},
                  '--threads', '1', '--kv-cache-memory', '16',
                  @{ $self->{engine_args} });
