@@ -894,6 +894,7 @@ static void
 ngx_http_pagedllm_write_handler(ngx_http_request_t *r)
 {
     ngx_int_t                 rc;
+    ngx_chain_t              *out;
     ngx_connection_t         *c;
     ngx_http_pagedllm_ctx_t  *ctx;
 
@@ -910,7 +911,8 @@ ngx_http_pagedllm_write_handler(ngx_http_request_t *r)
 
     rc = ngx_http_output_filter(r, NULL);
 
-    ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, NULL,
+    out = NULL;
+    ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &out,
                             (ngx_buf_tag_t) &ngx_http_pagedllm_module);
 
     if (rc == NGX_ERROR || ngx_http_pagedllm_write_timer(r) != NGX_OK) {

@@ -269,6 +269,14 @@ ngx_http_pagedllm_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
+    /* cache managers and loaders run init_process too: only workers attach */
+
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
+
     return ngx_http_pagedllm_channel_init(cycle, pmcf);
 }
 

@@ -35,6 +35,7 @@ sub new {
     my $self = bless {
         build   => $build,
         dir     => tempdir('pagedllm-t-XXXXXX', TMPDIR => 1, CLEANUP => 1),
+        main    => $opt{main} // '',
         http    => $opt{http} // '',
         server  => $opt{server} // '',
         listen  => $opt{listen} // '',
@@ -139,6 +140,7 @@ $user
 worker_processes $self->{workers};
 pid $d/nginx.pid;
 error_log $d/error.log info;
+$self->{main}
 
 events {
     worker_connections 256;
@@ -249,6 +251,7 @@ sub error_log {
 # Stops nginx and the engine; prints their logs when a test failed.
 sub finish {
     my ($self) = @_;
+    unlike($self->error_log, qr/exited on signal/, 'no nginx worker crashed');
     $self->dump_logs if !Test::More->builder->is_passing;
     $self->{logs_dumped} = 1;
     $self->stop_all;
