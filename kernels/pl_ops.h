@@ -151,6 +151,21 @@ struct pl_backend_s {
     void (*download_f32)(pl_backend_t *be, float *dst, const void *src,
                          size_t count);
 
+    /* Optional operations, NULL where a backend lacks them: a model that
+       needs one refuses to load on that backend.  OPT uses them. */
+
+    /* out[n][dim] = (x - mean(x)) / sqrt(var(x) + eps) * w + b */
+    void (*layernorm)(pl_backend_t *be, void *out, const void *x,
+                      const pl_weight_t *w, const pl_weight_t *b, int n,
+                      int dim, float eps);
+
+    /* residual[n][dim] += x */
+    void (*add)(pl_backend_t *be, void *residual, const void *x, int n,
+                int dim);
+
+    /* out[n][dim] = max(x, 0); out may be x */
+    void (*relu)(pl_backend_t *be, void *out, const void *x, int n, int dim);
+
     void   *priv;
 };
 
