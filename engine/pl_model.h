@@ -16,7 +16,8 @@
 #define PL_ARCH_LEN  64
 
 typedef struct {
-    char        arch[PL_ARCH_LEN];      /* "llama" */
+    char        arch[PL_ARCH_LEN];      /* "llama", "mistral", "qwen2",
+                                           "opt" */
     int         vocab_size;
     int         hidden_size;
     int         intermediate_size;
@@ -32,14 +33,19 @@ typedef struct {
     int         n_eos;
     int         eos_token_ids[8];
     pl_dtype_t  dtype;                  /* of the checkpoint's weights */
+    /* sampling defaults from generation_config.json: -1 when unset */
+    float       default_temperature;
+    float       default_top_p;
+    int         default_top_k;
 } pl_model_config_t;
 
 typedef struct pl_model_s  pl_model_t;
 
 /*
- * Load config.json, generation_config.json (when present) and
- * model.safetensors from dir, with weights made usable by be.  NULL with a
- * message naming the file and the field on any problem.
+ * Load config.json, generation_config.json (when present) and the weights
+ * (model.safetensors, or the shards model.safetensors.index.json names)
+ * from dir, made usable by be.  NULL with a message naming the file and
+ * the field on any problem.
  */
 pl_model_t *pl_model_load(const char *dir, pl_backend_t *be, char *err,
     size_t errlen);
