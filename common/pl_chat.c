@@ -1,0 +1,147 @@
+/*
+ * pl_chat: tokenizer_config.json's chat template on top of pl_jinja.
+ *
+ * The template may be a string or a list of named templates (the one
+ * named "default" is used).  bos_token / eos_token may be strings or
+ * AddedToken objects ({"content": ...}); they are passed to the template
+ * (with unk_token and pad_token) as variables together with messages and
+ * add_generation_prompt, as Hugging Face's apply_chat_template does.
+ */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pl_chat.h"
+#include "pl_jinja.h"
+
+struct pl_chat_s {
+    pl_jinja_t  *tpl;
+    json_t      *vars;     /* bos_token, eos_token, ... */
+};
+
+static const char *
+pl_chat_token(const json_t *cfg, const char *key)
+{
+    const json_t  *t = json_object_get(cfg, key);
+
+    if (json_is_object(t)) {
+        t = json_object_get(t, "content");
+    }
+    return json_string_value(t);
+}
+
+static const char *
+pl_chat_template_of(const json_t *cfg)
+{
+    const json_t  *t = json_object_get(cfg, "chat_template"), *item;
+    size_t         i;
+
+    if (json_is_string(t)) {
+        return json_string_value(t);
+    }
+    json_array_foreach(t, i, item) {
+        if (json_is_string(json_object_get(item, "name"))
+            && strcmp(json_string_value(json_object_get(item, "name")),
+                      "default") == 0)
+        {
+            return json_string_value(json_object_get(item, "template"));
+        }
+    }
+    return NULL;
+}
+
+pl_chat_t *
+pl_chat_new(const char *src, const char *bos, const char *eos, char *err,
+    size_t errlen)
+{
+    pl_chat_t  *c = calloc(1, sizeof(pl_chat_t));
+    char        perr[256];
+
+    if (c == NULL || (c->vars = json_object()) == NULL) {
+        free(c);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->tpl = pl_jinja_parse(src, strlen(src), perr, sizeof(perr));
+    if (c->tpl == NULL) {
+        snprintf(err, errlen, "chat_template: %s", perr);
+        pl_chat_free(c);
+        return NULL;
+    }
+    json_object_set_new(c->vars, "bos_token", json_string(bos ? bos : ""));
+    json_object_set_new(c->vars, "eos_token", json_string(eos ? eos : ""));
+    return c;
+}
+
+pl_chat_t *
+pl_chat_load(const char *path, char *err, size_t errlen)
+{
+    json_error_t  jerr;
+    json_t       *cfg = json_load_file(path, 0, &jerr);
+    const char   *src;
+    pl_chat_t    *c;
+
+    if (cfg == NULL) {
+        snprintf(err, errlen, "%s: %s (line %d)", path, jerr.text,
+                 jerr.line);
+        return NULL;
+    }
+    src = pl_chat_template_of(cfg);
+    if (src == NULL) {
+        snprintf(err, errlen, "%s: no chat_template", path);
+        json_decref(cfg);
+        return NULL;
+    }
+    c = pl_chat_new(src, pl_chat_token(cfg, "bos_token"),
+                    pl_chat_token(cfg, "eos_token"), err, errlen);
+    if (c != NULL) {
+        json_object_set_new(c->vars, "unk_token", json_string(
+            pl_chat_token(cfg, "unk_token") ? pl_chat_token(cfg, "unk_token")
+                                             : ""));
+        json_object_set_new(c->vars, "pad_token", json_string(
+            pl_chat_token(cfg, "pad_token") ? pl_chat_token(cfg, "pad_token")
+                                             : ""));
+    }
+    json_decref(cfg);
+    return c;
+}
+
+void
+pl_chat_free(pl_chat_t *c)
+{
+    if (c != NULL) {
+        pl_jinja_free(c->tpl);
+        json_decref(c->vars);
+        free(c);
+    }
+}
+
+char *
+pl_chat_render(const pl_chat_t *c, const json_t *messages,
+    int add_generation_prompt, const json_t *extra, char *err,
+    size_t errlen)
+{
+    json_t  *vars;
+    char    *out;
+    size_t   len;
+
+    if (!json_is_array(messages)) {
+        snprintf(err, errlen, "messages must be an array");
+        return NULL;
+    }
+    vars = json_copy(c->vars);
+    if (vars == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (json_is_object(extra)) {
+        json_object_update(vars, (json_t *) extra);
+    }
+    json_object_set(vars, "messages", (json_t *) messages);
+    json_object_set_new(vars, "add_generation_prompt",
+                        json_boolean(add_generation_prompt));
+    out = pl_jinja_render(c->tpl, vars, &len, err, errlen);
+    json_decref(vars);
+    return out;
+}
