@@ -53,6 +53,11 @@ void pl_cpu_attention(pl_backend_t *be, void *out, const void *q,
     int n_heads, int n_kv_heads, int head_dim, int block_size, float scale);
 void pl_cpu_silu_mul(pl_backend_t *be, void *out, const void *gate_up, int n,
     int inter);
+void pl_cpu_layernorm(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *b, int n, int dim, float eps);
+void pl_cpu_relu(pl_backend_t *be, void *out, const void *x, int n, int dim);
+void pl_cpu_add(pl_backend_t *be, void *residual, const void *x, int n,
+    int dim);
 void pl_cpu_gather_rows(pl_backend_t *be, void *out, const void *x,
     const int32_t *rows, int n, int dim);
 
