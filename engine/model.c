@@ -1,28 +1,35 @@
 /*
- * model: the Llama family (Llama 2/3, Mistral without sliding window) on
- * any backend, loaded from a Hugging Face folder.
+ * model: the Llama family (Llama 2/3, Mistral without sliding window,
+ * Qwen2 with its q/k/v biases) and OPT, on any backend, loaded from a
+ * Hugging Face folder.
  *
- * Loading checks every tensor of model.safetensors against config.json
- * (presence, dtype, shape) and fuses, for speed, the q/k/v projections into
- * one QKV weight and gate/up into one gate_up weight, so each layer runs
- * four matmuls.  The fused copies are made on the host in the checkpoint's
- * dtype; a backend that copies weights into its own memory (its pointer
+ * Loading checks every tensor of the checkpoint (one file or shards, see
+ * checkpoint.c) against config.json: presence, shape, and the one dtype
+ * config.json names.  For speed the q/k/v projections are fused into one
+ * QKV weight (their biases likewise) and Llama's gate/up into one gate_up
+ * weight, so each layer runs four matmuls.  The fused copies are made on
+ * the host; a backend that copies weights into its own memory (its pointer
  * differs from ours after weight_load) lets us drop the host copy, and the
  * model frees that backend memory at the end.
  *
  * One forward pass, for all the batch's tokens at once:
  *
- *     x = embed(tokens)
- *     per layer:  h = rmsnorm(x)              (fused with x += y after 0)
- *                 q, k, v = split(h . Wqkv)   (gather_rows by head)
- *                 rope(q, k); kv_write(k, v)
- *                 y = attention(q, cache) . Wo
- *                 x += y; h = rmsnorm(x)
- *                 y = (silu(h . Wgate) * (h . Wup)) . Wdown
- *     x += y; h = rmsnorm(x); logits = h[logits_rows] . Wlm_head
+ *   Llama:  x = embed(tokens)
+ *           per layer:  h = rmsnorm(x)            (fused with x += y after 0)
+ *                       y = attention(h)          (RoPE on q and k)
+ *                       x += y; h = rmsnorm(x)
+ *                       y = (silu(h . Wgate) * (h . Wup)) . Wdown
+ *           x += y; h = rmsnorm(x)
+ *   OPT:    x = embed(tokens) + embed_positions(positions + 2)
+ *           pre-LN layer:   x += attention(LN(x)); x += fc2(relu(fc1(LN(x))))
+ *           post-LN layer:  x = LN(x + attention(x)); x = LN(x + fc2(...))
+ *           h = LN(x) when the decoder has a final layer norm, else x
+ *   then:   logits = h[logits_rows] . Wlm_head
  *
- * The batch comes from the engine's runner but is checked in full before
- * any kernel sees it: a bad index gives an error, never a stray access.
+ * where attention(h) = split(h . Wqkv + b), kv_write(k, v), paged attention
+ * over the cache, then . Wo + b.  The batch comes from the engine's runner
+ * but is checked in full before any kernel sees it: a bad index gives an
+ * error, never a stray access.
  */
 
 #include <math.h>
@@ -30,19 +37,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "checkpoint.h"
 #include "model_config.h"
 #include "pl_model.h"
-#include "safetensors.h"
+
+/* OPT's learned positions start at row 2 of embed_positions */
+#define PL_OPT_POS_OFFSET  2
+
+/* a weight and its bias (bias.data NULL when the layer has none) */
+typedef struct {
+    pl_weight_t  w;
+    pl_weight_t  b;
+} pl_linear_t;
 
 typedef struct {
-    pl_weight_t  input_norm;
-    pl_weight_t  post_norm;
-    pl_weight_t  qkv;           /* [(nh + 2 nkv) hd][hidden] */
-    pl_weight_t  o;             /* [hidden][nh hd] */
-    pl_weight_t  gate_up;       /* [2 inter][hidden] */
-    pl_weight_t  down;          /* [hidden][inter] */
+    pl_linear_t  attn_norm;     /* input_layernorm / self_attn_layer_norm */
+    pl_linear_t  mlp_norm;      /* post_attention_layernorm /
+                                   final_layer_norm */
+    pl_linear_t  qkv;           /* [(nh + 2 nkv) hd][hidden] */
+    pl_linear_t  o;             /* [hidden][nh hd] */
+    pl_linear_t  up;            /* Llama gate_up [2 inter][hidden],
+                                   OPT fc1 [inter][hidden] */
+    pl_linear_t  down;          /* [hidden][inter] */
 } pl_layer_t;
 
 /* activation scratch, all in backend memory, sized for max_tokens rows */
@@ -55,13 +72,15 @@ typedef struct {
     void     *v;                /* [T][nkv hd] */
     void     *attn;             /* [T][nh hd] */
     void     *y;                /* block output [T][hidden] */
-    void     *gate_up;          /* [T][2 inter] */
+    void     *up;               /* [T][2 inter] (Llama) or [T][inter] */
     void     *act;              /* [T][inter] */
     void     *rows;             /* [S][hidden] */
     void     *logits;           /* [S][vocab] */
     int32_t  *split_q;          /* head rows of qkv, see split_indices() */
     int32_t  *split_k;
     int32_t  *split_v;
+    int32_t  *pos_ids;          /* OPT: [T] rows of embed_positions */
+    int32_t  *pos_host;         /* their host copy (malloc) */
 } pl_scratch_t;
 
 /* memory the model frees at the end: backend memory or host malloc */
@@ -72,16 +91,19 @@ typedef struct {
 
 struct pl_model_s {
     pl_model_config_t   cfg;
-    pl_rope_scaling_t   rope;
+    pl_arch_t           arch;
     pl_backend_t       *be;
-    pl_safetensors_t   *st;
-    char                st_path[4096];
+    pl_checkpoint_t    *ckpt;
+    char                prefix[32];     /* OPT: "model.decoder." or
+                                           "decoder." */
 
     pl_weight_t         embed;
-    pl_weight_t         norm;
+    pl_weight_t         pos_embed;      /* OPT */
+    pl_linear_t         norm;           /* final norm; OPT: may be absent */
     pl_weight_t         lm_head;
     pl_layer_t         *layers;
-    float              *inv_freq;       /* backend memory [head_dim / 2] */
+    float              *inv_freq;       /* Llama: backend memory
+                                           [head_dim / 2] */
 
     pl_owned_t         *owned;
     int                 n_owned;
@@ -133,8 +155,8 @@ model_own(pl_model_t *m, void *p, int from_backend)
 
 /*
  * Hand host bytes to the backend.  When the backend keeps our pointer the
- * host copy must live as long as the model (keep_host says it is ours to
- * free then); when it copied, the copy is its memory to free at the end.
+ * host copy must live as long as the model (ours, when not NULL, is then
+ * ours to free); when it copied, the copy is its memory to free at the end.
  */
 static int
 model_weight_load(pl_model_t *m, pl_weight_t *w, const void *host,
@@ -143,7 +165,8 @@ model_weight_load(pl_model_t *m, pl_weight_t *w, const void *host,
     if (m->be->weight_load(m->be, w, host) != 0) {
         free(ours);
         return model_fail(err, errlen, "%s: the %s backend cannot load "
-                          "tensor '%s'", m->st_path, m->be->name, what);
+                          "tensor '%s'", pl_ckpt_path(m->ckpt), m->be->name,
+                          what);
     }
     if (w->data == host) {
         if (ours != NULL && model_own(m, ours, 0) != 0) {
@@ -161,44 +184,62 @@ model_weight_load(pl_model_t *m, pl_weight_t *w, const void *host,
 }
 
 
-/* the tensor name with shape [rows][cols] (cols only: a vector) */
+static void
+shape_string(char *buf, size_t len, const int64_t *shape, int ndim)
+{
+    size_t  at = 0;
+    int     i;
+
+    buf[0] = '\0';
+    for (i = 0; i < ndim && at + 24 < len; i++) {
+        at += snprintf(buf + at, len - at, "%s%lld", i ? ", " : "",
+                       (long long) shape[i]);
+    }
+}
+
+
+/* The tensor name with shape [rows][cols], or [cols] when rows is 0, in
+   the checkpoint's one dtype; counted for the progress line. */
 static const pl_st_tensor_t *
 find_tensor(pl_model_t *m, const char *name, int64_t rows, int64_t cols,
     char *err, size_t errlen)
 {
-    const pl_st_tensor_t  *t = pl_st_find(m->st, name);
-    int                    vec = rows == 0;
+    const char            *file;
+    const pl_st_tensor_t  *t = pl_ckpt_find(m->ckpt, name, &file);
+    int64_t                want[2] = { rows ? rows : cols, cols };
+    int                    ndim = rows ? 2 : 1;
+    char                   got[96], exp[64];
 
     if (t == NULL) {
-        model_fail(err, errlen, "%s: tensor '%s' is missing", m->st_path,
-                   name);
+        model_fail(err, errlen, "%s: tensor '%s' is missing", file, name);
         return NULL;
     }
-    if (t->ndim != (vec ? 1 : 2)
-        || (vec ? t->shape[0] != cols
-                : (t->shape[0] != rows || t->shape[1] != cols)))
+    if (t->ndim != ndim || t->shape[0] != want[0]
+        || (ndim == 2 && t->shape[1] != want[1]))
     {
-        char  want[64], got[96] = "";
-        int   i, len = 0;
-
-        if (vec) {
-            snprintf(want, sizeof(want), "[%lld]", (long long) cols);
-        } else {
-            snprintf(want, sizeof(want), "[%lld, %lld]", (long long) rows,
-                     (long long) cols);
-        }
-        for (i = 0; i < t->ndim && len < (int) sizeof(got) - 24; i++) {
-            len += snprintf(got + len, sizeof(got) - len, "%s%lld",
-                            i ? ", " : "", (long long) t->shape[i]);
-        }
+        shape_string(got, sizeof(got), t->shape, t->ndim);
+        shape_string(exp, sizeof(exp), want, ndim);
         model_fail(err, errlen, "%s: tensor '%s' has shape [%s] but "
-                   "config.json implies %s", m->st_path, name, got, want);
+                   "config.json implies [%s]", file, name, got, exp);
         return NULL;
     }
+    if (!m->arch.dtype_given) {
+        m->cfg.dtype = t->dtype;
+        m->arch.dtype_given = 1;
+    }
+    if (t->dtype != m->cfg.dtype) {
+        model_fail(err, errlen, "%s: tensor '%s' is %s but the checkpoint "
+                   "is %s (config.json's dtype, or its first tensor's)",
+                   file, name, pl_dtype_name(t->dtype),
+                   pl_dtype_name(m->cfg.dtype));
+        return NULL;
+    }
+    pl_ckpt_loaded(m->ckpt, t);
     return t;
 }
 
 
+/* a matrix [rows][cols], or a vector [cols] when rows is 0 */
 static int
 load_weight(pl_model_t *m, pl_weight_t *w, const char *name, int64_t rows,
     int64_t cols, char *err, size_t errlen)
@@ -215,117 +256,184 @@ load_weight(pl_model_t *m, pl_weight_t *w, const char *name, int64_t rows,
 }
 
 
-/* count elements from src (dtype sdt) to dst (dtype ddt) */
-static void
-convert(void *dst, pl_dtype_t ddt, const void *src, pl_dtype_t sdt,
-    size_t count)
-{
-    size_t  i;
-    float   f = 0.0f;
-
-    if (ddt == sdt) {
-        memcpy(dst, src, count * pl_dtype_size(sdt));
-        return;
-    }
-    for (i = 0; i < count; i++) {
-        switch (sdt) {
-        case PL_DT_F32:
-            f = ((const float *) src)[i];
-            break;
-        case PL_DT_F16:
-            f = pl_f16_to_f32(((const uint16_t *) src)[i]);
-            break;
-        case PL_DT_BF16:
-            f = pl_bf16_to_f32(((const uint16_t *) src)[i]);
-            break;
-        }
-        switch (ddt) {
-        case PL_DT_F32:
-            ((float *) dst)[i] = f;
-            break;
-        case PL_DT_F16:
-            ((uint16_t *) dst)[i] = pl_f32_to_f16(f);
-            break;
-        case PL_DT_BF16:
-            ((uint16_t *) dst)[i] = pl_f32_to_bf16(f);
-            break;
-        }
-    }
-}
-
-
-/* Stack n tensors of shape [rows[i]][cols] into one weight, in the dtype
-   of the first. */
+/* Stack n matrices [rows[i]][cols] into one weight; with cols 0, stack n
+   vectors [rows[i]] into one vector. */
 static int
 load_fused(pl_model_t *m, pl_weight_t *w, char names[][128],
     const int64_t *rows, int n, int64_t cols, char *err, size_t errlen)
 {
-    const pl_st_tensor_t  *t[4];
-    int64_t                total = 0, at = 0;
-    size_t                 esize;
+    const pl_st_tensor_t  *t;
+    int64_t                total = 0, width = cols ? cols : 1;
+    size_t                 esize = pl_dtype_size(m->cfg.dtype), at = 0;
     uint8_t               *host;
     int                    i;
 
     for (i = 0; i < n; i++) {
-        t[i] = find_tensor(m, names[i], rows[i], cols, err, errlen);
-        if (t[i] == NULL) {
-            return -1;
-        }
         total += rows[i];
     }
-    esize = pl_dtype_size(t[0]->dtype);
-    host = aligned_alloc(64, ((size_t) (total * cols) * esize + 63) / 64 * 64);
+    host = aligned_alloc(64, ((size_t) (total * width) * esize + 63) / 64
+                             * 64);
     if (host == NULL) {
         return model_fail(err, errlen, "out of memory fusing '%s'", names[0]);
     }
     for (i = 0; i < n; i++) {
-        convert(host + (size_t) (at * cols) * esize, t[0]->dtype,
-                t[i]->data, t[i]->dtype, (size_t) (rows[i] * cols));
-        at += rows[i];
+        t = find_tensor(m, names[i], cols ? rows[i] : 0, cols ? cols
+                                                              : rows[i],
+                        err, errlen);
+        if (t == NULL) {
+            free(host);
+            return -1;
+        }
+        memcpy(host + at, t->data, t->nbytes);
+        at += t->nbytes;
     }
-    *w = (pl_weight_t) { .dtype = t[0]->dtype, .rows = total, .cols = cols };
+    *w = cols ? (pl_weight_t) { .dtype = m->cfg.dtype, .rows = total,
+                                .cols = cols }
+              : (pl_weight_t) { .dtype = m->cfg.dtype, .rows = 1,
+                                .cols = total };
     return model_weight_load(m, w, host, host, names[0], err, errlen);
 }
 
 
+/* q, k and v of layer l (p: the layer's prefix), weights and maybe biases,
+   fused */
 static int
-load_layer(pl_model_t *m, int l, char *err, size_t errlen)
+load_qkv(pl_model_t *m, pl_layer_t *L, const char *p, int bias, char *err,
+    size_t errlen)
+{
+    const pl_model_config_t  *c = &m->cfg;
+    int64_t                   qd = (int64_t) c->num_heads * c->head_dim;
+    int64_t                   kvd = (int64_t) c->num_kv_heads * c->head_dim;
+    int64_t                   rows[3] = { qd, kvd, kvd };
+    static const char         qkv[] = "qkv";
+    char                      n[3][128];
+    int                       i;
+
+    for (i = 0; i < 3; i++) {
+        snprintf(n[i], sizeof(n[i]), "%sself_attn.%c_proj.weight", p,
+                 qkv[i]);
+    }
+    if (load_fused(m, &L->qkv.w, n, rows, 3, c->hidden_size, err, errlen)
+        != 0)
+    {
+        return -1;
+    }
+    if (!bias) {
+        return 0;
+    }
+    for (i = 0; i < 3; i++) {
+        snprintf(n[i], sizeof(n[i]), "%sself_attn.%c_proj.bias", p, qkv[i]);
+    }
+    return load_fused(m, &L->qkv.b, n, rows, 3, 0, err, errlen);
+}
+
+
+/* "<p><name>.weight" [rows][cols] (or [cols]), and its bias [rows] (or
+   [cols]) when bias is set */
+static int
+load_linear(pl_model_t *m, pl_linear_t *lin, const char *p, const char *name,
+    int64_t rows, int64_t cols, int bias, char *err, size_t errlen)
+{
+    char  n[160];
+
+    snprintf(n, sizeof(n), "%s%s.weight", p, name);
+    if (load_weight(m, &lin->w, n, rows, cols, err, errlen) != 0) {
+        return -1;
+    }
+    if (!bias) {
+        return 0;
+    }
+    snprintf(n, sizeof(n), "%s%s.bias", p, name);
+    return load_weight(m, &lin->b, n, 0, rows ? rows : cols, err, errlen);
+}
+
+
+static int
+load_layer_llama(pl_model_t *m, int l, char *err, size_t errlen)
 {
     const pl_model_config_t  *c = &m->cfg;
     pl_layer_t               *L = &m->layers[l];
     int64_t                   hid = c->hidden_size;
-    int64_t                   qd = (int64_t) c->num_heads * c->head_dim;
-    int64_t                   kvd = (int64_t) c->num_kv_heads * c->head_dim;
-    int64_t                   qkv_rows[3] = { qd, kvd, kvd };
-    int64_t                   gu_rows[2] = { c->intermediate_size,
-                                             c->intermediate_size };
-    char                      n[3][128];
+    int64_t                   inter = c->intermediate_size;
+    int64_t                   gu_rows[2] = { inter, inter };
+    char                      n[2][128];
     char                      p[64];
 
     snprintf(p, sizeof(p), "model.layers.%d.", l);
-    snprintf(n[0], sizeof(n[0]), "%sself_attn.q_proj.weight", p);
-    snprintf(n[1], sizeof(n[1]), "%sself_attn.k_proj.weight", p);
-    snprintf(n[2], sizeof(n[2]), "%sself_attn.v_proj.weight", p);
-    if (load_fused(m, &L->qkv, n, qkv_rows, 3, hid, err, errlen) != 0) {
-        return -1;
-    }
     snprintf(n[0], sizeof(n[0]), "%smlp.gate_proj.weight", p);
     snprintf(n[1], sizeof(n[1]), "%smlp.up_proj.weight", p);
-    if (load_fused(m, &L->gate_up, n, gu_rows, 2, hid, err, errlen) != 0) {
-        return -1;
+    return load_qkv(m, L, p, m->arch.qkv_bias, err, errlen) != 0
+           || load_fused(m, &L->up.w, n, gu_rows, 2, hid, err, errlen) != 0
+           || load_linear(m, &L->attn_norm, p, "input_layernorm", 0, hid, 0,
+                          err, errlen) != 0
+           || load_linear(m, &L->mlp_norm, p, "post_attention_layernorm", 0,
+                          hid, 0, err, errlen) != 0
+           || load_linear(m, &L->o, p, "self_attn.o_proj", hid,
+                          (int64_t) c->num_heads * c->head_dim, 0, err,
+                          errlen) != 0
+           || load_linear(m, &L->down, p, "mlp.down_proj", hid, inter, 0,
+                          err, errlen) != 0 ? -1 : 0;
+}
+
+
+static int
+load_layer_opt(pl_model_t *m, int l, char *err, size_t errlen)
+{
+    const pl_model_config_t  *c = &m->cfg;
+    pl_layer_t               *L = &m->layers[l];
+    int64_t                   hid = c->hidden_size;
+    int64_t                   inter = c->intermediate_size;
+    char                      p[64];
+
+    snprintf(p, sizeof(p), "%slayers.%d.", m->prefix, l);
+    return load_qkv(m, L, p, 1, err, errlen) != 0
+           || load_linear(m, &L->o, p, "self_attn.out_proj", hid, hid, 1,
+                          err, errlen) != 0
+           || load_linear(m, &L->attn_norm, p, "self_attn_layer_norm", 0,
+                          hid, 1, err, errlen) != 0
+           || load_linear(m, &L->mlp_norm, p, "final_layer_norm", 0, hid, 1,
+                          err, errlen) != 0
+           || load_linear(m, &L->up, p, "fc1", inter, hid, 1, err, errlen)
+              != 0
+           || load_linear(m, &L->down, p, "fc2", hid, inter, 1, err, errlen)
+              != 0 ? -1 : 0;
+}
+
+
+/* embeddings and final norm: Llama's "model.", OPT's decoder prefix */
+static int
+load_outer(pl_model_t *m, char *err, size_t errlen)
+{
+    const pl_model_config_t  *c = &m->cfg;
+    char                      n[96];
+
+    if (m->arch.family == PL_FAMILY_LLAMA) {
+        snprintf(n, sizeof(n), "model.embed_tokens.weight");
+        return load_weight(m, &m->embed, n, c->vocab_size, c->hidden_size,
+                           err, errlen) != 0
+               || load_linear(m, &m->norm, "model.", "norm", 0,
+                              c->hidden_size, 0, err, errlen) != 0 ? -1 : 0;
     }
-    snprintf(n[0], sizeof(n[0]), "%sinput_layernorm.weight", p);
-    snprintf(n[1], sizeof(n[1]), "%spost_attention_layernorm.weight", p);
-    snprintf(n[2], sizeof(n[2]), "%sself_attn.o_proj.weight", p);
-    if (load_weight(m, &L->input_norm, n[0], 0, hid, err, errlen) != 0
-        || load_weight(m, &L->post_norm, n[1], 0, hid, err, errlen) != 0
-        || load_weight(m, &L->o, n[2], hid, qd, err, errlen) != 0)
+    snprintf(m->prefix, sizeof(m->prefix), "%s",
+             pl_ckpt_find(m->ckpt, "decoder.embed_tokens.weight", NULL)
+             != NULL ? "decoder." : "model.decoder.");
+    snprintf(n, sizeof(n), "%sembed_tokens.weight", m->prefix);
+    if (load_weight(m, &m->embed, n, c->vocab_size, c->hidden_size, err,
+                    errlen) != 0)
     {
         return -1;
     }
-    snprintf(n[0], sizeof(n[0]), "%smlp.down_proj.weight", p);
-    return load_weight(m, &L->down, n[0], hid, c->intermediate_size, err,
-                       errlen);
+    snprintf(n, sizeof(n), "%sembed_positions.weight", m->prefix);
+    if (load_weight(m, &m->pos_embed, n,
+                    c->max_position_embeddings + PL_OPT_POS_OFFSET,
+                    c->hidden_size, err, errlen) != 0)
+    {
+        return -1;
+    }
+    return m->arch.final_norm
+           ? load_linear(m, &m->norm, m->prefix, "final_layer_norm", 0,
+                         c->hidden_size, 1, err, errlen)
+           : 0;
 }
 
 
@@ -335,14 +443,9 @@ load_weights(pl_model_t *m, char *err, size_t errlen)
     const pl_model_config_t  *c = &m->cfg;
     int                       l;
 
-    if (load_weight(m, &m->embed, "model.embed_tokens.weight", c->vocab_size,
-                    c->hidden_size, err, errlen) != 0
-        || load_weight(m, &m->norm, "model.norm.weight", 0, c->hidden_size,
-                       err, errlen) != 0)
-    {
+    if (load_outer(m, err, errlen) != 0) {
         return -1;
     }
-    m->cfg.dtype = pl_st_find(m->st, "model.embed_tokens.weight")->dtype;
     if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
     } else if (load_weight(m, &m->lm_head, "lm_head.weight", c->vocab_size,
@@ -355,10 +458,14 @@ load_weights(pl_model_t *m, char *err, size_t errlen)
         return model_fail(err, errlen, "out of memory");
     }
     for (l = 0; l < c->num_layers; l++) {
-        if (load_layer(m, l, err, errlen) != 0) {
+        if ((m->arch.family == PL_FAMILY_OPT
+             ? load_layer_opt(m, l, err, errlen)
+             : load_layer_llama(m, l, err, errlen)) != 0)
+        {
             return -1;
         }
     }
+    pl_ckpt_done(m->ckpt);
     return 0;
 }
 
@@ -398,10 +505,27 @@ load_rope(pl_model_t *m, char *err, size_t errlen)
         free(host);
         return -1;
     }
-    pl_rope_inv_freq(&m->cfg, &m->rope, host);
+    pl_rope_inv_freq(&m->cfg, &m->arch.rope, host);
     m->be->upload(m->be, m->inv_freq, host, bytes);
     m->be->sync(m->be);
     free(host);
+    return 0;
+}
+
+
+/* OPT runs on backends that have its optional operations */
+static int
+check_backend(pl_model_t *m, char *err, size_t errlen)
+{
+    pl_backend_t  *be = m->be;
+
+    if (m->arch.family == PL_FAMILY_OPT
+        && (be->layernorm == NULL || be->add == NULL || be->relu == NULL))
+    {
+        return model_fail(err, errlen, "the %s backend has no layernorm, add "
+                          "or relu operation, which %s models need",
+                          be->name, m->cfg.arch);
+    }
     return 0;
 }
 
@@ -416,21 +540,12 @@ pl_model_load(const char *dir, pl_backend_t *be, char *err, size_t errlen)
         return NULL;
     }
     m->be = be;
-    if (pl_model_config_read(dir, &m->cfg, &m->rope, err, errlen) != 0) {
-        pl_model_free(m);
-        return NULL;
-    }
-    snprintf(m->st_path, sizeof(m->st_path), "%s/model.safetensors", dir);
-    if (access(m->st_path, F_OK) != 0) {
-        model_fail(err, errlen, "%s: not found (sharded checkpoints are "
-                   "not supported: the weights must be one "
-                   "model.safetensors)", m->st_path);
-        pl_model_free(m);
-        return NULL;
-    }
-    m->st = pl_st_open(m->st_path, err, errlen);
-    if (m->st == NULL || load_weights(m, err, errlen) != 0
-        || load_rope(m, err, errlen) != 0)
+    if (pl_model_config_read(dir, &m->cfg, &m->arch, err, errlen) != 0
+        || check_backend(m, err, errlen) != 0
+        || (m->ckpt = pl_ckpt_open(dir, err, errlen)) == NULL
+        || load_weights(m, err, errlen) != 0
+        || (m->arch.family == PL_FAMILY_LLAMA
+            && load_rope(m, err, errlen) != 0))
     {
         pl_model_free(m);
         return NULL;
@@ -480,14 +595,15 @@ free_scratch(pl_model_t *m)
 {
     pl_scratch_t  *s = &m->s;
     void          *all[] = {
-        s->x, s->h, s->qkv, s->q, s->k, s->v, s->attn, s->y, s->gate_up,
-        s->act, s->rows, s->logits, s->split_q
+        s->x, s->h, s->qkv, s->q, s->k, s->v, s->attn, s->y, s->up, s->act,
+        s->rows, s->logits, s->split_q, s->pos_ids
     };
     size_t         i;
 
     for (i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         free_owned(m, all[i]);
     }
+    free(s->pos_host);
     memset(s, 0, sizeof(*s));
     m->max_tokens = 0;
     m->max_seqs = 0;
@@ -507,7 +623,7 @@ pl_model_free(pl_model_t *m)
     }
     free(m->owned);
     free(m->layers);
-    pl_st_close(m->st);
+    pl_ckpt_close(m->ckpt);
     free(m);
 }
 
@@ -561,6 +677,23 @@ split_indices(pl_model_t *m, int max_tokens, char *err, size_t errlen)
 }
 
 
+/* OPT: room for each token's row of embed_positions, here and on the host */
+static int
+position_ids(pl_model_t *m, int max_tokens, char *err, size_t errlen)
+{
+    if (m->arch.family != PL_FAMILY_OPT) {
+        return 0;
+    }
+    m->s.pos_host = malloc((size_t) max_tokens * sizeof(int32_t));
+    if (m->s.pos_host == NULL) {
+        return model_fail(err, errlen, "out of memory");
+    }
+    m->s.pos_ids = model_alloc(m, (size_t) max_tokens * sizeof(int32_t),
+                               "position ids", err, errlen);
+    return m->s.pos_ids != NULL ? 0 : -1;
+}
+
+
 int
 pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
     size_t errlen)
@@ -572,6 +705,7 @@ pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
     size_t                    kvd = (size_t) c->num_kv_heads * c->head_dim;
     size_t                    hid = c->hidden_size;
     size_t                    inter = c->intermediate_size;
+    size_t                    up = m->arch.family == PL_FAMILY_LLAMA ? 2 : 1;
     pl_scratch_t             *s = &m->s;
 
     free_scratch(m);
@@ -598,15 +732,16 @@ pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
            == NULL
         || (s->attn = model_alloc(m, T * qd * a, "activations", err, errlen))
            == NULL
-        || (s->gate_up = model_alloc(m, T * 2 * inter * a, "activations",
-                                     err, errlen)) == NULL
+        || (s->up = model_alloc(m, T * up * inter * a, "activations", err,
+                                errlen)) == NULL
         || (s->act = model_alloc(m, T * inter * a, "activations", err,
                                  errlen)) == NULL
         || (s->rows = model_alloc(m, S * hid * a, "activations", err,
                                   errlen)) == NULL
         || (s->logits = model_alloc(m, S * c->vocab_size * a, "logits", err,
                                     errlen)) == NULL
-        || split_indices(m, max_tokens, err, errlen) != 0)
+        || split_indices(m, max_tokens, err, errlen) != 0
+        || position_ids(m, max_tokens, err, errlen) != 0)
     {
         free_scratch(m);
         return -1;
@@ -724,6 +859,13 @@ check_token(const pl_model_t *m, const pl_batch_t *b, int s, int i,
                           "the vocabulary (%d)", i, b->token_ids[i],
                           m->cfg.vocab_size);
     }
+    if (m->arch.family == PL_FAMILY_OPT
+        && pos >= m->cfg.max_position_embeddings)
+    {
+        return model_fail(err, errlen, "batch: token %d is at position %d, "
+                          "past the model's %d learned positions", i, pos,
+                          m->cfg.max_position_embeddings);
+    }
     if (b->positions[i] != pos) {
         return model_fail(err, errlen, "batch: token %d has position %d, "
                           "its sequence's context puts it at %d", i,
@@ -773,8 +915,19 @@ check_batch(const pl_model_t *m, const pl_batch_t *b, char *err,
 }
 
 
+static const pl_weight_t *
+bias_of(const pl_linear_t *lin)
+{
+    return lin->b.data != NULL ? &lin->b : NULL;
+}
+
+
+/* out = attention of layer l over in (both [T][hidden]), through the
+   paged cache: QKV projection, split, RoPE (Llama), cache write, paged
+   attention, output projection */
 static void
-forward_layer(pl_model_t *m, int l, const pl_batch_t *b)
+attention_block(pl_model_t *m, int l, const pl_batch_t *b, const void *in,
+    void *out)
 {
     pl_backend_t             *be = m->be;
     const pl_model_config_t  *c = &m->cfg;
@@ -783,29 +936,141 @@ forward_layer(pl_model_t *m, int l, const pl_batch_t *b)
     int                       T = b->num_tokens, hd = c->head_dim;
     int                       nh = c->num_heads, nkv = c->num_kv_heads;
 
-    if (l == 0) {
-        be->rmsnorm(be, s->h, s->x, &L->input_norm, T, c->hidden_size,
-                    c->rms_norm_eps);
-    } else {
-        be->add_rmsnorm(be, s->h, s->x, s->y, &L->input_norm, T,
-                        c->hidden_size, c->rms_norm_eps);
-    }
-    be->matmul(be, s->qkv, s->h, &L->qkv, NULL, T);
+    be->matmul(be, s->qkv, in, &L->qkv.w, bias_of(&L->qkv), T);
     be->gather_rows(be, s->q, s->qkv, s->split_q, T * nh, hd);
     be->gather_rows(be, s->k, s->qkv, s->split_k, T * nkv, hd);
     be->gather_rows(be, s->v, s->qkv, s->split_v, T * nkv, hd);
-    be->rope(be, s->q, s->k, b->positions, m->inv_freq, T, nh, nkv, hd);
+    if (m->arch.family == PL_FAMILY_LLAMA) {
+        be->rope(be, s->q, s->k, b->positions, m->inv_freq, T, nh, nkv, hd);
+    }
     be->kv_write(be, m->k_cache[l], m->v_cache[l], s->k, s->v,
                  b->slot_mapping, T, nkv, hd);
     be->attention(be, s->attn, s->q, m->k_cache[l], m->v_cache[l], b, nh,
                   nkv, hd, m->block_size, 1.0f / sqrtf((float) hd));
-    be->matmul(be, s->y, s->attn, &L->o, NULL, T);
+    be->matmul(be, out, s->attn, &L->o.w, bias_of(&L->o), T);
+}
 
-    be->add_rmsnorm(be, s->h, s->x, s->y, &L->post_norm, T, c->hidden_size,
-                    c->rms_norm_eps);
-    be->matmul(be, s->gate_up, s->h, &L->gate_up, NULL, T);
-    be->silu_mul(be, s->act, s->gate_up, T, c->intermediate_size);
-    be->matmul(be, s->y, s->act, &L->down, NULL, T);
+
+/* Llama, Mistral, Qwen2: pre-RMSNorm, SwiGLU; x += y is left pending in
+   y and fused into the next norm */
+static void
+llama_layer(pl_model_t *m, int l, const pl_batch_t *b)
+{
+    pl_backend_t             *be = m->be;
+    const pl_model_config_t  *c = &m->cfg;
+    const pl_layer_t         *L = &m->layers[l];
+    pl_scratch_t             *s = &m->s;
+    int                       T = b->num_tokens, hid = c->hidden_size;
+    float                     eps = c->rms_norm_eps;
+
+    if (l == 0) {
+        be->rmsnorm(be, s->h, s->x, &L->attn_norm.w, T, hid, eps);
+    } else {
+        be->add_rmsnorm(be, s->h, s->x, s->y, &L->attn_norm.w, T, hid, eps);
+    }
+    attention_block(m, l, b, s->h, s->y);
+    be->add_rmsnorm(be, s->h, s->x, s->y, &L->mlp_norm.w, T, hid, eps);
+    be->matmul(be, s->up, s->h, &L->up.w, NULL, T);
+    be->silu_mul(be, s->act, s->up, T, c->intermediate_size);
+    be->matmul(be, s->y, s->act, &L->down.w, NULL, T);
+}
+
+
+/* OPT's feed-forward: out = fc2(relu(fc1(in))) */
+static void
+opt_mlp(pl_model_t *m, const pl_layer_t *L, int T, const void *in, void *out)
+{
+    pl_backend_t  *be = m->be;
+
+    be->matmul(be, m->s.up, in, &L->up.w, bias_of(&L->up), T);
+    be->relu(be, m->s.act, m->s.up, T, m->cfg.intermediate_size);
+    be->matmul(be, out, m->s.act, &L->down.w, bias_of(&L->down), T);
+}
+
+
+/* OPT with do_layer_norm_before (all but opt-350m): norms inside the
+   residual branches, the stream x only ever added to */
+static void
+opt_layer_pre_ln(pl_model_t *m, int l, const pl_batch_t *b)
+{
+    pl_backend_t      *be = m->be;
+    const pl_layer_t  *L = &m->layers[l];
+    pl_scratch_t      *s = &m->s;
+    int                T = b->num_tokens, hid = m->cfg.hidden_size;
+    float              eps = m->arch.layer_norm_eps;
+
+    be->layernorm(be, s->h, s->x, &L->attn_norm.w, &L->attn_norm.b, T, hid,
+                  eps);
+    attention_block(m, l, b, s->h, s->y);
+    be->add(be, s->x, s->y, T, hid);
+    be->layernorm(be, s->h, s->x, &L->mlp_norm.w, &L->mlp_norm.b, T, hid,
+                  eps);
+    opt_mlp(m, L, T, s->h, s->y);
+    be->add(be, s->x, s->y, T, hid);
+}
+
+
+/* OPT without do_layer_norm_before: each branch's sum is normed, the
+   stream moving x -> h -> x */
+static void
+opt_layer_post_ln(pl_model_t *m, int l, const pl_batch_t *b)
+{
+    pl_backend_t      *be = m->be;
+    const pl_layer_t  *L = &m->layers[l];
+    pl_scratch_t      *s = &m->s;
+    int                T = b->num_tokens, hid = m->cfg.hidden_size;
+    float              eps = m->arch.layer_norm_eps;
+
+    attention_block(m, l, b, s->x, s->y);
+    be->add(be, s->x, s->y, T, hid);
+    be->layernorm(be, s->h, s->x, &L->attn_norm.w, &L->attn_norm.b, T, hid,
+                  eps);
+    opt_mlp(m, L, T, s->h, s->y);
+    be->add(be, s->h, s->y, T, hid);
+    be->layernorm(be, s->x, s->h, &L->mlp_norm.w, &L->mlp_norm.b, T, hid,
+                  eps);
+}
+
+
+/* x = token embeddings (+ OPT's learned positions) */
+static void
+embed(pl_model_t *m, const pl_batch_t *host, const pl_batch_t *b)
+{
+    pl_backend_t  *be = m->be;
+    int            T = b->num_tokens, i;
+
+    be->embedding(be, m->s.x, &m->embed, b->token_ids, T);
+    if (m->arch.family != PL_FAMILY_OPT) {
+        return;
+    }
+    for (i = 0; i < T; i++) {
+        m->s.pos_host[i] = host->positions[i] + PL_OPT_POS_OFFSET;
+    }
+    be->upload(be, m->s.pos_ids, m->s.pos_host, (size_t) T * sizeof(int32_t));
+    be->embedding(be, m->s.y, &m->pos_embed, m->s.pos_ids, T);
+    be->add(be, m->s.x, m->s.y, T, m->cfg.hidden_size);
+}
+
+
+/* the final hidden states [T][hidden], normed where the model norms them */
+static const void *
+final_hidden(pl_model_t *m, const pl_batch_t *b)
+{
+    pl_backend_t             *be = m->be;
+    const pl_model_config_t  *c = &m->cfg;
+    int                       T = b->num_tokens;
+
+    if (m->arch.family == PL_FAMILY_LLAMA) {
+        be->add_rmsnorm(be, m->s.h, m->s.x, m->s.y, &m->norm.w, T,
+                        c->hidden_size, c->rms_norm_eps);
+        return m->s.h;
+    }
+    if (!m->arch.final_norm) {
+        return m->s.x;
+    }
+    be->layernorm(be, m->s.h, m->s.x, &m->norm.w, &m->norm.b, T,
+                  c->hidden_size, m->arch.layer_norm_eps);
+    return m->s.h;
 }
 
 
@@ -826,14 +1091,18 @@ pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
         return model_fail(err, errlen, "the %s backend cannot take the "
                           "batch", be->name);
     }
-    be->embedding(be, m->s.x, &m->embed, b->token_ids, b->num_tokens);
+    embed(m, batch, b);
     for (l = 0; l < c->num_layers; l++) {
-        forward_layer(m, l, b);
+        if (m->arch.family == PL_FAMILY_LLAMA) {
+            llama_layer(m, l, b);
+        } else if (m->arch.norm_before) {
+            opt_layer_pre_ln(m, l, b);
+        } else {
+            opt_layer_post_ln(m, l, b);
+        }
     }
-    be->add_rmsnorm(be, m->s.h, m->s.x, m->s.y, &m->norm, b->num_tokens,
-                    c->hidden_size, c->rms_norm_eps);
-    be->gather_rows(be, m->s.rows, m->s.h, b->logits_rows, b->num_seqs,
-                    c->hidden_size);
+    be->gather_rows(be, m->s.rows, final_hidden(m, b), b->logits_rows,
+                    b->num_seqs, c->hidden_size);
     be->matmul(be, m->s.logits, m->s.rows, &m->lm_head, NULL, b->num_seqs);
     be->download_f32(be, logits, m->s.logits,
                      (size_t) b->num_seqs * c->vocab_size);

@@ -1,13 +1,16 @@
 /*
  * model_config: config.json and generation_config.json of a Hugging Face
- * Llama folder.
+ * folder holding a Llama, Mistral, Qwen2 or OPT model.
  *
  * Required fields must be present and sane; optional ones take Hugging
- * Face's defaults.  Anything that would change the maths in a way the model
- * does not implement (a sliding window, biases, another activation, an
- * unknown RoPE scaling, quantization) is refused with the field's name
- * rather than silently ignored.  RoPE scaling of type "linear" and "llama3"
- * is kept in pl_rope_scaling_t and folded into the frequencies on the host.
+ * Face's defaults for that architecture.  Anything that would change the
+ * maths in a way the model does not implement (a sliding window, extra
+ * biases, another activation, an unknown RoPE scaling, quantization, OPT's
+ * embedding projection) is refused with the field's name rather than
+ * silently ignored.  Both spellings transformers has written are read:
+ * "rope_scaling" + "rope_theta" (v4) and "rope_parameters" (v5), "dtype"
+ * and "torch_dtype".  RoPE scaling of type "linear" and "llama3" is kept in
+ * pl_rope_scaling_t and folded into the frequencies on the host.
  */
 
 #include <errno.h>
@@ -125,12 +128,12 @@ cfg_float(cfg_file_t *f, json_t *obj, const char *key, float def,
 
 
 static int
-cfg_bool(cfg_file_t *f, const char *key, int *out)
+cfg_bool(cfg_file_t *f, const char *key, int def, int *out)
 {
     json_t  *v = json_object_get(f->root, key);
 
     if (cfg_absent(f, key)) {
-        *out = 0;
+        *out = def;
         return 0;
     }
     if (!json_is_boolean(v)) {
@@ -141,36 +144,96 @@ cfg_bool(cfg_file_t *f, const char *key, int *out)
 }
 
 
+/* a string field that, when present, must equal want */
 static int
-read_arch(cfg_file_t *f, pl_model_config_t *cfg)
+cfg_require_string(cfg_file_t *f, const char *key, const char *want)
+{
+    const char  *s = json_string_value(json_object_get(f->root, key));
+
+    if (!cfg_absent(f, key) && (s == NULL || strcmp(s, want) != 0)) {
+        return cfg_fail(f, "field '%s' is '%s', only '%s' is supported", key,
+                        s ? s : "non-string", want);
+    }
+    return 0;
+}
+
+
+/* a boolean field that, when present, must equal want */
+static int
+cfg_require_bool(cfg_file_t *f, const char *key, int want)
+{
+    int  on;
+
+    if (cfg_bool(f, key, want, &on) != 0) {
+        return -1;
+    }
+    if (on != want) {
+        return cfg_fail(f, "field '%s' is %s, which is not supported", key,
+                        on ? "true" : "false");
+    }
+    return 0;
+}
+
+
+static const struct {
+    const char   *class_name;
+    const char   *model_type;
+    pl_family_t   family;
+} pl_archs[] = {
+    { "LlamaForCausalLM",   "llama",   PL_FAMILY_LLAMA },
+    { "MistralForCausalLM", "mistral", PL_FAMILY_LLAMA },
+    { "Qwen2ForCausalLM",   "qwen2",   PL_FAMILY_LLAMA },
+    { "OPTForCausalLM",     "opt",     PL_FAMILY_OPT },
+};
+
+
+/* architectures[0] when given, else model_type */
+static int
+read_arch(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch)
 {
     json_t      *archs = json_object_get(f->root, "architectures");
-    json_t      *mt = json_object_get(f->root, "model_type");
-    const char  *arch = json_string_value(json_array_get(archs, 0));
-    const char  *type = json_string_value(mt);
+    const char  *name = json_string_value(json_array_get(archs, 0));
+    const char  *type = json_string_value(json_object_get(f->root,
+                                                          "model_type"));
+    size_t       i;
 
-    if (arch != NULL && (strcmp(arch, "LlamaForCausalLM") == 0
-                         || strcmp(arch, "MistralForCausalLM") == 0))
-    {
-        snprintf(cfg->arch, sizeof(cfg->arch), "%s",
-                 arch[0] == 'L' ? "llama" : "mistral");
-        return 0;
-    }
-    if (arch == NULL && type != NULL && (strcmp(type, "llama") == 0
-                                         || strcmp(type, "mistral") == 0))
-    {
-        snprintf(cfg->arch, sizeof(cfg->arch), "%s", type);
-        return 0;
+    for (i = 0; i < sizeof(pl_archs) / sizeof(pl_archs[0]); i++) {
+        if (name != NULL ? strcmp(name, pl_archs[i].class_name) == 0
+                         : type != NULL
+                           && strcmp(type, pl_archs[i].model_type) == 0)
+        {
+            snprintf(cfg->arch, sizeof(cfg->arch), "%s",
+                     pl_archs[i].model_type);
+            arch->family = pl_archs[i].family;
+            arch->qkv_bias = strcmp(cfg->arch, "qwen2") == 0;
+            return 0;
+        }
     }
     return cfg_fail(f, "architecture '%s' (model_type '%s') is not "
-                    "supported: 'architectures' must start with "
-                    "LlamaForCausalLM", arch ? arch : "none",
-                    type ? type : "none");
+                    "supported: 'architectures' must name LlamaForCausalLM, "
+                    "MistralForCausalLM, Qwen2ForCausalLM or OPTForCausalLM",
+                    name ? name : "none", type ? type : "none");
 }
 
 
 static int
-read_sizes(cfg_file_t *f, pl_model_config_t *cfg)
+check_heads(cfg_file_t *f, pl_model_config_t *cfg)
+{
+    if (cfg->num_heads % cfg->num_kv_heads != 0) {
+        return cfg_fail(f, "num_attention_heads %d is not a multiple of "
+                        "num_key_value_heads %d", cfg->num_heads,
+                        cfg->num_kv_heads);
+    }
+    if (cfg->head_dim < 2 || cfg->head_dim % 2 != 0) {
+        return cfg_fail(f, "head_dim %d must be even and positive",
+                        cfg->head_dim);
+    }
+    return 0;
+}
+
+
+static int
+read_sizes_llama(cfg_file_t *f, pl_model_config_t *cfg)
 {
     if (cfg_int(f, "vocab_size", 1, 0, 1, &cfg->vocab_size) != 0
         || cfg_int(f, "hidden_size", 1, 0, 1, &cfg->hidden_size) != 0
@@ -187,28 +250,56 @@ read_sizes(cfg_file_t *f, pl_model_config_t *cfg)
     {
         return -1;
     }
-    if (cfg->num_heads % cfg->num_kv_heads != 0) {
-        return cfg_fail(f, "num_attention_heads %d is not a multiple of "
-                        "num_key_value_heads %d", cfg->num_heads,
-                        cfg->num_kv_heads);
-    }
-    if (cfg->head_dim < 2 || cfg->head_dim % 2 != 0) {
-        return cfg_fail(f, "head_dim %d must be even and positive for "
-                        "rotary embeddings",
-                        cfg->head_dim);
-    }
-    return 0;
+    return check_heads(f, cfg);
 }
 
 
+/* OPT's names; heads split hidden_size, and no projection is allowed
+   between the embeddings and the decoder (word_embed_proj_dim) */
 static int
-read_dtype(cfg_file_t *f, pl_model_config_t *cfg)
+read_sizes_opt(cfg_file_t *f, pl_model_config_t *cfg)
 {
-    const char  *s = json_string_value(json_object_get(f->root,
-                                                       "torch_dtype"));
+    int  proj;
+
+    if (cfg_int(f, "vocab_size", 1, 0, 1, &cfg->vocab_size) != 0
+        || cfg_int(f, "hidden_size", 1, 0, 1, &cfg->hidden_size) != 0
+        || cfg_int(f, "ffn_dim", 1, 0, 1, &cfg->intermediate_size) != 0
+        || cfg_int(f, "num_hidden_layers", 1, 0, 1, &cfg->num_layers) != 0
+        || cfg_int(f, "num_attention_heads", 1, 0, 1, &cfg->num_heads) != 0
+        || cfg_int(f, "max_position_embeddings", 0, 2048, 1,
+                   &cfg->max_position_embeddings) != 0
+        || cfg_int(f, "word_embed_proj_dim", 0, cfg->hidden_size, 1,
+                   &proj) != 0)
+    {
+        return -1;
+    }
+    if (proj != cfg->hidden_size) {
+        return cfg_fail(f, "field 'word_embed_proj_dim' is %d, not "
+                        "hidden_size %d: the embedding projection "
+                        "(project_in/project_out) is not supported", proj,
+                        cfg->hidden_size);
+    }
+    if (cfg->hidden_size % cfg->num_heads != 0) {
+        return cfg_fail(f, "hidden_size %d is not a multiple of "
+                        "num_attention_heads %d", cfg->hidden_size,
+                        cfg->num_heads);
+    }
+    cfg->num_kv_heads = cfg->num_heads;
+    cfg->head_dim = cfg->hidden_size / cfg->num_heads;
+    return check_heads(f, cfg);
+}
+
+
+/* "dtype" (transformers 5) or "torch_dtype" (4) */
+static int
+read_dtype(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch)
+{
+    const char  *key = cfg_absent(f, "dtype") ? "torch_dtype" : "dtype";
+    const char  *s = json_string_value(json_object_get(f->root, key));
 
     cfg->dtype = PL_DT_BF16;
-    if (cfg_absent(f, "torch_dtype")) {
+    arch->dtype_given = !cfg_absent(f, key);
+    if (!arch->dtype_given) {
         return 0;
     }
     if (s != NULL && strcmp(s, "float32") == 0) {
@@ -216,71 +307,118 @@ read_dtype(cfg_file_t *f, pl_model_config_t *cfg)
     } else if (s != NULL && strcmp(s, "float16") == 0) {
         cfg->dtype = PL_DT_F16;
     } else if (s == NULL || strcmp(s, "bfloat16") != 0) {
-        return cfg_fail(f, "torch_dtype '%s' is not supported (float32, "
-                        "float16 and bfloat16 are)", s ? s : "non-string");
+        return cfg_fail(f, "field '%s' is '%s', which is not supported "
+                        "(float32, float16 and bfloat16 are)", key,
+                        s ? s : "non-string");
     }
     return 0;
 }
 
 
-/* Options that would change the maths: refused when set. */
+/* every entry of layer_types (transformers 5) must be full attention */
 static int
-refuse_unsupported(cfg_file_t *f)
+refuse_sliding_layers(cfg_file_t *f)
 {
-    static const char  *must_be_absent[] = {
-        "sliding_window", "quantization_config"
-    };
-    static const char  *must_be_false[] = { "attention_bias", "mlp_bias" };
-    const char         *act;
-    size_t              i;
-    int                 on;
+    json_t  *types = json_object_get(f->root, "layer_types");
+    json_t  *t;
+    size_t   i;
 
-    for (i = 0; i < sizeof(must_be_absent) / sizeof(must_be_absent[0]); i++)
-    {
-        if (!cfg_absent(f, must_be_absent[i])) {
-            return cfg_fail(f, "field '%s' is set, which is not supported",
-                            must_be_absent[i]);
+    if (cfg_absent(f, "layer_types")) {
+        return 0;
+    }
+    if (!json_is_array(types)) {
+        return cfg_fail(f, "field 'layer_types' must be an array");
+    }
+    json_array_foreach(types, i, t) {
+        if (!json_is_string(t)
+            || strcmp(json_string_value(t), "full_attention") != 0)
+        {
+            return cfg_fail(f, "field 'layer_types' has '%s' for layer %zu; "
+                            "only 'full_attention' is supported",
+                            json_is_string(t) ? json_string_value(t)
+                                              : "non-string", i);
         }
     }
-    for (i = 0; i < sizeof(must_be_false) / sizeof(must_be_false[0]); i++) {
-        if (cfg_bool(f, must_be_false[i], &on) != 0) {
+    return 0;
+}
+
+
+/* Options of the Llama family that would change the maths. */
+static int
+refuse_llama_options(cfg_file_t *f, const pl_model_config_t *cfg)
+{
+    int  qwen2 = strcmp(cfg->arch, "qwen2") == 0;
+
+    if (qwen2) {
+        if (cfg_require_bool(f, "use_sliding_window", 0) != 0) {
             return -1;
         }
-        if (on) {
-            return cfg_fail(f, "field '%s' is true, which is not supported",
-                            must_be_false[i]);
-        }
+    } else if (!cfg_absent(f, "sliding_window")) {
+        return cfg_fail(f, "field 'sliding_window' is set, which is not "
+                        "supported");
     }
-    act = json_string_value(json_object_get(f->root, "hidden_act"));
-    if (!cfg_absent(f, "hidden_act") && (act == NULL
-                                         || strcmp(act, "silu") != 0))
+    if (!qwen2 && (cfg_require_bool(f, "attention_bias", 0) != 0
+                   || cfg_require_bool(f, "mlp_bias", 0) != 0))
     {
-        return cfg_fail(f, "field 'hidden_act' is '%s', only 'silu' is "
-                        "supported", act ? act : "non-string");
+        return -1;
     }
+    if (!cfg_absent(f, "partial_rotary_factor")) {
+        return cfg_fail(f, "field 'partial_rotary_factor' is set, which is "
+                        "not supported");
+    }
+    return cfg_require_string(f, "hidden_act", "silu") != 0
+           ? -1 : refuse_sliding_layers(f);
+}
+
+
+static int
+read_opt_options(cfg_file_t *f, pl_arch_t *arch)
+{
+    int  remove_final;
+
+    if (cfg_require_string(f, "activation_function", "relu") != 0
+        || cfg_require_bool(f, "enable_bias", 1) != 0
+        || cfg_require_bool(f, "layer_norm_elementwise_affine", 1) != 0
+        || cfg_bool(f, "do_layer_norm_before", 1, &arch->norm_before) != 0
+        || cfg_bool(f, "_remove_final_layer_norm", 0, &remove_final) != 0)
+    {
+        return -1;
+    }
+    arch->final_norm = arch->norm_before && !remove_final;
+    arch->layer_norm_eps = 1e-5f;       /* torch.nn.LayerNorm's default */
     return 0;
 }
 
 
+/* rope_parameters (v5) or rope_scaling (v4) into arch->rope */
 static int
 read_rope_scaling(cfg_file_t *f, const pl_model_config_t *cfg,
     pl_rope_scaling_t *rope)
 {
-    json_t      *rs = json_object_get(f->root, "rope_scaling");
+    const char  *key = cfg_absent(f, "rope_parameters") ? "rope_scaling"
+                                                        : "rope_parameters";
+    json_t      *rs = json_object_get(f->root, key);
     const char  *type;
     json_t      *omax;
 
     memset(rope, 0, sizeof(*rope));
     rope->type = PL_ROPE_DEFAULT;
-    if (cfg_absent(f, "rope_scaling")) {
+    if (cfg_absent(f, key)) {
         return 0;
     }
     if (!json_is_object(rs)) {
-        return cfg_fail(f, "field 'rope_scaling' must be an object or null");
+        return cfg_fail(f, "field '%s' must be an object or null", key);
+    }
+    if (json_object_get(rs, "partial_rotary_factor") != NULL) {
+        return cfg_fail(f, "field '%s' sets partial_rotary_factor, which is "
+                        "not supported", key);
     }
     type = json_string_value(json_object_get(rs, "rope_type"));
     if (type == NULL) {
         type = json_string_value(json_object_get(rs, "type"));
+    }
+    if (type == NULL && strcmp(key, "rope_parameters") == 0) {
+        type = "default";
     }
     if (type != NULL && strcmp(type, "default") == 0) {
         return 0;
@@ -288,12 +426,12 @@ read_rope_scaling(cfg_file_t *f, const pl_model_config_t *cfg,
     if (type == NULL || (strcmp(type, "linear") != 0
                          && strcmp(type, "llama3") != 0))
     {
-        return cfg_fail(f, "field 'rope_scaling' has type '%s', which is not "
-                        "supported (linear and llama3 are)",
+        return cfg_fail(f, "field '%s' has type '%s', which is not "
+                        "supported (default, linear and llama3 are)", key,
                         type ? type : "none");
     }
     if (json_object_get(rs, "factor") == NULL) {
-        return cfg_fail(f, "field 'rope_scaling' has no 'factor'");
+        return cfg_fail(f, "field '%s' has no 'factor'", key);
     }
     if (cfg_float(f, rs, "factor", 1.0f, &rope->factor) != 0) {
         return -1;
@@ -316,11 +454,24 @@ read_rope_scaling(cfg_file_t *f, const pl_model_config_t *cfg,
     if (rope->high_freq_factor <= rope->low_freq_factor
         || rope->original_max_position_embeddings <= 0)
     {
-        return cfg_fail(f, "field 'rope_scaling' needs high_freq_factor > "
+        return cfg_fail(f, "field '%s' needs high_freq_factor > "
                         "low_freq_factor and a positive "
-                        "original_max_position_embeddings");
+                        "original_max_position_embeddings", key);
     }
     return 0;
+}
+
+
+/* rope_parameters.rope_theta (v5), else rope_theta (v4), else 10000 */
+static int
+read_rope_theta(cfg_file_t *f, pl_model_config_t *cfg)
+{
+    json_t  *rp = json_object_get(f->root, "rope_parameters");
+
+    if (json_is_object(rp) && json_object_get(rp, "rope_theta") != NULL) {
+        return cfg_float(f, rp, "rope_theta", 10000.0f, &cfg->rope_theta);
+    }
+    return cfg_float(f, f->root, "rope_theta", 10000.0f, &cfg->rope_theta);
 }
 
 
@@ -382,40 +533,108 @@ read_bos(cfg_file_t *f, pl_model_config_t *cfg)
 }
 
 
+/* a number in [lo, hi] into *out, left alone when absent */
 static int
-read_config(cfg_file_t *f, pl_model_config_t *cfg, pl_rope_scaling_t *rope)
+cfg_range(cfg_file_t *f, const char *key, double lo, double hi, float *out)
 {
-    float  eps, theta;
+    json_t  *v = json_object_get(f->root, key);
 
-    if (read_arch(f, cfg) != 0 || read_sizes(f, cfg) != 0
-        || read_dtype(f, cfg) != 0 || refuse_unsupported(f) != 0
-        || read_rope_scaling(f, cfg, rope) != 0
-        || cfg_float(f, f->root, "rms_norm_eps", 1e-6f, &eps) != 0
-        || cfg_float(f, f->root, "rope_theta", 10000.0f, &theta) != 0
-        || cfg_bool(f, "tie_word_embeddings", &cfg->tie_word_embeddings) != 0
-        || read_bos(f, cfg) != 0 || read_eos(f, cfg) != 0)
+    if (cfg_absent(f, key)) {
+        return 0;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) >= lo)
+        || !(json_number_value(v) <= hi))
+    {
+        return cfg_fail(f, "field '%s' must be a number from %g to %g", key,
+                        lo, hi);
+    }
+    *out = (float) json_number_value(v);
+    return 0;
+}
+
+
+/* temperature, top_p and top_k: the defaults a request may override */
+static int
+read_sampling(cfg_file_t *f, pl_model_config_t *cfg)
+{
+    float  top_k = -1.0f;
+
+    if (cfg_range(f, "temperature", 0.0, 1e6, &cfg->default_temperature)
+        != 0
+        || cfg_range(f, "top_p", 0.0, 1.0, &cfg->default_top_p) != 0
+        || cfg_range(f, "top_k", 0.0, PL_CFG_MAX_DIM, &top_k) != 0)
     {
         return -1;
     }
-    cfg->rms_norm_eps = eps;
-    cfg->rope_theta = theta;
+    if (!cfg_absent(f, "top_k")
+        && !json_is_integer(json_object_get(f->root, "top_k")))
+    {
+        return cfg_fail(f, "field 'top_k' must be an integer");
+    }
+    cfg->default_top_k = (int) top_k;
     return 0;
+}
+
+
+static int
+read_llama(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch)
+{
+    return read_sizes_llama(f, cfg) != 0
+           || refuse_llama_options(f, cfg) != 0
+           || read_rope_scaling(f, cfg, &arch->rope) != 0
+           || read_rope_theta(f, cfg) != 0
+           || cfg_float(f, f->root, "rms_norm_eps", 1e-6f,
+                        &cfg->rms_norm_eps) != 0
+           || cfg_bool(f, "tie_word_embeddings", 0,
+                       &cfg->tie_word_embeddings) != 0 ? -1 : 0;
+}
+
+
+static int
+read_opt(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch)
+{
+    return read_sizes_opt(f, cfg) != 0 || read_opt_options(f, arch) != 0
+           || cfg_bool(f, "tie_word_embeddings", 1,
+                       &cfg->tie_word_embeddings) != 0 ? -1 : 0;
+}
+
+
+static int
+read_config(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch)
+{
+    if (read_arch(f, cfg, arch) != 0 || read_dtype(f, cfg, arch) != 0) {
+        return -1;
+    }
+    if (!cfg_absent(f, "quantization_config")) {
+        return cfg_fail(f, "field 'quantization_config' is set: quantized "
+                        "checkpoints are not supported");
+    }
+    if ((arch->family == PL_FAMILY_OPT ? read_opt(f, cfg, arch)
+                                       : read_llama(f, cfg, arch)) != 0)
+    {
+        return -1;
+    }
+    return read_bos(f, cfg) != 0 || read_eos(f, cfg) != 0 ? -1 : 0;
 }
 
 
 int
 pl_model_config_read(const char *dir, pl_model_config_t *cfg,
-    pl_rope_scaling_t *rope, char *err, size_t errlen)
+    pl_arch_t *arch, char *err, size_t errlen)
 {
     cfg_file_t  f = { .err = err, .errlen = errlen };
     int         rc;
 
     memset(cfg, 0, sizeof(*cfg));
+    memset(arch, 0, sizeof(*arch));
     cfg->bos_token_id = -1;
+    cfg->default_temperature = -1.0f;
+    cfg->default_top_p = -1.0f;
+    cfg->default_top_k = -1;
     if (cfg_open(&f, dir, "config.json", 0) < 0) {
         return -1;
     }
-    rc = read_config(&f, cfg, rope);
+    rc = read_config(&f, cfg, arch);
     json_decref(f.root);
     if (rc != 0) {
         return -1;
@@ -426,7 +645,8 @@ pl_model_config_read(const char *dir, pl_model_config_t *cfg,
     if (rc <= 0) {
         return rc;
     }
-    rc = (read_bos(&f, cfg) == 0 && read_eos(&f, cfg) == 0) ? 0 : -1;
+    rc = (read_bos(&f, cfg) == 0 && read_eos(&f, cfg) == 0
+          && read_sampling(&f, cfg) == 0) ? 0 : -1;
     json_decref(f.root);
     return rc;
 }

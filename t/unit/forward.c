@@ -164,7 +164,8 @@ config_json(const rmodel_t *m)
                            "rms_norm_eps", m->eps, "rope_theta", m->theta,
                            "tie_word_embeddings", m->tied,
                            "bos_token_id", 1, "eos_token_id", 2,
-                           "torch_dtype", "bfloat16");
+                           "torch_dtype", m->dt == PL_DT_F32 ? "float32"
+                           : m->dt == PL_DT_F16 ? "float16" : "bfloat16");
 
     if (m->rope != NULL && strcmp(m->rope, "linear") == 0) {
         json_object_set_new(c, "rope_scaling", json_pack("{s:s, s:f}",
@@ -892,7 +893,8 @@ test_refusals(pl_backend_t *be)
     dir = write_model(&rm, "noweights");
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     unlink(path);
-    refuse_load(be, dir, "model.safetensors", "not found",
+    refuse_load(be, dir, "noweights", "neither model.safetensors nor "
+                "model.safetensors.index.json exists",
                 "a folder without weights");
     free_model(&rm);
 }
