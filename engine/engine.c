@@ -191,30 +191,34 @@ pl_engine_load_model(pl_engine_t *e)
 }
 
 
+/* Blocks the memory budget allows, or -1; at most what int32 slot
+   numbers can address. */
 static int
 pl_engine_kv_budget(pl_engine_t *e, size_t block_bytes)
 {
+    double  max = (double) (INT32_MAX / e->cfg.block_size);
     size_t  free_b, total_b;
     double  budget;
 
     if (e->cfg.num_blocks > 0) {
-        return e->cfg.num_blocks;
-    }
+        budget = (double) e->cfg.num_blocks * block_bytes;
 
-    if (strcmp(e->be->name, "cuda") != 0) {
-        return (int) ((double) e->cfg.kv_cache_mb * PL_MIB / block_bytes);
-    }
+    } else if (strcmp(e->be->name, "cuda") != 0) {
+        budget = (double) e->cfg.kv_cache_mb * PL_MIB;
 
-    if (e->be->mem_info(e->be, &free_b, &total_b) != 0) {
+    } else if (e->be->mem_info(e->be, &free_b, &total_b) == 0) {
+        /* utilization of the card, minus what weights and scratch use now */
+        budget = e->cfg.gpu_memory_utilization * (double) total_b
+                 - (double) (total_b - free_b);
+
+    } else {
         pl_log(PL_LOG_ERROR, "cannot read the device's free memory");
         return -1;
     }
 
-    /* utilization of the card, minus what weights and scratch use now */
-    budget = e->cfg.gpu_memory_utilization * (double) total_b
-             - (double) (total_b - free_b);
+    budget = budget > 0 ? budget / block_bytes : 0;
 
-    return budget > 0 ? (int) (budget / block_bytes) : 0;
+    return (int) (budget < max ? budget : max);
 }
 
 
