@@ -1279,6 +1279,7 @@ pl_j_preprocess(const char *src, size_t len, size_t *outlen)
         if (ch == '\n' && n >= 2 && out[n - 1] == '}'
             && strchr("#%-", out[n - 2]))
         {
+            line = n;
             continue;
         }
         out[n++] = ch;
