@@ -200,6 +200,20 @@ batch_put(pl_cuda_t *cu, size_t *off, const int32_t *src, int count)
 }
 
 
+static int
+min_query_len(const pl_batch_t *host)
+{
+    int  s, least = host->num_tokens;
+
+    for (s = 0; s < host->num_seqs && host->query_start != NULL; s++) {
+        int  q = host->query_start[s + 1] - host->query_start[s];
+
+        least = q < least ? q : least;
+    }
+    return least;
+}
+
+
 static const pl_batch_t *
 cuda_batch_upload(pl_backend_t *be, const pl_batch_t *host)
 {
@@ -215,6 +229,7 @@ cuda_batch_upload(pl_backend_t *be, const pl_batch_t *host)
     pl_cuda_check(cudaEventSynchronize(cu->batch_copied), "batch_upload");
 
     *b = *host;
+    cu->batch_min_qlen = min_query_len(host);
     b->token_ids = batch_put(cu, &off, host->token_ids, nt);
     b->positions = batch_put(cu, &off, host->positions, nt);
     b->slot_mapping = batch_put(cu, &off, host->slot_mapping, nt);
@@ -315,6 +330,9 @@ cuda_wire(pl_backend_t *be)
     be->silu_mul = pl_cuda_silu_mul;
     be->gather_rows = pl_cuda_gather_rows;
     be->download_f32 = cuda_download_f32;
+    be->layernorm = pl_cuda_layernorm;
+    be->add = pl_cuda_add;
+    be->relu = pl_cuda_relu;
 }
 
 
@@ -353,7 +371,10 @@ cuda_open(pl_cuda_t *cu, int device)
     {
         return "cannot create a cuBLAS handle";
     }
-    if (cudaMalloc(&cu->attn_scratch, PL_CUDA_ATTN_SCRATCH) != cudaSuccess) {
+    if (cudaMalloc(&cu->attn_scratch, PL_CUDA_ATTN_SCRATCH) != cudaSuccess
+        || cudaMemset(cu->attn_scratch, 0, PL_CUDA_ATTN_SCRATCH)
+           != cudaSuccess)
+    {
         return "out of device memory for attention scratch";
     }
     return NULL;

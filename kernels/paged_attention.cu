@@ -1,84 +1,48 @@
 /*
  * paged_attention: attention of every query row of a batch over its
- * sequence's paged KV cache, for decode rows and prefill chunks alike.
+ * sequence's paged KV cache (pl_ops.h), and the CUDA-core kernel that
+ * serves decode rows.
  *
  * Layouts (bf16):
  *     q, out     [num_tokens][n_heads][head_dim]
  *     k/v cache  [num_blocks][block_size][n_kv_heads][head_dim]
- * Row r belongs to the sequence s with query_start[s] <= r <
- * query_start[s + 1] and sees the first context_lens[s] - qlen + i + 1
- * tokens of it (i = r - query_start[s]): causal over the whole context.
- * max_context_len only sizes the splits; the last split of a row runs to
- * the row's own end, so a low value costs speed, never tokens.
+ * Row r of sequence s sees the first context_lens[s] - (q1 - r) + 1 tokens
+ * of its context (causal over the whole context, see attention.cuh).
  *
- * Work split: one thread block per (row, KV head, head chunk, KV split).
- * The block computes every query head that shares its KV head (GQA; up to
- * GT of them, more go to further chunks), so each K and V row is read once
- * for all of them.  Its 128 threads form groups of LANES threads; a group
- * takes UNROLL consecutive tokens per step, each thread loading 16 bytes
- * (8 dims) of every K and V row it needs, all loads issued before the
- * first use.  Scores are reduced across the group with shuffles and fed
- * to an online softmax (running max, running sum, rescaled accumulator) in
- * base 2, the scale folded into q.  The groups' partial states are merged
- * through shared memory at the end.
+ * Dispatch: for head sizes 64 and 128, rows of sequences with
+ * ATTN_PREFILL_MIN_QLEN query rows or more (prefill chunks) go to the
+ * tensor-core kernel of prefill_attention.cu and every other row to the
+ * one of decode_attention.cu (not launched at all when batch_upload saw
+ * that every sequence is a prefill).  Other head sizes (multiples of 8 up
+ * to 256) run every row on the CUDA-core kernel below.
  *
- * When the batch has too few (row, head) pairs to fill the GPU, the
- * context is cut into splits, each written as an unnormalised partial
- * (accumulator, max, sum) to scratch, and a second kernel merges the
- * splits of each (row, head).  How many splits is chosen per launch from
- * the number of multiprocessors; PAGEDLLM_CUDA_ATTN_SPLIT_MIN (tokens per
- * split at least, default 256) and PAGEDLLM_CUDA_ATTN_CTAS (thread blocks
- * aimed for per multiprocessor, default 4) override it for benchmarking.
+ * Work split of the CUDA-core kernel: one thread block per (row, KV head, head chunk, KV
+ * split).  The block computes every query head that shares its KV head
+ * (GQA, up to GT of them; more go to further chunks), so each K and V row
+ * is read once for all of them.  Its 128 threads form groups of LANES; a
+ * group takes UNROLL consecutive tokens per step, each thread loading 16
+ * bytes (8 dims) of every K and V row, and the next step's loads are issued
+ * before this step's arithmetic (register double buffering).  The block
+ * table entries of the split are staged in shared memory first, so no K/V
+ * load waits on a table load.  Scores are reduced across the group with
+ * shuffles and fed to an online softmax in base 2 (scale folded into q);
+ * the groups' states are merged through shared memory at the end.
+ *
+ * When (rows x heads) cannot fill the GPU, the context is cut into splits,
+ * each written as an unnormalised partial (accumulator, max, sum); the
+ * last block of a (row, head group) to finish, found with an atomic
+ * counter, merges them, so there is no second launch.  Splits are chosen
+ * from the kernel's occupancy: fewest waves per unit of work, splits of at
+ * least PAGEDLLM_CUDA_ATTN_SPLIT_MIN tokens (default 128; an environment
+ * override for benchmarking).
  */
 
 #include <float.h>
-#include <stdlib.h>
 
-#include "pl_cuda.cuh"
+#include "attention.cuh"
 
 #define ATTN_THREADS  128
-
-typedef struct {
-    __nv_bfloat16         *out;
-    const __nv_bfloat16   *q;
-    const __nv_bfloat16   *k_cache;
-    const __nv_bfloat16   *v_cache;
-    const int32_t         *query_start;
-    const int32_t         *context_lens;
-    const int32_t         *block_tables;
-    float                 *part_acc;      /* [rows][n_heads][splits][dim] */
-    float2                *part_ml;       /* [rows][n_heads][splits] */
-    int                    num_seqs;
-    int                    n_heads;
-    int                    group;         /* query heads per KV head */
-    int                    chunks;        /* head chunks per KV head */
-    int                    head_dim;
-    int                    log2_block;
-    int                    max_blocks;
-    int                    split_tokens;
-    int                    num_splits;
-    float                  scale_log2;
-} attn_params_t;
-
-
-/* The sequence that owns row r, and how many tokens row r sees. */
-__device__ __forceinline__ int
-row_context(const attn_params_t &p, int r, int *seq)
-{
-    int  lo = 0, hi = p.num_seqs - 1;
-
-    while (lo < hi) {
-        int  mid = (lo + hi + 1) >> 1;
-
-        if (p.query_start[mid] <= r) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    *seq = lo;
-    return p.context_lens[lo] - (p.query_start[lo + 1] - r) + 1;
-}
+#define ATTN_TBL      128        /* block-table entries staged at a time */
 
 
 template <int LANES>
@@ -93,11 +57,136 @@ group_sum(float v)
 }
 
 
-/* Rescale the group partials to the block's max and sum them. */
+template <int GT>
+struct attn_state {
+    float  q[GT][8];
+    float  acc[GT][8];
+    float  m[GT];
+    float  l[GT];
+};
+
+
+/* Load the K and V slices of tokens base + grp * U + u (u < U). */
+template <int U>
+__device__ __forceinline__ void
+load_tokens(const attn_params_t &p, const int32_t *tbl, int b0, int base,
+    int hi, int grp, int64_t col, int64_t kv_row, bool dim_ok, uint4 (&kr)[U],
+    uint4 (&vr)[U])
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int  t = base + grp * U + u;
+
+        kr[u] = make_uint4(0, 0, 0, 0);
+        vr[u] = make_uint4(0, 0, 0, 0);
+        if (t < hi && dim_ok) {
+            int64_t  slot = ((int64_t) tbl[(t >> p.log2_block) - b0]
+                             << p.log2_block)
+                            | (t & ((1 << p.log2_block) - 1));
+            int64_t  off = slot * kv_row + col;
+
+            kr[u] = __ldg((const uint4 *) (p.k_cache + off));
+            vr[u] = __ldg((const uint4 *) (p.v_cache + off));
+        }
+    }
+}
+
+
+/* Online-softmax update of the state with U tokens. */
+template <int LANES, int GT, int U>
+__device__ __forceinline__ void
+consume_tokens(attn_state<GT> &st, const uint4 (&kr)[U],
+    const uint4 (&vr)[U], int first, int hi)
+{
+    float  s[GT][U];
+
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float  kf[8];
+
+        pl_bf16x8_to_f32(kr[u], kf);
+#pragma unroll
+        for (int g = 0; g < GT; g++) {
+            float  dot = 0.0f;
+
+#pragma unroll
+            for (int d = 0; d < 8; d++) {
+                dot = fmaf(st.q[g][d], kf[d], dot);
+            }
+            dot = group_sum<LANES>(dot);
+            s[g][u] = first + u < hi ? dot : -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GT; g++) {
+        float  mx = st.m[g], corr;
+
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            mx = fmaxf(mx, s[g][u]);
+        }
+        corr = exp2f(st.m[g] - mx);
+        st.m[g] = mx;
+        st.l[g] *= corr;
+#pragma unroll
+        for (int d = 0; d < 8; d++) {
+            st.acc[g][d] *= corr;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            s[g][u] = exp2f(s[g][u] - mx);
+            st.l[g] += s[g][u];
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float  vf[8];
+
+        pl_bf16x8_to_f32(vr[u], vf);
+#pragma unroll
+        for (int g = 0; g < GT; g++) {
+#pragma unroll
+            for (int d = 0; d < 8; d++) {
+                st.acc[g][d] = fmaf(s[g][u], vf[d], st.acc[g][d]);
+            }
+        }
+    }
+}
+
+
+/* Tokens [lo, hi), whose blocks' table entries from b0 on are in tbl. */
+template <int LANES, int GT, int U>
+__device__ __forceinline__ void
+attend_range(const attn_params_t &p, attn_state<GT> &st, const int32_t *tbl,
+    int b0, int lo, int hi, int64_t col, int64_t kv_row, bool dim_ok)
+{
+    constexpr int  STEP = ATTN_THREADS / LANES * U;
+    int            grp = threadIdx.x / LANES;
+    uint4          kr[U], vr[U];
+
+    load_tokens<U>(p, tbl, b0, lo, hi, grp, col, kv_row, dim_ok, kr, vr);
+    for (int base = lo; base < hi; base += STEP) {
+        uint4  kn[U], vn[U];
+
+        load_tokens<U>(p, tbl, b0, base + STEP, hi, grp, col, kv_row, dim_ok,
+                       kn, vn);
+        consume_tokens<LANES, GT, U>(st, kr, vr, base + grp * U, hi);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            kr[u] = kn[u];
+            vr[u] = vn[u];
+        }
+    }
+}
+
+
+/* Rescale the groups' partial states to the block's max; red receives
+   each group's rescaled accumulator, st.m the block max, tot_l the
+   block's sum. */
 template <int LANES, int GT>
 __device__ __forceinline__ void
-merge_groups(float (&acc)[GT][8], float (&m)[GT], float (&l)[GT],
-    float *tot_l, float (*red)[GT][LANES * 8], float2 (*ml)[GT])
+merge_groups(attn_state<GT> &st, float (&tot_l)[GT],
+    float (*red)[GT][LANES * 8], float2 (*ml)[GT])
 {
     constexpr int  NGRP = ATTN_THREADS / LANES;
     int            grp = threadIdx.x / LANES, lane = threadIdx.x % LANES;
@@ -105,7 +194,7 @@ merge_groups(float (&acc)[GT][8], float (&m)[GT], float (&l)[GT],
     if (lane == 0) {
 #pragma unroll
         for (int g = 0; g < GT; g++) {
-            ml[grp][g] = make_float2(m[g], l[g]);
+            ml[grp][g] = make_float2(st.m[g], st.l[g]);
         }
     }
     __syncthreads();
@@ -119,12 +208,12 @@ merge_groups(float (&acc)[GT][8], float (&m)[GT], float (&l)[GT],
         for (int j = 0; j < NGRP; j++) {
             sum += ml[j][g].y * exp2f(ml[j][g].x - mx);
         }
-        f = exp2f(m[g] - mx);
-        m[g] = mx;
+        f = exp2f(st.m[g] - mx);
+        st.m[g] = mx;
         tot_l[g] = sum;
 #pragma unroll
         for (int d = 0; d < 8; d++) {
-            red[grp][g][lane * 8 + d] = acc[g][d] * f;
+            red[grp][g][lane * 8 + d] = st.acc[g][d] * f;
         }
     }
     __syncthreads();
@@ -136,127 +225,75 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 paged_attention_kernel(const attn_params_t p)
 {
     constexpr int  NGRP = ATTN_THREADS / LANES;
-    constexpr int  STEP = NGRP * UNROLL;
 
-    __shared__ float   red[NGRP][GT][LANES * 8];
-    __shared__ float2  ml[NGRP][GT];
+    __shared__ float    red[NGRP][GT][LANES * 8];
+    __shared__ float2   ml[NGRP][GT];
+    __shared__ int32_t  tbl[ATTN_TBL];
+    __shared__ int      last;
 
-    int            row = blockIdx.x, seq;
-    int            kvh = blockIdx.y / p.chunks;
-    int            g0 = (blockIdx.y % p.chunks) * GT;
-    int            grp = threadIdx.x / LANES, lane = threadIdx.x % LANES;
-    bool           dim_ok = lane * 8 < p.head_dim;
-    int            ctx = row_context(p, row, &seq);
-    int            t0 = blockIdx.z * p.split_tokens;
-    int            t1 = blockIdx.z + 1 == gridDim.z
-                        ? ctx : min(ctx, t0 + p.split_tokens);
-    int64_t        kv_row = (int64_t) (p.n_heads / p.group) * p.head_dim;
-    const int32_t *table = p.block_tables + (int64_t) seq * p.max_blocks;
-    float          q[GT][8], acc[GT][8], m[GT], l[GT], tot_l[GT];
+    int             row = blockIdx.x, seq = attn_seq_of_row(p, row);
+    int             q0 = p.query_start[seq], q1 = p.query_start[seq + 1];
+    int             kvh = blockIdx.y / p.chunks;
+    int             g0 = (blockIdx.y % p.chunks) * GT;
+    int             lane = threadIdx.x % LANES;
+    bool            dim_ok = lane * 8 < p.head_dim;
+    int             ctx = p.context_lens[seq] - (q1 - row) + 1;
+    int             t0 = blockIdx.z * p.split_tokens;
+    int             t1 = blockIdx.z + 1 == gridDim.z
+                         ? ctx : min(ctx, t0 + p.split_tokens);
+    int64_t         kv_row = (int64_t) (p.n_heads / p.group) * p.head_dim;
+    int64_t         col = (int64_t) kvh * p.head_dim + lane * 8;
+    const int32_t  *table = p.block_tables + (int64_t) seq * p.max_blocks;
+    attn_state<GT>  st;
+    float           tot_l[GT];
 
+    if (p.tc_min_qlen > 0 && q1 - q0 >= p.tc_min_qlen) {
+        return;
+    }
 #pragma unroll
     for (int g = 0; g < GT; g++) {
         int  h = kvh * p.group + g0 + g;
 
-        m[g] = -FLT_MAX;
-        l[g] = 0.0f;
+        st.m[g] = -FLT_MAX;
+        st.l[g] = 0.0f;
 #pragma unroll
         for (int d = 0; d < 8; d++) {
-            q[g][d] = 0.0f;
-            acc[g][d] = 0.0f;
+            st.q[g][d] = 0.0f;
+            st.acc[g][d] = 0.0f;
         }
         if (dim_ok && g0 + g < p.group) {
             uint4  v = *(const uint4 *) (p.q + ((int64_t) row * p.n_heads
                                                 + h) * p.head_dim + lane * 8);
 
-            pl_bf16x8_to_f32(v, q[g]);
+            pl_bf16x8_to_f32(v, st.q[g]);
 #pragma unroll
             for (int d = 0; d < 8; d++) {
-                q[g][d] *= p.scale_log2;
+                st.q[g][d] *= p.scale_log2;
             }
         }
     }
 
-    for (int base = t0; base < t1; base += STEP) {
-        uint4  kr[UNROLL], vr[UNROLL];
-        float  s[GT][UNROLL];
+    for (int b0 = t0 >> p.log2_block; (b0 << p.log2_block) < t1;
+         b0 += ATTN_TBL)
+    {
+        int  bend = min(b0 + ATTN_TBL, ((t1 - 1) >> p.log2_block) + 1);
 
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            int  t = base + grp * UNROLL + u;
-
-            kr[u] = make_uint4(0, 0, 0, 0);
-            vr[u] = make_uint4(0, 0, 0, 0);
-            if (t < t1 && dim_ok) {
-                int64_t  blk = table[t >> p.log2_block];
-                int64_t  slot = (blk << p.log2_block)
-                                | (t & ((1 << p.log2_block) - 1));
-                int64_t  off = slot * kv_row + kvh * p.head_dim + lane * 8;
-
-                kr[u] = __ldg((const uint4 *) (p.k_cache + off));
-                vr[u] = __ldg((const uint4 *) (p.v_cache + off));
-            }
+        __syncthreads();
+        for (int i = threadIdx.x; i < bend - b0; i += ATTN_THREADS) {
+            tbl[i] = table[b0 + i];
         }
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            float  kf[8];
-            bool   live = base + grp * UNROLL + u < t1;
-
-            pl_bf16x8_to_f32(kr[u], kf);
-#pragma unroll
-            for (int g = 0; g < GT; g++) {
-                float  dot = 0.0f;
-
-#pragma unroll
-                for (int d = 0; d < 8; d++) {
-                    dot = fmaf(q[g][d], kf[d], dot);
-                }
-                dot = group_sum<LANES>(dot);
-                s[g][u] = live ? dot : -INFINITY;
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < GT; g++) {
-            float  mx = m[g], corr;
-
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                mx = fmaxf(mx, s[g][u]);
-            }
-            corr = exp2f(m[g] - mx);
-            m[g] = mx;
-            l[g] *= corr;
-#pragma unroll
-            for (int d = 0; d < 8; d++) {
-                acc[g][d] *= corr;
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                s[g][u] = exp2f(s[g][u] - mx);
-                l[g] += s[g][u];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            float  vf[8];
-
-            pl_bf16x8_to_f32(vr[u], vf);
-#pragma unroll
-            for (int g = 0; g < GT; g++) {
-#pragma unroll
-                for (int d = 0; d < 8; d++) {
-                    acc[g][d] = fmaf(s[g][u], vf[d], acc[g][d]);
-                }
-            }
-        }
+        __syncthreads();
+        attend_range<LANES, GT, UNROLL>(p, st, tbl, b0,
+                                        max(t0, b0 << p.log2_block),
+                                        min(t1, bend << p.log2_block),
+                                        col, kv_row, dim_ok);
     }
 
-    merge_groups<LANES, GT>(acc, m, l, tot_l, red, ml);
+    merge_groups<LANES, GT>(st, tot_l, red, ml);
 
     for (int i = threadIdx.x; i < GT * p.head_dim; i += ATTN_THREADS) {
         int      g = i / p.head_dim, d = i % p.head_dim;
-        int64_t  h = kvh * p.group + g0 + g;
-        int64_t  rh = (int64_t) row * p.n_heads + h;
+        int64_t  rh = (int64_t) row * p.n_heads + kvh * p.group + g0 + g;
         float    v = 0.0f, mg = -FLT_MAX, lg = 0.0f;
 
         if (g0 + g >= p.group) {
@@ -265,7 +302,7 @@ paged_attention_kernel(const attn_params_t p)
 #pragma unroll
         for (int j = 0; j < GT; j++) {
             if (j == g) {
-                mg = m[j];
+                mg = st.m[j];
                 lg = tot_l[j];
             }
         }
@@ -284,101 +321,99 @@ paged_attention_kernel(const attn_params_t p)
             }
         }
     }
+    if (p.num_splits == 1) {
+        return;
+    }
+
+    attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh, &last);
 }
 
 
-/* out[row][head] = merge of its splits' partials.  One block per
-   (row, head), one thread per dim. */
-__global__ void
-merge_splits_kernel(const attn_params_t p)
+/*
+ * How many KV splits: the fewest waves of resident blocks per unit of
+ * work, no split under split_min tokens, partials within the scratch.
+ */
+static int
+choose_splits(pl_cuda_t *cu, int slots, int64_t units, int max_ctx,
+    int64_t rows_heads, int head_dim)
 {
-    int64_t        rh = (int64_t) blockIdx.x * p.n_heads + blockIdx.y;
-    const float2  *ml = p.part_ml + rh * p.num_splits;
-    const float   *acc = p.part_acc + rh * p.num_splits * p.head_dim;
-    float          mx = -FLT_MAX, v = 0.0f, sum = 0.0f;
-    int            d = threadIdx.x;
+    static int  split_min;
+    int64_t     most, fit, s, best = 1;
+    double      best_cost = 1e30;
 
-    for (int s = 0; s < p.num_splits; s++) {
-        if (ml[s].y > 0.0f) {
-            mx = fmaxf(mx, ml[s].x);
+    if (split_min == 0) {
+        split_min = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 128);
+    }
+    most = (max_ctx + split_min - 1) / split_min;
+    fit = ATTN_PARTIAL_BYTES
+          / (rows_heads * (head_dim * sizeof(float) + sizeof(float2)));
+    most = most < fit ? most : fit;
+    most = most < 1024 ? most : 1024;
+    if (units > ATTN_COUNTERS) {
+        return 1;
+    }
+    for (s = 1; s <= most; s++) {
+        double  waves = (double) ((units * s + slots - 1) / slots);
+        double  cost = waves / (double) s;
+
+        if (cost < best_cost * 0.97) {
+            best_cost = cost;
+            best = s;
         }
     }
-    for (int s = 0; s < p.num_splits; s++) {
-        if (ml[s].y > 0.0f) {
-            float  w = exp2f(ml[s].x - mx);
-
-            sum += ml[s].y * w;
-            v += acc[(int64_t) s * p.head_dim + d] * w;
-        }
-    }
-    p.out[rh * p.head_dim + d] = __float2bfloat16_rn(sum > 0.0f ? v / sum
-                                                                 : 0.0f);
+    (void) cu;
+    return (int) best;
 }
 
 
 template <int LANES, int GT>
 static void
-launch_lanes_gt(const attn_params_t &p, dim3 grid, cudaStream_t st)
+launch_decode(pl_cuda_t *cu, attn_params_t &p, int rows, int n_kv_heads,
+    int max_ctx)
 {
     constexpr int  UNROLL = GT >= 8 ? 2 : 4;
+    static int     per_sm;
+    auto           kernel = paged_attention_kernel<LANES, GT, UNROLL>;
+    int64_t        units = (int64_t) rows * n_kv_heads * p.chunks;
 
-    paged_attention_kernel<LANES, GT, UNROLL>
-        <<<grid, ATTN_THREADS, 0, st>>>(p);
+    if (per_sm == 0) {
+        pl_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                          &per_sm, kernel, ATTN_THREADS, 0), "attention");
+        per_sm = per_sm > 0 ? per_sm : 1;
+    }
+    p.num_splits = choose_splits(cu, per_sm * cu->num_sms, units, max_ctx,
+                                 (int64_t) rows * p.n_heads, p.head_dim);
+    p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
+    p.split_tokens = (p.split_tokens + 31) & ~31;
+    p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
+    p.part_ml = (float2 *) (p.part_acc
+                            + (int64_t) rows * p.n_heads * p.num_splits
+                              * p.head_dim);
+    kernel<<<dim3(rows, n_kv_heads * p.chunks, p.num_splits), ATTN_THREADS,
+             0, cu->stream>>>(p);
+    PL_CUDA_LAUNCHED("attention");
 }
 
 
 template <int LANES>
 static void
-launch_lanes(const attn_params_t &p, int gt, dim3 grid, cudaStream_t st)
+launch_lanes(pl_cuda_t *cu, attn_params_t &p, int gt, int rows,
+    int n_kv_heads, int max_ctx)
 {
     switch (gt) {
     case 1:
-        launch_lanes_gt<LANES, 1>(p, grid, st);
+        launch_decode<LANES, 1>(cu, p, rows, n_kv_heads, max_ctx);
         break;
     case 2:
-        launch_lanes_gt<LANES, 2>(p, grid, st);
+        launch_decode<LANES, 2>(cu, p, rows, n_kv_heads, max_ctx);
         break;
     case 4:
-        launch_lanes_gt<LANES, 4>(p, grid, st);
+        launch_decode<LANES, 4>(cu, p, rows, n_kv_heads, max_ctx);
         break;
     default:
-        launch_lanes_gt<LANES, 8>(p, grid, st);
+        launch_decode<LANES, 8>(cu, p, rows, n_kv_heads, max_ctx);
         break;
     }
-}
-
-
-static int
-env_int(const char *name, int dflt)
-{
-    const char  *v = getenv(name);
-    int          n = v != NULL ? atoi(v) : 0;
-
-    return n > 0 ? n : dflt;
-}
-
-
-/* How many KV splits: enough thread blocks to fill the GPU, no split
-   shorter than split_min tokens, partials within the scratch. */
-static int
-choose_splits(pl_cuda_t *cu, int64_t units, int max_ctx, int64_t rows_heads,
-    int head_dim)
-{
-    static int  split_min, ctas;
-    int64_t     want, most, fit;
-
-    if (split_min == 0) {
-        split_min = env_int("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 256);
-        ctas = env_int("PAGEDLLM_CUDA_ATTN_CTAS", 4);
-    }
-    want = ((int64_t) cu->num_sms * ctas + units - 1) / units;
-    most = (max_ctx + split_min - 1) / split_min;
-    fit = PL_CUDA_ATTN_SCRATCH
-          / (rows_heads * (head_dim * sizeof(float) + sizeof(float2)));
-    want = want < most ? want : most;
-    want = want < fit ? want : fit;
-    want = want < 65535 ? want : 65535;
-    return want > 1 ? (int) want : 1;
 }
 
 
@@ -437,7 +472,6 @@ pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
     int             gt, lanes, rows = batch->num_tokens;
     int             max_ctx = batch->max_context_len > 0
                               ? batch->max_context_len : 1;
-    dim3            grid;
 
     check_shape(n_heads, n_kv_heads, head_dim, block_size);
     if (rows <= 0 || batch->num_seqs <= 0) {
@@ -450,47 +484,43 @@ pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
     p.query_start = batch->query_start;
     p.context_lens = batch->context_lens;
     p.block_tables = batch->block_tables;
-    p.part_acc = (float *) cu->attn_scratch;
+    p.counters = (int *) cu->attn_scratch;
+    p.part_acc = attn_partials(cu);
+    p.tile_start = NULL;
     p.num_seqs = batch->num_seqs;
     p.n_heads = n_heads;
     p.group = n_heads / n_kv_heads;
     p.head_dim = head_dim;
     p.log2_block = log2_exact(block_size);
     p.max_blocks = batch->max_blocks_per_seq;
-    p.scale_log2 = scale * 1.4426950408889634f;
+    p.scale_log2 = scale * ATTN_LOG2E;
+    p.tc_min_qlen = 0;
+
+    if (batch->max_query_len >= ATTN_PREFILL_MIN_QLEN
+        && pl_cuda_prefill_attention(cu, &p, rows)
+        && batch == &cu->batch && cu->batch_min_qlen >= p.tc_min_qlen)
+    {
+        return;
+    }
+    if (pl_cuda_decode_attention(cu, &p, rows, max_ctx)) {
+        return;
+    }
 
     gt = pow2_at_least(p.group, 1, 8);
     lanes = pow2_at_least(head_dim / 8, 4, 32);
     p.chunks = (p.group + gt - 1) / gt;
-    p.num_splits = choose_splits(cu, (int64_t) rows * n_kv_heads * p.chunks,
-                                 max_ctx, (int64_t) rows * n_heads,
-                                 head_dim);
-    p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
-    p.split_tokens = (p.split_tokens + 31) & ~31;
-    p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
-    p.part_ml = (float2 *) (p.part_acc
-                            + (int64_t) rows * n_heads * p.num_splits
-                              * head_dim);
-
-    grid = dim3(rows, n_kv_heads * p.chunks, p.num_splits);
     switch (lanes) {
     case 4:
-        launch_lanes<4>(p, gt, grid, cu->stream);
+        launch_lanes<4>(cu, p, gt, rows, n_kv_heads, max_ctx);
         break;
     case 8:
-        launch_lanes<8>(p, gt, grid, cu->stream);
+        launch_lanes<8>(cu, p, gt, rows, n_kv_heads, max_ctx);
         break;
     case 16:
-        launch_lanes<16>(p, gt, grid, cu->stream);
+        launch_lanes<16>(cu, p, gt, rows, n_kv_heads, max_ctx);
         break;
     default:
-        launch_lanes<32>(p, gt, grid, cu->stream);
+        launch_lanes<32>(cu, p, gt, rows, n_kv_heads, max_ctx);
         break;
-    }
-    PL_CUDA_LAUNCHED("attention");
-    if (p.num_splits > 1) {
-        merge_splits_kernel<<<dim3(rows, n_heads), head_dim, 0,
-                              cu->stream>>>(p);
-        PL_CUDA_LAUNCHED("attention merge");
     }
 }

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "pl_ops.h"
@@ -43,6 +44,8 @@ typedef struct {
     size_t          batch_cap;
     cudaEvent_t     batch_copied;
     pl_batch_t      batch;
+    int             batch_min_qlen;      /* fewest query rows of a
+                                            sequence in batch */
 
     /* download_f32: device fp32 staging */
     float          *f32_stage;
@@ -65,6 +68,17 @@ static inline unsigned
 pl_cuda_blocks(int64_t n, unsigned threads)
 {
     return (unsigned) ((n + threads - 1) / threads);
+}
+
+/* A positive integer from the environment (benchmark overrides), else
+   dflt. */
+static inline int
+pl_cuda_env_int(const char *name, int dflt)
+{
+    const char  *v = getenv(name);
+    int          n = v != NULL ? atoi(v) : 0;
+
+    return n > 0 ? n : dflt;
 }
 
 /* fp32 value of a weight element: F32, F16 or BF16 storage */
@@ -114,6 +128,12 @@ void pl_cuda_kv_write(pl_backend_t *be, void *k_cache, void *v_cache,
 void pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
     const void *k_cache, const void *v_cache, const pl_batch_t *batch,
     int n_heads, int n_kv_heads, int head_dim, int block_size, float scale);
+void pl_cuda_layernorm(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *b, int n, int dim, float eps);
+void pl_cuda_add(pl_backend_t *be, void *residual, const void *x, int n,
+    int dim);
+void pl_cuda_relu(pl_backend_t *be, void *out, const void *x, int n,
+    int dim);
 void pl_cuda_silu_mul(pl_backend_t *be, void *out, const void *gate_up,
     int n, int inter);
 void pl_cuda_gather_rows(pl_backend_t *be, void *out, const void *x,

@@ -65,12 +65,11 @@ fi
 
 make BUILD=$B -j"$JOBS" bench-gpu > "$OUT/bench.log" 2>&1 || status=1
 if [ "${1:-}" = "sweep" ]; then
-    for min in 128 512; do
-        for ctas in 2 8; do
-            echo "# split_min $min ctas $ctas" >> "$OUT/sweep.log"
-            PAGEDLLM_CUDA_ATTN_SPLIT_MIN=$min PAGEDLLM_CUDA_ATTN_CTAS=$ctas \
-                $B/bench/gpu/attention >> "$OUT/sweep.log" 2>&1
-        done
+    for v in "128 2" "512 2" "256 1" "256 4"; do
+        set -- $v
+        echo "# split_min $1 waves $2" >> "$OUT/sweep.log"
+        PAGEDLLM_CUDA_ATTN_SPLIT_MIN=$1 PAGEDLLM_CUDA_ATTN_WAVES=$2 \
+            $B/bench/gpu/attention >> "$OUT/sweep.log" 2>&1
     done
 fi
 

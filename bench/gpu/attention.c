@@ -182,7 +182,7 @@ shuffled(int64_t n)
 
 /* median seconds of one attention call over rotating batches */
 static double
-time_attention(void *out, void *q, void *kc, void *vc, pl_batch_t *b,
+time_attention(void *out, void *q, void *kc, void *vc, const pl_batch_t *b,
     int nsets, const shape_t *s)
 {
     cudaStream_t  st = pl_cuda_stream(BE);
@@ -255,26 +255,38 @@ bench_decode(const shape_t *s)
 }
 
 
+/* one sequence prefilled whole, sent through batch_upload as the model
+   does */
 static void
 bench_prefill(int len, int heads)
 {
     shape_t     s = { 1, len, heads, heads };
     size_t      bytes = (size_t) len * heads * HEAD_DIM * 2;
     int32_t    *perm = shuffled(len / BLOCK);
-    int64_t     next_block = 0;
+    int32_t     qs[2] = { 0, len }, cl[1] = { len };
     void       *kc = dev_alloc(bytes), *vc = dev_alloc(bytes);
     void       *q = dev_alloc(bytes), *out = dev_alloc(bytes);
-    pl_batch_t  b = make_batch(1, len, len, perm, &next_block);
+    pl_batch_t  h;
+    const pl_batch_t  *b;
     double      sec, flops = 4.0 * heads * HEAD_DIM * (double) len
                              * (len + 1) / 2.0;
 
+    memset(&h, 0, sizeof(h));
+    h.num_tokens = len;
+    h.num_seqs = 1;
+    h.query_start = qs;
+    h.context_lens = cl;
+    h.block_tables = perm;
+    h.max_blocks_per_seq = len / BLOCK;
+    h.max_query_len = len;
+    h.max_context_len = len;
     fill_random(kc, bytes);
     fill_random(vc, bytes);
     fill_random(q, bytes);
-    sec = time_attention(out, q, kc, vc, &b, 1, &s);
+    b = BE->batch_upload(BE, &h);
+    sec = time_attention(out, q, kc, vc, b, 1, &s);
     printf("ours prefill causal %d x %d heads %.1f us %.1f TFLOP/s\n", len,
            heads, sec * 1e6, flops / sec / 1e12);
-    free_batch(&b);
     BE->free(BE, kc);
     BE->free(BE, vc);
     BE->free(BE, q);

@@ -3,7 +3,8 @@
  * batches mixing decode rows, prefill chunks over earlier context and
  * whole prefills; physical blocks shuffled; prompt blocks shared between
  * sequences; contexts from 1 to 32k tokens; block sizes 8, 16, 32; head
- * sizes 64, 96, 128, 256; grouped-query ratios 1 to 8 (7 included).
+ * sizes 64, 96, 128, 256; grouped-query ratios 1 to 32 (7, 12, 20 among
+ * them).
  * The batch reaches the GPU through batch_upload, as the model sends it.
  */
 
@@ -167,6 +168,31 @@ mixed_case(int bs, int hd, int nh, int nkv)
 }
 
 
+/* prefill chunks long enough for the tensor-core kernel, next to short
+   ones and decodes; then a batch of prefills only */
+static void
+prefill_case(int bs, int hd, int nh, int nkv)
+{
+    attn_case_t  c = { bs, hd, nh, nkv, 7, {
+        { 200, 1500 + pair_int(500), 0 },
+        { 64, 64, 0 },
+        { 130, 130, 0 },
+        { 1, 700, 0 },
+        { 17, 40, 0 },
+        { 16, 2100, 1 },
+        { 15, 300, 0 },
+    } };
+    attn_case_t  only = { bs, hd, nh, nkv, 3, {
+        { 100 + pair_int(100), 1000, 0 },
+        { 16, 16, 0 },
+        { 333, 333, 1 },
+    } };
+
+    run_case(&c, "prefill chunks");
+    run_case(&only, "prefills only");
+}
+
+
 static void
 decode_case(int bs, int hd, int nh, int nkv, int num_seqs, int max_ctx)
 {
@@ -214,6 +240,7 @@ main(void)
         for (j = 0; j < 2; j++) {
             mixed_case(bss[i], hds[j], 8, 8);
             mixed_case(bss[i], hds[j], 16, 4);
+            prefill_case(bss[i], hds[j], 8, 2);
             decode_case(bss[i], hds[j], 8, 1, 1, 5000);
             decode_case(bss[i], hds[j], 4, 4, 12, 3000);
         }
@@ -221,7 +248,10 @@ main(void)
     mixed_case(16, 96, 14, 2);
     mixed_case(16, 256, 4, 2);
     mixed_case(32, 64, 24, 2);
+    prefill_case(16, 96, 6, 2);
     decode_case(16, 128, 28, 4, 2, 9000);
+    decode_case(16, 128, 32, 1, 3, 2000);
+    mixed_case(16, 64, 40, 2);
     long_case();
     P.gpu->destroy(P.gpu);
     P.cpu->destroy(P.cpu);

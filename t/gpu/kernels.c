@@ -256,7 +256,8 @@ test_silu_gather(int n, int inter)
     size_t   gs = (size_t) n * 2 * inter, os = (size_t) n * inter;
     float   *gu = pair_rand(gs, 6.0f);
     void    *gc = pair_put(P.cpu, gu, gs), *gg = pair_put(P.gpu, gu, gs);
-    void    *oc = P.cpu->alloc(P.cpu, os * 4), *og = P.gpu->alloc(P.gpu, os * 2);
+    void    *oc = P.cpu->alloc(P.cpu, os * 4);
+    void    *og = P.gpu->alloc(P.gpu, os * 2);
     void    *rc, *rg, *xc, *xg;
     int32_t  rows[5];
     int      i;
@@ -291,6 +292,58 @@ test_silu_gather(int n, int inter)
 }
 
 
+static void
+test_opt_ops(int n, int dim)
+{
+    size_t       sz = (size_t) n * dim;
+    float       *x = pair_rand(sz, 3.0f), *r = pair_rand(sz, 3.0f);
+    float       *w = pair_rand(dim, 1.5f), *b = pair_rand(dim, 1.0f);
+    void        *wb = pair_weight_bytes(w, dim, PL_DT_F16);
+    void        *bb = pair_weight_bytes(b, dim, PL_DT_F16);
+    pl_weight_t  wc, wg, bc, bg;
+    void        *xc = pair_put(P.cpu, x, sz), *xg = pair_put(P.gpu, x, sz);
+    void        *rc = pair_put(P.cpu, r, sz), *rg = pair_put(P.gpu, r, sz);
+    void        *oc = pair_put(P.cpu, x, sz), *og = pair_put(P.gpu, x, sz);
+    char         name[96];
+
+    pair_weight(&P, &wc, &wg, wb, PL_DT_F16, 1, dim);
+    pair_weight(&P, &bc, &bg, bb, PL_DT_F16, 1, dim);
+    pair_poison(P.gpu, og, sz);
+    P.cpu->layernorm(P.cpu, oc, xc, &wc, &bc, n, dim, 1e-5f);
+    P.gpu->layernorm(P.gpu, og, xg, &wg, &bg, n, dim, 1e-5f);
+    snprintf(name, sizeof(name), "layernorm %dx%d", n, dim);
+    pair_close(&P, og, oc, sz, BF16_BOUND, name);
+
+    pair_poison(P.gpu, og, sz);
+    P.cpu->relu(P.cpu, oc, xc, n, dim);
+    P.gpu->relu(P.gpu, og, xg, n, dim);
+    pair_close(&P, og, oc, sz, 0.0, "relu exact");
+    P.cpu->relu(P.cpu, xc, xc, n, dim);
+    P.gpu->relu(P.gpu, xg, xg, n, dim);
+    pair_close(&P, xg, xc, sz, 0.0, "relu in place");
+
+    P.cpu->add(P.cpu, rc, xc, n, dim);
+    P.gpu->add(P.gpu, rg, xg, n, dim);
+    snprintf(name, sizeof(name), "add %dx%d", n, dim);
+    pair_close(&P, rg, rc, sz, BF16_BOUND, name);
+
+    P.gpu->free(P.gpu, wg.data);
+    P.gpu->free(P.gpu, bg.data);
+    P.gpu->free(P.gpu, xg);
+    P.gpu->free(P.gpu, rg);
+    P.gpu->free(P.gpu, og);
+    P.cpu->free(P.cpu, xc);
+    P.cpu->free(P.cpu, rc);
+    P.cpu->free(P.cpu, oc);
+    free(x);
+    free(r);
+    free(w);
+    free(b);
+    free(wb);
+    free(bb);
+}
+
+
 int
 main(void)
 {
@@ -322,6 +375,8 @@ main(void)
     test_kv_write(3, 12);
     test_silu_gather(9, 1000);
     test_silu_gather(4, 4864);
+    test_opt_ops(11, 768);
+    test_opt_ops(3, 2050);
     P.gpu->destroy(P.gpu);
     P.cpu->destroy(P.cpu);
     return done_testing();

@@ -7,7 +7,8 @@
  * Teacher-forced: both backends are fed the CPU's greedy tokens, so every
  * step compares the same computation; the logits must agree within bf16
  * error and so must the greedy choice wherever the CPU's best logit leads
- * the runner-up by a clear margin.  Free-running: each backend follows its
+ * the runner-up by a clear margin (twice the error bound, in units of the
+ * logits' rms: the GPU's logits are bf16).  Free-running: each backend follows its
  * own greedy choices, and the generations must be identical up to the
  * first near-tie of the CPU's.
  */
@@ -23,7 +24,7 @@
 #define NEW_TOKENS  24
 #define CHUNK       16
 #define LOGIT_BOUND 3e-2
-#define CLEAR_LEAD  0.05f
+#define CLEAR_LEAD  (2 * LOGIT_BOUND)   /* times the logits' rms */
 
 typedef struct {
     int32_t  tok[MAX_BLOCKS * BLOCK];
@@ -40,10 +41,13 @@ typedef struct {
 static const int  prompt_len[NSEQ] = { 11, 29, 5 };
 
 
+/* best index; lead = its margin over the runner-up in units of the
+   logits' rms, so that bf16 rounding of large logits is no "lead" */
 static int
 argmax(const float *v, int n, float *lead)
 {
-    int    i, best = 0, second = -1;
+    int     i, best = 0, second = -1;
+    double  ss = 0.0;
 
     for (i = 1; i < n; i++) {
         if (v[i] > v[best]) {
@@ -53,7 +57,10 @@ argmax(const float *v, int n, float *lead)
             second = i;
         }
     }
-    *lead = v[best] - v[second];
+    for (i = 0; i < n; i++) {
+        ss += (double) v[i] * v[i];
+    }
+    *lead = (float) ((v[best] - v[second]) / sqrt(ss / n + 1e-30));
     return best;
 }
 
@@ -263,7 +270,7 @@ free_running(side_t *cpu, side_t *gpu, const int32_t *tables, int vocab)
             int  p = sc[i].prompt + k;
 
             if (sc[i].tok[p] != sg[i].tok[p]) {
-                diag("sequence %d token %d: cpu %d, cuda %d (lead %.3f)", i,
+                diag("sequence %d token %d: cpu %d, cuda %d (lead %.3f rms)", i,
                      k, sc[i].tok[p], sg[i].tok[p], lc[i][k]);
                 same = 0;
                 break;

@@ -1,0 +1,159 @@
+/*
+ * attention: what the two paged-attention kernels share.
+ *
+ * paged_attention.cu holds the launcher and the CUDA-core kernel for head
+ * sizes the tensor-core kernels do not cover; prefill_attention.cu the
+ * tensor-core kernel for the rows of long prefill chunks;
+ * decode_attention.cu the tensor-core kernel for every other row.  All
+ * read the same parameters and the same causal rule: row r of sequence s
+ * (query rows [q0, q1)) sees the first context_lens[s] - (q1 - r) + 1
+ * tokens of its context.
+ *
+ * Scratch layout (cu->attn_scratch): split counters [ATTN_COUNTERS], the
+ * prefill tile index [ATTN_TC_SEQS + 1], then the split partials.
+ */
+
+#ifndef PL_ATTENTION_CUH
+#define PL_ATTENTION_CUH
+
+#include <float.h>
+
+#include "pl_cuda.cuh"
+
+#define ATTN_COUNTERS  (1 << 16)     /* (row, head group) split counters */
+#define ATTN_TC_SEQS   (1 << 16)     /* most sequences the prefill kernel
+                                        numbers tiles for */
+#define ATTN_PREFILL_MIN_QLEN  16    /* query rows that make a prefill */
+#define ATTN_LOG2E     1.4426950408889634f
+
+typedef struct {
+    __nv_bfloat16         *out;
+    const __nv_bfloat16   *q;
+    const __nv_bfloat16   *k_cache;
+    const __nv_bfloat16   *v_cache;
+    const int32_t         *query_start;
+    const int32_t         *context_lens;
+    const int32_t         *block_tables;
+    int                   *counters;      /* [ATTN_COUNTERS], zero at rest */
+    float                 *part_acc;      /* [rows][n_heads][splits][dim] */
+    float2                *part_ml;       /* [rows][n_heads][splits] */
+    int32_t               *tile_start;    /* [num_seqs + 1] prefill tiles */
+    int                    num_seqs;
+    int                    n_heads;
+    int                    group;         /* query heads per KV head */
+    int                    chunks;        /* head chunks per KV head */
+    int                    head_dim;
+    int                    log2_block;
+    int                    max_blocks;
+    int                    split_tokens;
+    int                    num_splits;
+    int                    tc_min_qlen;   /* rows of sequences with at least
+                                             this many query rows go to the
+                                             tensor-core kernel; 0: none */
+    float                  scale_log2;    /* softmax scale * log2(e) */
+} attn_params_t;
+
+
+/* The sequence that owns row r (binary search over query_start). */
+static __device__ __forceinline__ int
+attn_seq_of_row(const attn_params_t &p, int r)
+{
+    int  lo = 0, hi = p.num_seqs - 1;
+
+    while (lo < hi) {
+        int  mid = (lo + hi + 1) >> 1;
+
+        if (p.query_start[mid] <= r) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
+/*
+ * After a split block wrote its partial: the last of the (row, head
+ * group)'s split blocks to arrive (atomic counter, reset for the next
+ * launch) merges every split's partial into out for heads g0 .. g0+ng-1
+ * of KV head kvh.  Called by all THREADS threads of the block.
+ */
+template <int THREADS>
+static __device__ __forceinline__ void
+attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
+    int *last)
+{
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int  *cnt = p.counters + (int64_t) row * gridDim.y + blockIdx.y;
+
+        *last = atomicAdd(cnt, 1) == p.num_splits - 1;
+        if (*last) {
+            *cnt = 0;
+        }
+    }
+    __syncthreads();
+    if (!*last) {
+        return;
+    }
+    __threadfence();
+    for (int i = threadIdx.x; i < ng * p.head_dim; i += THREADS) {
+        int            g = i / p.head_dim, d = i % p.head_dim;
+        int64_t        rh = (int64_t) row * p.n_heads + kvh * p.group + g0 + g;
+        const float2  *ml = p.part_ml + rh * p.num_splits;
+        const float   *acc = p.part_acc + rh * p.num_splits * p.head_dim + d;
+        float          mx = -FLT_MAX, v = 0.0f, sum = 0.0f;
+
+        if (g0 + g >= p.group) {
+            continue;
+        }
+        for (int s = 0; s < p.num_splits; s++) {
+            float2  e = __ldcg(&ml[s]);
+
+            if (e.y > 0.0f) {
+                mx = fmaxf(mx, e.x);
+            }
+        }
+        for (int s = 0; s < p.num_splits; s++) {
+            float2  e = __ldcg(&ml[s]);
+
+            if (e.y > 0.0f) {
+                float  w = exp2f(e.x - mx);
+
+                sum += e.y * w;
+                v += __ldcg(&acc[(int64_t) s * p.head_dim]) * w;
+            }
+        }
+        p.out[rh * p.head_dim + d] = __float2bfloat16_rn(sum > 0.0f
+                                                         ? v / sum : 0.0f);
+    }
+}
+
+
+static inline int32_t *
+attn_tile_start(pl_cuda_t *cu)
+{
+    return (int32_t *) cu->attn_scratch + ATTN_COUNTERS;
+}
+
+static inline float *
+attn_partials(pl_cuda_t *cu)
+{
+    return (float *) (attn_tile_start(cu) + ATTN_TC_SEQS + 64);
+}
+
+#define ATTN_PARTIAL_BYTES  (PL_CUDA_ATTN_SCRATCH \
+                             - (ATTN_COUNTERS + ATTN_TC_SEQS + 64) * 4)
+
+/* Tensor-core decode for every row not taken by the prefill kernel;
+   returns 0 when it cannot serve this head size. */
+int pl_cuda_decode_attention(pl_cuda_t *cu, const attn_params_t *p,
+    int rows, int max_ctx);
+
+/* Tensor-core prefill for the sequences with >= p.tc_min_qlen rows;
+   returns 0 when it cannot serve this head size (the caller then runs
+   every row on CUDA cores). */
+int pl_cuda_prefill_attention(pl_cuda_t *cu, attn_params_t *p, int rows);
+
+#endif /* PL_ATTENTION_CUH */

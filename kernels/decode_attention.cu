@@ -1,0 +1,390 @@
+/*
+ * decode_attention: paged attention for decode rows (and the rows of short
+ * query chunks) on tensor cores, head sizes 64 and 128.
+ *
+ * Layouts as in paged_attention.cu.  Work split: one thread block per
+ * (row, KV head, group of up to 16 query heads, KV split).  The query
+ * heads that share the KV head form the 16 rows of the MMA's A operand
+ * (GQA: each K and V row is read once for all of them; rows past the
+ * group are zero).  The block walks its split of the context in tiles of
+ * 64 tokens, gathered through the block table into shared memory with
+ * 16-byte cp.async, two tiles in flight; each of the four warps takes 16
+ * tokens of a tile: S = Q K^T, online softmax in base 2, O += P V.  The
+ * split's block-table entries are staged in shared memory first (a page
+ * of DEC_TBL at a time), so no K/V copy waits on a table load.  At the end
+ * the warps' states are merged through shared memory; with several splits
+ * the block writes a partial and the last one to finish merges them
+ * (attn_merge_if_last).
+ *
+ * Splits: enough blocks for DEC_WAVES waves of the resident blocks, no
+ * split under PAGEDLLM_CUDA_ATTN_SPLIT_MIN tokens (default 256), both
+ * overridable from the environment for benchmarking
+ * (PAGEDLLM_CUDA_ATTN_WAVES).
+ */
+
+#include <float.h>
+
+#include "attention.cuh"
+#include "mma.cuh"
+
+#define DEC_THREADS  128
+#define DEC_BN       64           /* tokens per KV tile */
+#define DEC_ROWS     16           /* query heads per block (MMA rows) */
+#define DEC_TBL      512          /* block-table entries staged at once */
+
+
+/* Stage table entries [b0, b0 + DEC_TBL) (those that exist) in smem. */
+static __device__ __forceinline__ void
+stage_table(int32_t *tbl, const int32_t *table, int b0, int bend)
+{
+    __syncthreads();
+    for (int i = threadIdx.x; i < DEC_TBL && b0 + i < bend;
+         i += DEC_THREADS)
+    {
+        tbl[i] = table[b0 + i];
+    }
+    __syncthreads();
+}
+
+
+/* Copy tile j's K and V (tokens t0 + j*BN ...) into stage st. */
+template <int D>
+static __device__ __forceinline__ void
+issue_tile(const attn_params_t &p, const int32_t *tbl, int b0, int kvh,
+    int first, int t1, uint32_t ks, uint32_t vs)
+{
+    constexpr int  CH = D / 8;
+    int64_t        kv_row = (int64_t) (p.n_heads / p.group) * D;
+
+#pragma unroll
+    for (int i = threadIdx.x; i < DEC_BN * CH; i += DEC_THREADS) {
+        int      r = i / CH, c = i % CH, t = first + r;
+        bool     valid = t < t1;
+        int64_t  off = 0;
+
+        if (valid) {
+            int64_t  slot = ((int64_t) tbl[(t >> p.log2_block) - b0]
+                             << p.log2_block)
+                            | (t & ((1 << p.log2_block) - 1));
+
+            off = slot * kv_row + (int64_t) kvh * D + c * 8;
+        }
+        cp_async16(ks + swz<D>(r, c), p.k_cache + off, valid);
+        cp_async16(vs + swz<D>(r, c), p.v_cache + off, valid);
+    }
+    cp_async_commit();
+}
+
+
+/* One warp's 16 tokens of a tile: S, softmax, O += P V. */
+template <int D>
+static __device__ __forceinline__ void
+warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
+    const uint32_t (&qf)[D / 16][4], uint32_t ks, uint32_t vs, int first,
+    int t1, float scale, int warp, int lane)
+{
+    float     s[2][4];
+    uint32_t  a[4];
+    int       mi = lane >> 3;
+
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[n][e] = 0.0f;
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t  b[4];
+
+        ldsm_x4(b, ks + swz<D>(warp * 16 + (mi >> 1) * 8 + (lane & 7),
+                               kk * 2 + (mi & 1)));
+        mma_bf16(s[0], qf[kk], b[0], b[1]);
+        mma_bf16(s[1], qf[kk], b[2], b[3]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float  mx = m[h], corr;
+
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int     t = first + warp * 16 + n * 8 + (lane & 3) * 2 + e;
+                float  &v = s[n][h * 2 + e];
+
+                v = t < t1 ? v * scale : -INFINITY;
+                mx = fmaxf(mx, v);
+            }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        corr = exp2f(m[h] - mx);
+        m[h] = mx;
+        l[h] *= corr;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            o[n][h * 2] *= corr;
+            o[n][h * 2 + 1] *= corr;
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float  &v = s[n][h * 2 + e];
+
+                v = exp2f(v - mx);
+                l[h] += v;
+            }
+        }
+    }
+    a[0] = pack_bf16(s[0][0], s[0][1]);
+    a[1] = pack_bf16(s[0][2], s[0][3]);
+    a[2] = pack_bf16(s[1][0], s[1][1]);
+    a[3] = pack_bf16(s[1][2], s[1][3]);
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+        uint32_t  b[4];
+
+        ldsm_x4_trans(b, vs + swz<D>(warp * 16 + (mi & 1) * 8 + (lane & 7),
+                                     n + (mi >> 1)));
+        mma_bf16(o[n], a, b[0], b[1]);
+        mma_bf16(o[n + 1], a, b[2], b[3]);
+    }
+}
+
+
+/*
+ * Merge the four warps' states; rows < ng end in out (one split) or in the
+ * split's partial.  Shared memory of the tiles is reused for the sums.
+ */
+template <int D>
+static __device__ __forceinline__ void
+finish_block(const attn_params_t &p, float (&o)[D / 8][4], float (&m)[2],
+    float (&l)[2], unsigned char *smem, int row, int kvh, int g0, int ng,
+    int warp, int lane)
+{
+    float   (*obuf)[DEC_ROWS][D] = (float (*)[DEC_ROWS][D]) smem;
+    float2  (*ml)[DEC_ROWS] = (float2 (*)[DEC_ROWS])
+                              (smem + 4 * DEC_ROWS * D * sizeof(float));
+
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        if ((lane & 3) == 0) {
+            ml[warp][(lane >> 2) + h * 8] = make_float2(m[h], l[h]);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int    r = (lane >> 2) + h * 8;
+        float  mx = -FLT_MAX, f;
+
+        for (int w = 0; w < 4; w++) {
+            mx = fmaxf(mx, ml[w][r].x);
+        }
+        f = exp2f(m[h] - mx);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            obuf[warp][r][n * 8 + (lane & 3) * 2] = o[n][h * 2] * f;
+            obuf[warp][r][n * 8 + (lane & 3) * 2 + 1] = o[n][h * 2 + 1] * f;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < ng * D; i += DEC_THREADS) {
+        int      r = i / D, d = i % D;
+        int64_t  rh = (int64_t) row * p.n_heads + kvh * p.group + g0 + r;
+        float    mx = -FLT_MAX, sum = 0.0f, v = 0.0f;
+
+        for (int w = 0; w < 4; w++) {
+            mx = fmaxf(mx, ml[w][r].x);
+        }
+        for (int w = 0; w < 4; w++) {
+            sum += ml[w][r].y * exp2f(ml[w][r].x - mx);
+            v += obuf[w][r][d];
+        }
+        if (p.num_splits == 1) {
+            p.out[rh * D + d] = __float2bfloat16_rn(sum > 0.0f ? v / sum
+                                                               : 0.0f);
+        } else {
+            int64_t  ps = rh * p.num_splits + blockIdx.z;
+
+            p.part_acc[ps * D + d] = v;
+            if (d == 0) {
+                p.part_ml[ps] = make_float2(mx, sum);
+            }
+        }
+    }
+}
+
+
+template <int D>
+__global__ void __launch_bounds__(DEC_THREADS)
+decode_attention_kernel(const attn_params_t p)
+{
+    extern __shared__ __align__(128) unsigned char dec_smem[];
+    __shared__ int32_t  tbl[DEC_TBL];
+    __shared__ int      last;
+
+    int             row = blockIdx.x, seq = attn_seq_of_row(p, row);
+    int             q0 = p.query_start[seq], q1 = p.query_start[seq + 1];
+    int             kvh = blockIdx.y / p.chunks;
+    int             g0 = (blockIdx.y % p.chunks) * DEC_ROWS;
+    int             ng = min(DEC_ROWS, p.group - g0);
+    int             warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int             ctx = p.context_lens[seq] - (q1 - row) + 1;
+    int             t0 = blockIdx.z * p.split_tokens;
+    int             t1 = blockIdx.z + 1 == gridDim.z
+                         ? ctx : min(ctx, t0 + p.split_tokens);
+    int             ntiles = t1 > t0 ? (t1 - t0 + DEC_BN - 1) / DEC_BN : 0;
+    int             bend = t1 > t0 ? ((t1 - 1) >> p.log2_block) + 1 : 0;
+    int             b0 = t0 >> p.log2_block;
+    const int32_t  *table = p.block_tables + (int64_t) seq * p.max_blocks;
+    uint32_t        qs = smem_addr(dec_smem);
+    uint32_t        ks0 = qs + DEC_ROWS * D * 2;
+    uint32_t        vs0 = ks0 + 2 * DEC_BN * D * 2;
+    uint32_t        qf[D / 16][4];
+    float           o[D / 8][4], m[2], l[2];
+
+    if (p.tc_min_qlen > 0 && q1 - q0 >= p.tc_min_qlen) {
+        return;
+    }
+    for (int i = threadIdx.x; i < DEC_ROWS * (D / 8); i += DEC_THREADS) {
+        int   r = i / (D / 8), c = i % (D / 8);
+        bool  valid = r < ng;
+
+        cp_async16(qs + swz<D>(r, c),
+                   p.q + ((int64_t) row * p.n_heads + kvh * p.group + g0
+                          + (valid ? r : 0)) * D + c * 8, valid);
+    }
+    cp_async_commit();
+    stage_table(tbl, table, b0, bend);
+    if (ntiles > 0) {
+        issue_tile<D>(p, tbl, b0, kvh, t0, t1, ks0, vs0);
+    }
+    cp_async_wait<1>();
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        int  mi = lane >> 3;
+
+        ldsm_x4(qf[kk], qs + swz<D>((mi & 1) * 8 + (lane & 7),
+                                    kk * 2 + (mi >> 1)));
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            o[n][e] = 0.0f;
+        }
+    }
+    m[0] = m[1] = -FLT_MAX;
+    l[0] = l[1] = 0.0f;
+
+    for (int j = 0; j < ntiles; j++) {
+        int  next = t0 + (j + 1) * DEC_BN;
+
+        if (j + 1 < ntiles) {
+            if (((next + DEC_BN - 1) >> p.log2_block) - b0 >= DEC_TBL) {
+                cp_async_wait<0>();
+                b0 = next >> p.log2_block;
+                stage_table(tbl, table, b0, bend);
+            }
+            issue_tile<D>(p, tbl, b0, kvh, next, t1,
+                          ks0 + ((j + 1) & 1) * DEC_BN * D * 2,
+                          vs0 + ((j + 1) & 1) * DEC_BN * D * 2);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        warp_tile<D>(o, m, l, qf, ks0 + (j & 1) * DEC_BN * D * 2,
+                     vs0 + (j & 1) * DEC_BN * D * 2, t0 + j * DEC_BN, t1,
+                     p.scale_log2, warp, lane);
+        __syncthreads();
+    }
+
+    finish_block<D>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp, lane);
+    if (p.num_splits > 1) {
+        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh, &last);
+    }
+}
+
+
+static int
+choose_splits(pl_cuda_t *cu, int per_sm, int64_t units, int max_ctx,
+    int64_t rows_heads, int head_dim)
+{
+    static int  split_min, waves;
+    int64_t     want, most, fit;
+
+    if (split_min == 0) {
+        split_min = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 256);
+        waves = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_WAVES", 2);
+    }
+    if (units > ATTN_COUNTERS) {
+        return 1;
+    }
+    want = ((int64_t) cu->num_sms * per_sm * waves + units - 1) / units;
+    most = (max_ctx + split_min - 1) / split_min;
+    fit = ATTN_PARTIAL_BYTES
+          / (rows_heads * (head_dim * sizeof(float) + sizeof(float2)));
+    want = want < most ? want : most;
+    want = want < fit ? want : fit;
+    want = want < 65535 ? want : 65535;
+    return want > 1 ? (int) want : 1;
+}
+
+
+template <int D>
+static void
+launch_decode(pl_cuda_t *cu, attn_params_t p, int rows, int max_ctx)
+{
+    static int  per_sm;
+    size_t      smem = (size_t) (DEC_ROWS + 4 * DEC_BN) * D * 2;
+    auto        kernel = decode_attention_kernel<D>;
+    int         n_kv = p.n_heads / p.group;
+    int64_t     units;
+
+    if (per_sm == 0) {
+        pl_cuda_check(cudaFuncSetAttribute(kernel,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          (int) smem), "decode attention");
+        pl_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                          &per_sm, kernel, DEC_THREADS, smem),
+                      "decode attention");
+        per_sm = per_sm > 0 ? per_sm : 1;
+    }
+    p.chunks = (p.group + DEC_ROWS - 1) / DEC_ROWS;
+    units = (int64_t) rows * n_kv * p.chunks;
+    p.num_splits = choose_splits(cu, per_sm, units, max_ctx,
+                                 (int64_t) rows * p.n_heads, D);
+    p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
+    p.split_tokens = (p.split_tokens + DEC_BN - 1) & ~(DEC_BN - 1);
+    p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
+    p.part_ml = (float2 *) (p.part_acc
+                            + (int64_t) rows * p.n_heads * p.num_splits * D);
+    kernel<<<dim3(rows, n_kv * p.chunks, p.num_splits), DEC_THREADS, smem,
+             cu->stream>>>(p);
+    PL_CUDA_LAUNCHED("decode attention");
+}
+
+
+int
+pl_cuda_decode_attention(pl_cuda_t *cu, const attn_params_t *p, int rows,
+    int max_ctx)
+{
+    if (p->head_dim == 64) {
+        launch_decode<64>(cu, *p, rows, max_ctx);
+        return 1;
+    }
+    if (p->head_dim == 128) {
+        launch_decode<128>(cu, *p, rows, max_ctx);
+        return 1;
+    }
+    return 0;
+}
