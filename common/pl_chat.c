@@ -78,7 +78,7 @@ pl_chat_t *
 pl_chat_load(const char *path, char *err, size_t errlen)
 {
     json_error_t  jerr;
-    json_t       *cfg = json_load_file(path, 0, &jerr);
+    json_t       *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
     const char   *src;
     pl_chat_t    *c;
 
