@@ -190,6 +190,68 @@ test_norms(pl_backend_t *be, int n)
 
 
 static void
+ref_layernorm(double *out, const float *x, const float *w, const float *b,
+    int n, int dim, float eps)
+{
+    int  i, j;
+
+    for (i = 0; i < n; i++) {
+        double  mean = 0.0, var = 0.0;
+
+        for (j = 0; j < dim; j++) {
+            mean += x[i * dim + j];
+        }
+        mean /= dim;
+        for (j = 0; j < dim; j++) {
+            var += (x[i * dim + j] - mean) * (x[i * dim + j] - mean);
+        }
+        for (j = 0; j < dim; j++) {
+            out[i * dim + j] = (x[i * dim + j] - mean) / sqrt(var / dim + eps)
+                               * w[j] + b[j];
+        }
+    }
+}
+
+
+/* OPT's operations: LayerNorm with bias, the residual add, ReLU */
+static void
+test_opt_ops(pl_backend_t *be, int n)
+{
+    int          dim = 37, i;
+    float       *wref, *bref, *x = random_floats(n * dim);
+    float       *y = random_floats(n * dim);
+    float       *out = malloc(n * dim * sizeof(float));
+    double      *ref = malloc(n * dim * sizeof(double));
+    pl_weight_t  w = random_weight(PL_DT_F16, 1, dim, &wref);
+    pl_weight_t  b = random_weight(PL_DT_F16, 1, dim, &bref);
+
+    for (i = 0; i < n * dim; i++) {
+        x[i] += 3.0f;                   /* a mean far from 0 */
+    }
+    be->layernorm(be, out, x, &w, &b, n, dim, 1e-5f);
+    ref_layernorm(ref, x, wref, bref, n, dim, 1e-5f);
+    ok(max_diff(out, ref, n * dim) < 1e-5, "layernorm centres, scales and "
+       "shifts like the loop (%d rows)", n);
+
+    for (i = 0; i < n * dim; i++) {
+        ref[i] = (double) x[i] + y[i];
+    }
+    be->add(be, x, y, n, dim);
+    ok(max_diff(x, ref, n * dim) < 1e-6, "add adds x into the residual "
+       "(%d rows)", n);
+
+    for (i = 0; i < n * dim; i++) {
+        ref[i] = y[i] > 0 ? y[i] : 0.0;
+    }
+    be->relu(be, y, y, n, dim);
+    ok(max_diff(y, ref, n * dim) == 0.0, "relu zeroes the negatives, in "
+       "place (%d rows)", n);
+    free(x); free(y); free(out); free(ref); free(wref); free(bref);
+    free(w.data); free(b.data);
+}
+
+
+static void
 test_matmul(pl_backend_t *be, pl_dtype_t dt, int with_bias, int n, int rows,
     int cols)
 {
@@ -469,6 +531,8 @@ main(void)
     test_memory(be);
     test_norms(be, 21);
     test_norms(be, 2100);                       /* on several threads */
+    test_opt_ops(be, 21);
+    test_opt_ops(be, 9000);                     /* on several threads */
     for (i = 0; i < 3; i++) {
         test_matmul(be, dts[i], 0, 7, 19, 45);
         test_matmul(be, dts[i], 1, 7, 19, 45);
