@@ -297,14 +297,15 @@ static void
 print_progress(pl_checkpoint_t *c, int last)
 {
     double  unit = c->total_bytes >= 1000000000 ? 1e9 : 1e6;
+    char    took[32] = "";
 
-    fprintf(stderr, "%sloading weights: %d/%d tensors, %.1f/%.1f %s%s",
+    if (last) {
+        snprintf(took, sizeof(took), " in %.1f s", now_s() - c->start);
+    }
+    fprintf(stderr, "%sloading weights: %d/%d tensors, %.1f/%.1f %s%s%s",
             c->tty && c->printed ? "\r" : "", c->n_loaded, c->n_tensors,
             (double) c->loaded_bytes / unit, (double) c->total_bytes / unit,
-            unit == 1e9 ? "GB" : "MB", c->tty && !last ? "" : "\n");
-    if (last) {
-        fprintf(stderr, "loaded weights in %.1f s\n", now_s() - c->start);
-    }
+            unit == 1e9 ? "GB" : "MB", took, c->tty && !last ? "" : "\n");
     c->printed = 1;
 }
 
