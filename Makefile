@@ -2,6 +2,7 @@
 #   make            build everything (installs missing Debian packages)
 #   make run        start engine + nginx on 127.0.0.1:8080 with the tiny model
 #   make test       build and run every test (prove)
+#   make bench      serving benchmark: engine + nginx under pagedllm-load
 #   make CUDA=0     build without the CUDA backend
 #   make BUILD=dir  build into another folder
 
@@ -42,13 +43,13 @@ HEADERS  := $(wildcard common/*.h kernels/*.h kernels/*.cuh engine/*.h)
 
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
 UNITS    := $(patsubst t/unit/%.c,$(BUILD)/t/%.t,$(wildcard t/unit/*.c))
-BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)) \
-            $(patsubst bench/%.cu,$(BUILD)/bench/%,$(wildcard bench/*.cu))
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 MODULE   := $(BUILD)/ngx_http_pagedllm_module.so
 ENGINE   := $(BUILD)/pagedllm-engine
 TINY     := $(BUILD)/models/tiny/model.safetensors
 
-.PHONY: all deps test-deps engine module model tools units run test clean
+.PHONY: all deps test-deps engine module model tools units run test bench \
+        clean
 
 all: deps engine module model tools
 
@@ -110,6 +111,9 @@ run: all
 
 test: all test-deps units
 	PAGEDLLM_BUILD=$(abspath $(BUILD)) prove -j2 $(UNITS) $(wildcard t/*.t)
+
+bench: all $(BENCHES)
+	bench/serve.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

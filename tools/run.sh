@@ -4,7 +4,7 @@
 # Ctrl-C (or TERM) stops both.
 #   tools/run.sh BUILD_DIR
 #   PAGEDLLM_PORT (default 8080), PAGEDLLM_MODEL (default BUILD/models/tiny),
-#   PAGEDLLM_DEVICE (default auto)
+#   PAGEDLLM_DEVICE (default auto), PAGEDLLM_ENGINE_ARGS (more engine flags)
 set -eu
 
 if [ $# -ne 1 ]; then
@@ -93,7 +93,7 @@ trap 'exit 143' TERM
 
 rm -f "$sock"
 "$build/pagedllm-engine" --model "$model" --listen "$sock" \
-    --device "$device" &
+    --device "$device" ${PAGEDLLM_ENGINE_ARGS:-} &
 engine_pid=$!
 
 i=0
