@@ -285,8 +285,11 @@ static int
 submit(worker_t *w, uint64_t id, const int32_t *prompt, uint32_t n,
     uint32_t max_tokens, const params_t *p)
 {
-    pl_rec_submit_t  r = { id, max_tokens, p->flags, p->temperature,
-                           p->top_p, p->top_k, n, p->seed };
+    pl_rec_submit_t  r = { .req_id = id, .max_tokens = max_tokens,
+                           .flags = p->flags,
+                           .temperature = p->temperature, .top_p = p->top_p,
+                           .top_k = p->top_k, .n_prompt = n,
+                           .seed = p->seed };
     int              rc;
 
     result_for(id);
@@ -770,7 +773,8 @@ static void
 corrupt_and_check(worker_t *ok_w, int how, const char *what)
 {
     worker_t   bad;
-    pl_rec_submit_t  r = { 40 + how, 4, 0, 0, 1, 0, 3, 0 };
+    pl_rec_submit_t  r = { .req_id = 40 + how, .max_tokens = 4, .top_p = 1,
+                           .n_prompt = 3 };
     int32_t    toks[3] = { 1, 2, 600 };
     uint8_t    junk[24] = { 0 };
     uint64_t   id = 50 + how, until = now_ms() + WAIT_MS;
@@ -891,7 +895,7 @@ static void
 test_full_completion_ring(worker_t *w)
 {
     worker_t         f;
-    pl_rec_submit_t  r = { 0, 3000, 0, 0, 1, 0, 1, 0 };
+    pl_rec_submit_t  r = { .max_tokens = 3000, .top_p = 1, .n_prompt = 1 };
     int32_t          tok = 5;
     uint64_t         until, head, tail;
     pl_stats_t       st, before = wait_idle(w);
