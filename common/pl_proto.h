@@ -27,11 +27,14 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      1u
+#define PL_PROTO_VERSION      2u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
 #define PL_PATH_LEN           1024
+#define PL_MAX_LOGPROBS       20      /* top entries per token */
+#define PL_MAX_LOGIT_BIAS     1024    /* pairs per SUBMIT */
+#define PL_MAX_STOP_IDS       256     /* stop token ids per SUBMIT */
 
 /* record types: worker -> engine */
 #define PL_REC_SUBMIT         1
@@ -45,9 +48,13 @@
 /* pl_rec_submit_t.flags */
 #define PL_SUBMIT_IGNORE_EOS  0x1u
 #define PL_SUBMIT_HAS_SEED    0x2u
+#define PL_SUBMIT_LOGPROBS    0x4u  /* send logprobs with every token */
+
+/* pl_rec_tokens_t.flags */
+#define PL_TOKENS_LOGPROBS    0x1u
 
 /* pl_rec_finish_t.reason */
-#define PL_FINISH_STOP        1     /* an eos / stop token was produced */
+#define PL_FINISH_STOP        1     /* an eos or stop token was produced */
 #define PL_FINISH_LENGTH      2     /* max_tokens or the context limit */
 #define PL_FINISH_ABORT       3     /* aborted by the worker */
 #define PL_FINISH_ERROR       4     /* engine-side failure; see ERROR */
@@ -109,12 +116,22 @@ typedef struct {
     char              model_name[PL_MODEL_NAME_LEN];
     char              tokenizer_path[PL_PATH_LEN];
 
+    /* sampling defaults from generation_config.json; < 0 when unset */
+    float             default_temperature;
+    float             default_top_p;
+    int32_t           default_top_k;
+    uint32_t          reserved;
+
     _Alignas(64) _Atomic uint64_t  stats_seq;   /* odd while writing */
     pl_stats_t        stats;
 } pl_region_hdr_t;
 
 
-/* followed by int32_t prompt[n_prompt] */
+/*
+ * followed by int32_t prompt[n_prompt], pl_bias_pair_t bias[n_logit_bias],
+ * int32_t stop_ids[n_stop_ids]; the record is exactly that long (rounded
+ * up to 8).  Zero is "off" for every field after seed.
+ */
 typedef struct {
     uint64_t   req_id;
     uint32_t   max_tokens;
@@ -124,7 +141,21 @@ typedef struct {
     int32_t    top_k;           /* 0 = off */
     uint32_t   n_prompt;
     uint64_t   seed;
+    float      min_p;           /* [0, 1]; 0 = off */
+    float      repetition_penalty;  /* > 0; 0 or 1 = off */
+    float      presence_penalty;    /* [-2, 2] */
+    float      frequency_penalty;   /* [-2, 2] */
+    uint32_t   min_tokens;      /* <= max_tokens */
+    uint32_t   logprobs;        /* top-N with PL_SUBMIT_LOGPROBS, <= 20 */
+    uint32_t   n_logit_bias;    /* <= PL_MAX_LOGIT_BIAS */
+    uint32_t   n_stop_ids;      /* <= PL_MAX_STOP_IDS */
 } pl_rec_submit_t;
+
+
+typedef struct {
+    int32_t    id;
+    float      bias;            /* [-100, 100] */
+} pl_bias_pair_t;
 
 
 typedef struct {
@@ -132,12 +163,23 @@ typedef struct {
 } pl_rec_abort_t;
 
 
-/* followed by int32_t ids[n] */
+/*
+ * followed by int32_t ids[n]; with PL_TOKENS_LOGPROBS then float
+ * logprob[n] (of each token) and, for each token in turn, n_top
+ * pl_top_logprob_t (the most likely ids first).
+ */
 typedef struct {
     uint64_t   req_id;
     uint32_t   n;
-    uint32_t   reserved;
+    uint16_t   flags;
+    uint16_t   n_top;           /* <= PL_MAX_LOGPROBS */
 } pl_rec_tokens_t;
+
+
+typedef struct {
+    int32_t    id;
+    float      logprob;
+} pl_top_logprob_t;
 
 
 typedef struct {

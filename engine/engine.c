@@ -372,6 +372,9 @@ pl_engine_identity(pl_engine_t *e)
     for (i = 0; i < (int) id->n_eos; i++) {
         id->eos_ids[i] = e->mc->eos_token_ids[i];
     }
+    id->default_temperature = e->mc->default_temperature;
+    id->default_top_p = e->mc->default_top_p;
+    id->default_top_k = e->mc->default_top_k;
 
     pl_log(PL_LOG_INFO, "served model name: %s", id->model_name);
 
@@ -394,6 +397,9 @@ pl_engine_init_parts(pl_engine_t *e)
         pl_log(PL_LOG_ERROR, "out of memory setting up the engine");
         return -1;
     }
+
+    pl_sampler_set_eos(&e->sampler, e->identity.eos_ids,
+                       (int) e->identity.n_eos);
 
     e->recbuf_cap = PL_IPC_RING_SIZE;
     e->recbuf = malloc(e->recbuf_cap);
@@ -530,11 +536,84 @@ pl_engine_fail(pl_engine_t *e, pl_seq_t *s, uint32_t status, const char *msg)
 }
 
 
+/* The SUBMIT's sampling values, or NULL when they are all fine. */
+static const char *
+pl_engine_check_sampling(pl_engine_t *e, const pl_ipc_msg_t *m, char *buf,
+    size_t len)
+{
+    const pl_rec_submit_t  *r = &m->submit;
+    uint32_t                i;
+
+    if (!(r->min_p >= 0 && r->min_p <= 1)) {
+        return "min_p must be in [0, 1]";
+    }
+    if (!isfinite(r->repetition_penalty) || r->repetition_penalty < 0) {
+        return "repetition_penalty must be a finite number > 0";
+    }
+    if (!(r->presence_penalty >= -2 && r->presence_penalty <= 2)) {
+        return "presence_penalty must be in [-2, 2]";
+    }
+    if (!(r->frequency_penalty >= -2 && r->frequency_penalty <= 2)) {
+        return "frequency_penalty must be in [-2, 2]";
+    }
+    if (r->min_tokens > r->max_tokens) {
+        return "min_tokens must not exceed max_tokens";
+    }
+    if (r->logprobs > PL_MAX_LOGPROBS) {
+        snprintf(buf, len, "logprobs must be at most %d", PL_MAX_LOGPROBS);
+        return buf;
+    }
+
+    for (i = 0; i < r->n_logit_bias; i++) {
+        if (m->bias[i].id < 0 || m->bias[i].id >= e->mc->vocab_size) {
+            snprintf(buf, len, "logit_bias token %d is outside the "
+                     "vocabulary", m->bias[i].id);
+            return buf;
+        }
+        if (!(m->bias[i].bias >= -100 && m->bias[i].bias <= 100)) {
+            return "logit_bias values must be in [-100, 100]";
+        }
+    }
+
+    for (i = 0; i < r->n_stop_ids; i++) {
+        if (m->stop_ids[i] < 0 || m->stop_ids[i] >= e->mc->vocab_size) {
+            snprintf(buf, len, "stop token %d is outside the vocabulary",
+                     m->stop_ids[i]);
+            return buf;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* Whether the queue has room and req_id is free on c. */
+static const char *
+pl_engine_check_room(pl_engine_t *e, pl_conn_t *c, uint64_t req_id,
+    char *buf, size_t len, uint32_t *status)
+{
+    if (pl_seq_index_find(&c->live, req_id)) {
+        snprintf(buf, len, "request id %llu is already in flight",
+                 (unsigned long long) req_id);
+        return buf;
+    }
+    if (e->sched.waiting.n >= PL_MAX_QUEUED) {
+        *status = 503;
+        return "the engine's queue is full";
+    }
+
+    return NULL;
+}
+
+
 /* What is wrong with this SUBMIT, or NULL; status gets the HTTP status. */
 static const char *
-pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c,
-    const pl_rec_submit_t *r, char *buf, size_t len, uint32_t *status)
+pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
+    char *buf, size_t len, uint32_t *status)
 {
+    const pl_rec_submit_t  *r = &m->submit;
+    const char             *why;
+
     *status = 400;
 
     if (r->n_prompt == 0) {
@@ -560,21 +639,63 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c,
     if (r->top_k < 0) {
         return "top_k must be >= 0";
     }
-    if (r->flags & ~(PL_SUBMIT_IGNORE_EOS | PL_SUBMIT_HAS_SEED)) {
+    if (r->flags & ~(PL_SUBMIT_IGNORE_EOS | PL_SUBMIT_HAS_SEED
+                     | PL_SUBMIT_LOGPROBS))
+    {
         snprintf(buf, len, "unknown flags 0x%x", r->flags);
         return buf;
     }
-    if (pl_seq_index_find(&c->live, r->req_id)) {
-        snprintf(buf, len, "request id %llu is already in flight",
-                 (unsigned long long) r->req_id);
-        return buf;
-    }
-    if (e->sched.waiting.n >= PL_MAX_QUEUED) {
-        *status = 503;
-        return "the engine's queue is full";
+
+    why = pl_engine_check_sampling(e, m, buf, len);
+    if (why) {
+        return why;
     }
 
-    return NULL;
+    return pl_engine_check_room(e, c, r->req_id, buf, len, status);
+}
+
+
+/* The SUBMIT's sampling parameters, logit bias and stop ids into s: 0,
+   or -1 when out of memory. */
+static int
+pl_engine_sampling(pl_seq_t *s, const pl_ipc_msg_t *m)
+{
+    const pl_rec_submit_t  *r = &m->submit;
+    pl_sampling_params_t   *p = &s->sampling;
+    size_t                  nb = r->n_logit_bias, ns = r->n_stop_ids;
+
+    *p = (pl_sampling_params_t) {
+        .temperature = r->temperature,
+        .top_p = r->top_p,
+        .top_k = r->top_k,
+        .min_p = r->min_p,
+        .repetition_penalty = r->repetition_penalty,
+        .presence_penalty = r->presence_penalty,
+        .frequency_penalty = r->frequency_penalty,
+        .min_tokens = (int32_t) r->min_tokens,
+        .logprobs = (r->flags & PL_SUBMIT_LOGPROBS)
+                    ? (int32_t) r->logprobs + 1 : 0,
+    };
+
+    if (nb) {
+        p->bias = malloc(nb * sizeof(pl_logit_bias_t));
+        if (p->bias == NULL) {
+            return -1;
+        }
+        memcpy(p->bias, m->bias, nb * sizeof(pl_logit_bias_t));
+        p->n_bias = (uint32_t) nb;
+    }
+
+    if (ns) {
+        p->stop_ids = malloc(ns * sizeof(int32_t));
+        if (p->stop_ids == NULL) {
+            return -1;
+        }
+        memcpy(p->stop_ids, m->stop_ids, ns * sizeof(int32_t));
+        p->n_stop_ids = (uint32_t) ns;
+    }
+
+    return 0;
 }
 
 
@@ -613,7 +734,7 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
     uint32_t                status;
     pl_seq_t               *s;
 
-    why = pl_engine_check_submit(e, c, r, buf, sizeof(buf), &status);
+    why = pl_engine_check_submit(e, c, m, buf, sizeof(buf), &status);
     if (why) {
         pl_engine_reject(c, r->req_id, status, why);
         return;
@@ -621,7 +742,9 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
 
     s = pl_seq_create(r->req_id, m->prompt, (int) r->n_prompt,
                       (int) r->max_tokens);
-    if (s == NULL || pl_seq_index_add(&c->live, s) != 0) {
+    if (s == NULL || pl_engine_sampling(s, m) != 0
+        || pl_seq_index_add(&c->live, s) != 0)
+    {
         if (s) {
             pl_seq_free(s);
         }
@@ -629,8 +752,6 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
         return;
     }
 
-    s->sampling = (pl_sampling_params_t) { r->temperature, r->top_p,
-                                           r->top_k };
     s->ignore_eos = (r->flags & PL_SUBMIT_IGNORE_EOS) != 0;
     pl_rng_seed(&s->rng, (r->flags & PL_SUBMIT_HAS_SEED)
                          ? r->seed : e->seed_counter++);
@@ -885,9 +1006,29 @@ pl_engine_is_eos(const pl_engine_t *e, int32_t t)
 
 
 static int
+pl_engine_is_stop_id(const pl_seq_t *s, int32_t t)
+{
+    uint32_t  i;
+
+    for (i = 0; i < s->sampling.n_stop_ids; i++) {
+        if (s->sampling.stop_ids[i] == t) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* eos (unless ignored) and the request's stop ids end it, but only once
+   min_tokens are out: the sampler masks them before that. */
+static int
 pl_engine_stop_reason(const pl_engine_t *e, const pl_seq_t *s, int32_t t)
 {
-    if (!s->ignore_eos && pl_engine_is_eos(e, t)) {
+    if (pl_seq_generated(s) >= s->sampling.min_tokens
+        && ((!s->ignore_eos && pl_engine_is_eos(e, t))
+            || pl_engine_is_stop_id(s, t)))
+    {
         return PL_FINISH_STOP;
     }
 
@@ -920,6 +1061,58 @@ pl_engine_forward_failed(pl_engine_t *e, const char *err)
 }
 
 
+/* Room for one more token's logprobs: 0, or -1 when out of memory. */
+static int
+pl_engine_logprobs_room(pl_seq_t *s)
+{
+    pl_logprobs_t  *lp;
+    int             cap;
+
+    if (pl_seq_generated(s) < s->logprobs_cap) {
+        return 0;
+    }
+
+    cap = s->logprobs_cap ? s->logprobs_cap * 2 : 16;
+    cap = cap < s->max_tokens ? cap : s->max_tokens;
+
+    lp = realloc(s->logprobs, (size_t) cap * sizeof(pl_logprobs_t));
+    if (lp == NULL) {
+        return -1;
+    }
+
+    s->logprobs = lp;
+    s->logprobs_cap = cap;
+
+    return 0;
+}
+
+
+/* Sample s's next token from its row of logits and append it; -1 (the
+   request failed) when its logprobs have no memory. */
+static int
+pl_engine_sample(pl_engine_t *e, pl_seq_t *s, const float *logits)
+{
+    pl_history_t    h = { s->tokens, s->n_prompt, s->n_tokens };
+    pl_logprobs_t  *lp = NULL;
+    int32_t         t;
+
+    if (s->sampling.logprobs) {
+        if (pl_engine_logprobs_room(s) != 0) {
+            free(s->error);
+            s->error = strdup("the engine is out of memory");
+            s->error_status = 503;
+            return -1;
+        }
+        lp = &s->logprobs[pl_seq_generated(s)];
+    }
+
+    t = pl_sample(&e->sampler, logits, &s->sampling, &h, &s->rng, lp);
+    pl_seq_append(s, t);
+
+    return 0;
+}
+
+
 static void
 pl_engine_iterate(pl_engine_t *e)
 {
@@ -927,7 +1120,6 @@ pl_engine_iterate(pl_engine_t *e)
     pl_seq_t        *done[sc->max_num_seqs];
     int              reason[sc->max_num_seqs];
     int              i, n, n_done = 0;
-    int32_t          t;
     pl_seq_t        *s;
     char             err[512];
 
@@ -951,12 +1143,15 @@ pl_engine_iterate(pl_engine_t *e)
             continue;               /* a prompt chunk: nothing to sample */
         }
 
-        t = pl_sample(&e->sampler, pl_runner_logits(&e->runner, i),
-                      &s->sampling, &s->rng);
-        pl_seq_append(s, t);
+        if (pl_engine_sample(e, s, pl_runner_logits(&e->runner, i)) != 0) {
+            reason[n_done] = PL_FINISH_ERROR;
+            done[n_done++] = s;
+            continue;
+        }
         e->totals.generation_tokens_total++;
 
-        reason[n_done] = pl_engine_stop_reason(e, s, t);
+        reason[n_done] = pl_engine_stop_reason(e, s,
+                                               s->tokens[s->n_tokens - 1]);
         if (reason[n_done]) {
             done[n_done++] = s;
         }
@@ -975,7 +1170,9 @@ pl_engine_iterate(pl_engine_t *e)
 static int
 pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
 {
-    uint32_t  max = pl_ipc_max_tokens_per_record(c), n;
+    int       want_lp = s->logprobs != NULL;
+    uint32_t  n_top = want_lp ? (uint32_t) s->sampling.logprobs - 1 : 0;
+    uint32_t  max = pl_ipc_max_tokens_per_record(c, want_lp, n_top), n;
 
     if (s->error && !s->error_sent) {
         if (pl_ipc_send_error(c, s->req_id, s->error_status, s->error) != 0) {
@@ -988,7 +1185,9 @@ pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
         n = (uint32_t) (s->n_tokens - s->n_prompt - s->n_sent);
         n = n < max ? n : max;
         if (pl_ipc_send_tokens(c, s->req_id,
-                               s->tokens + s->n_prompt + s->n_sent, n) != 0)
+                               s->tokens + s->n_prompt + s->n_sent, n,
+                               want_lp ? s->logprobs + s->n_sent : NULL,
+                               n_top) != 0)
         {
             return -1;
         }

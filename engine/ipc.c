@@ -192,6 +192,9 @@ pl_ipc_fill_header(pl_conn_t *c, const pl_ipc_identity_t *id,
     h->tokenizer_hash = id->tokenizer_hash;
     memcpy(h->model_name, id->model_name, sizeof(h->model_name));
     memcpy(h->tokenizer_path, id->tokenizer_path, sizeof(h->tokenizer_path));
+    h->default_temperature = id->default_temperature;
+    h->default_top_p = id->default_top_p;
+    h->default_top_k = id->default_top_k;
     atomic_store_explicit(&h->stats_seq, 0, memory_order_release);
 }
 
@@ -373,11 +376,23 @@ pl_ipc_doorbell_clear(pl_conn_t *c)
 }
 
 
+/* Bytes a SUBMIT of these counts takes, before rounding. */
+static uint64_t
+pl_ipc_submit_bytes(const pl_rec_submit_t *sub)
+{
+    return sizeof(pl_rec_submit_t)
+           + (uint64_t) sub->n_prompt * sizeof(int32_t)
+           + (uint64_t) sub->n_logit_bias * sizeof(pl_bias_pair_t)
+           + (uint64_t) sub->n_stop_ids * sizeof(int32_t);
+}
+
+
 static int
 pl_ipc_check_submit(pl_ipc_msg_t *msg, const uint8_t *buf, uint32_t len,
     uint32_t vocab_size, char *err, size_t errlen)
 {
     const pl_rec_submit_t  *sub = &msg->submit;
+    const uint8_t          *p;
     uint32_t                i;
 
     if (len < sizeof(pl_rec_submit_t)) {
@@ -387,17 +402,24 @@ pl_ipc_check_submit(pl_ipc_msg_t *msg, const uint8_t *buf, uint32_t len,
 
     memcpy(&msg->submit, buf, sizeof(pl_rec_submit_t));
 
-    if (sub->n_prompt > (len - sizeof(pl_rec_submit_t)) / sizeof(int32_t)
-        || PL_ROUND8(sizeof(pl_rec_submit_t)
-                     + (uint64_t) sub->n_prompt * sizeof(int32_t)) != len)
+    if (sub->n_logit_bias > PL_MAX_LOGIT_BIAS
+        || sub->n_stop_ids > PL_MAX_STOP_IDS
+        || sub->n_prompt > (len - sizeof(pl_rec_submit_t)) / sizeof(int32_t)
+        || PL_ROUND8(pl_ipc_submit_bytes(sub)) != len)
     {
-        snprintf(err, errlen, "SUBMIT %llu: n_prompt %u does not match "
-                 "its record of %u bytes",
-                 (unsigned long long) sub->req_id, sub->n_prompt, len);
+        snprintf(err, errlen, "SUBMIT %llu: n_prompt %u, n_logit_bias %u, "
+                 "n_stop_ids %u do not match its record of %u bytes",
+                 (unsigned long long) sub->req_id, sub->n_prompt,
+                 sub->n_logit_bias, sub->n_stop_ids, len);
         return -1;
     }
 
-    msg->prompt = (const int32_t *) (buf + sizeof(pl_rec_submit_t));
+    p = buf + sizeof(pl_rec_submit_t);
+    msg->prompt = (const int32_t *) p;
+    p += (size_t) sub->n_prompt * sizeof(int32_t);
+    msg->bias = (const pl_bias_pair_t *) p;
+    p += (size_t) sub->n_logit_bias * sizeof(pl_bias_pair_t);
+    msg->stop_ids = (const int32_t *) p;
 
     for (i = 0; i < sub->n_prompt; i++) {
         if (msg->prompt[i] < 0 || (uint32_t) msg->prompt[i] >= vocab_size) {
@@ -465,22 +487,76 @@ pl_ipc_write(pl_conn_t *c, uint32_t type, const void *a, uint32_t alen,
 }
 
 
+static uint32_t
+pl_ipc_token_bytes(int logprobs, uint32_t n_top)
+{
+    return logprobs ? sizeof(int32_t) + sizeof(float)
+                      + n_top * sizeof(pl_top_logprob_t)
+                    : sizeof(int32_t);
+}
+
+
 uint32_t
-pl_ipc_max_tokens_per_record(const pl_conn_t *c)
+pl_ipc_max_tokens_per_record(const pl_conn_t *c, int logprobs,
+    uint32_t n_top)
 {
     return (pl_ring_max_payload(&c->comp) - sizeof(pl_rec_tokens_t))
-           / sizeof(int32_t);
+           / pl_ipc_token_bytes(logprobs, n_top);
+}
+
+
+/* ids, logprobs and top entries laid out as the TOKENS record wants */
+static void
+pl_ipc_pack_logprobs(uint8_t *out, const int32_t *ids, uint32_t n,
+    const pl_logprobs_t *lp, uint32_t n_top)
+{
+    pl_top_logprob_t  *top;
+    float             *chosen;
+    uint32_t           i, j;
+
+    memcpy(out, ids, n * sizeof(int32_t));
+    chosen = (float *) (out + n * sizeof(int32_t));
+    top = (pl_top_logprob_t *) (chosen + n);
+
+    for (i = 0; i < n; i++) {
+        chosen[i] = lp[i].logprob;
+        for (j = 0; j < n_top; j++) {
+            top->id = lp[i].top_ids[j];
+            top->logprob = lp[i].top_logprobs[j];
+            top++;
+        }
+    }
 }
 
 
 int
 pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, const int32_t *ids,
-    uint32_t n)
+    uint32_t n, const pl_logprobs_t *lp, uint32_t n_top)
 {
-    pl_rec_tokens_t  r = { req_id, n, 0 };
+    pl_rec_tokens_t  r = { req_id, n, 0, 0 };
+    uint32_t         size;
+    uint8_t         *buf;
+    int              rc;
 
-    return pl_ipc_write(c, PL_REC_TOKENS, &r, sizeof(r), ids,
-                        n * (uint32_t) sizeof(int32_t));
+    if (lp == NULL) {
+        return pl_ipc_write(c, PL_REC_TOKENS, &r, sizeof(r), ids,
+                            n * (uint32_t) sizeof(int32_t));
+    }
+
+    r.flags = PL_TOKENS_LOGPROBS;
+    r.n_top = (uint16_t) n_top;
+    size = n * pl_ipc_token_bytes(1, n_top);
+
+    buf = malloc(size);
+    if (buf == NULL) {
+        return -1;
+    }
+
+    pl_ipc_pack_logprobs(buf, ids, n, lp, n_top);
+    rc = pl_ipc_write(c, PL_REC_TOKENS, &r, sizeof(r), buf, size);
+    free(buf);
+
+    return rc;
 }
 
 

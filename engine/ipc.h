@@ -29,6 +29,9 @@ typedef struct {
     int32_t    bos_id;
     uint32_t   n_eos;
     int32_t    eos_ids[PL_MAX_EOS];
+    float      default_temperature;     /* < 0: unset */
+    float      default_top_p;
+    int32_t    default_top_k;
 } pl_ipc_identity_t;
 
 typedef enum {
@@ -82,7 +85,9 @@ struct pl_conn_s {
 typedef struct {
     uint32_t           type;            /* PL_REC_SUBMIT or PL_REC_ABORT */
     pl_rec_submit_t    submit;
-    const int32_t     *prompt;          /* points into the read buffer */
+    const int32_t     *prompt;          /* these point into the read */
+    const pl_bias_pair_t  *bias;        /* buffer: n_logit_bias pairs */
+    const int32_t     *stop_ids;        /* n_stop_ids */
     uint64_t           abort_id;
 } pl_ipc_msg_t;
 
@@ -114,22 +119,27 @@ void       pl_ipc_doorbell_clear(pl_conn_t *c);
 
 /*
  * Next submitted record into msg, copied into buf (cap bytes, at least
- * the ring's largest payload) and checked: sizes, counts, token ids below
- * vocab_size.  1 got one, 0 ring empty, -1 corrupt (err says what).
+ * the ring's largest payload) and checked for structure: sizes, counts
+ * (logit bias pairs and stop ids within their limits), prompt token ids
+ * below vocab_size.  The values of the sampling fields are the engine's
+ * to check.  1 got one, 0 ring empty, -1 corrupt (err says what).
  */
 int        pl_ipc_next(pl_conn_t *c, void *buf, uint32_t cap,
     uint32_t vocab_size, pl_ipc_msg_t *msg, char *err, size_t errlen);
 
-/* Completion records; 0, or -1 when the ring is full now. */
+/* Completion records; 0, or -1 when the ring is full now.  lp (NULL:
+   none) holds the n tokens' log-probabilities with n_top best each. */
 int        pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id,
-    const int32_t *ids, uint32_t n);
+    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top);
 int        pl_ipc_send_finish(pl_conn_t *c, uint64_t req_id, uint32_t reason,
     uint32_t prompt_tokens, uint32_t completion_tokens);
 int        pl_ipc_send_error(pl_conn_t *c, uint64_t req_id, uint32_t status,
     const char *msg);
 
-/* Most token ids one TOKENS record may carry. */
-uint32_t   pl_ipc_max_tokens_per_record(const pl_conn_t *c);
+/* Most tokens one TOKENS record may carry (with n_top logprobs each, or
+   none when logprobs is 0). */
+uint32_t   pl_ipc_max_tokens_per_record(const pl_conn_t *c, int logprobs,
+    uint32_t n_top);
 
 /* Write the completion doorbell if anything was written this pass. */
 void       pl_ipc_flush_doorbell(pl_conn_t *c);

@@ -1,19 +1,39 @@
 /*
  * sampler: next-token choice on the host.
  *
- * Greedy is an argmax that prefers the lowest id on ties, so it is
- * reproducible.  Temperature sampling draws from softmax(logits / T); with
- * top-k and/or top-p it first orders the candidates by (logit descending,
- * id ascending), a strict total order, keeps the k best, then the shortest
- * prefix of those whose probability mass reaches top_p, and draws inside
- * it.  Ordering a whole large vocabulary for every token would dominate
- * the step, so candidates are narrowed by quickselect (linear time) and
- * only the head is sorted; the full sort happens only when the nucleus is
- * wider than that head.
+ * A row of logits goes through the same steps as in vLLM, on a scratch
+ * copy (the model's row is left alone):
+ *
+ *   1. min_tokens: while fewer tokens than that were generated, the eos
+ *      ids and the request's stop ids get -inf;
+ *   2. logit_bias is added (values are within [-100, 100]);
+ *   3. penalties.  repetition_penalty (Hugging Face / vLLM / CTRL) looks
+ *      at the prompt and the output: a positive logit of a token seen
+ *      anywhere is divided by it, a negative one multiplied.  presence and
+ *      frequency penalties (OpenAI) look at the output only: a generated
+ *      token loses presence_penalty once and frequency_penalty per time it
+ *      was generated;
+ *   4. temperature 0 (or top_k 1) is an argmax that prefers the lowest id
+ *      on ties, so it is reproducible; otherwise the logits are divided by
+ *      the temperature, min_p drops the tokens whose probability is below
+ *      min_p times the best one's, top_k keeps the k best and top_p the
+ *      shortest prefix whose mass reaches top_p of what is left, and the
+ *      token is drawn inside it.
+ *
+ * Candidates are ordered by (logit descending, id ascending), a strict
+ * total order.  Ordering a whole large vocabulary for every token would
+ * dominate the step, so candidates are narrowed by quickselect (linear
+ * time) and only the head is sorted; the full sort happens only when the
+ * nucleus is wider than that head.  Penalties cost one pass over the
+ * request's tokens (an occurrence table is filled and cleared again).
+ *
+ * Log-probabilities are the raw model's log-softmax (before any of the
+ * steps above), which is what vLLM returns by default: they say what the
+ * model thought, whatever the request did to the choice.
  *
  * Randomness comes from xoshiro256**, seeded through splitmix64, one
- * generator per request: the same request with the same seed gets the same
- * tokens whatever else runs in the batch.
+ * generator per request, one draw per sampled token: the same request
+ * with the same seed gets the same tokens whatever else runs in the batch.
  */
 
 #include <math.h>
@@ -22,6 +42,7 @@
 #include "sampler.h"
 
 #define PL_SAMPLER_HEAD  1024
+#define PL_OCC_SEEN      0x80000000u
 
 
 static uint64_t
@@ -82,10 +103,23 @@ pl_rng_uniform(pl_rng_t *rng)
 int
 pl_sampler_init(pl_sampler_t *s, int vocab_size)
 {
-    s->vocab_size = vocab_size;
-    s->cand = malloc((size_t) vocab_size * sizeof(pl_candidate_t));
+    size_t  n = (size_t) vocab_size;
 
-    return s->cand ? 0 : -1;
+    s->vocab_size = vocab_size;
+    s->n_eos = 0;
+    s->cand = malloc(n * sizeof(pl_candidate_t));
+    s->work = malloc(n * sizeof(float));
+    s->occ = calloc(n, sizeof(uint32_t));
+    s->touched = malloc(n * sizeof(int32_t));
+
+    if (s->cand == NULL || s->work == NULL || s->occ == NULL
+        || s->touched == NULL)
+    {
+        pl_sampler_destroy(s);
+        return -1;
+    }
+
+    return 0;
 }
 
 
@@ -93,7 +127,26 @@ void
 pl_sampler_destroy(pl_sampler_t *s)
 {
     free(s->cand);
+    free(s->work);
+    free(s->occ);
+    free(s->touched);
     s->cand = NULL;
+    s->work = NULL;
+    s->occ = NULL;
+    s->touched = NULL;
+}
+
+
+void
+pl_sampler_set_eos(pl_sampler_t *s, const int32_t *ids, int n)
+{
+    int  i;
+
+    s->n_eos = 0;
+
+    for (i = 0; i < n && i < PL_SAMPLER_MAX_EOS; i++) {
+        s->eos[s->n_eos++] = ids[i];
+    }
 }
 
 
@@ -226,17 +279,29 @@ pl_nucleus(const pl_candidate_t *c, int n, float max, float t, double want,
 
 
 static int32_t
-pl_sample_filtered(pl_sampler_t *s, const float *logits,
-    const pl_sampling_params_t *p, pl_rng_t *rng)
+pl_sample_filtered(pl_sampler_t *s, const pl_sampling_params_t *p,
+    pl_rng_t *rng)
 {
     pl_candidate_t  *c = s->cand;
-    int              n = s->vocab_size, k, head, m, i;
-    float            t = p->temperature, max;
+    const float     *w = s->work;
+    int              n = 0, k, head, m, i;
+    float            t = p->temperature, max, floor;
     double           total, mass;
 
-    for (i = 0; i < n; i++) {
-        c[i].logit = isnan(logits[i]) ? -INFINITY : logits[i];
-        c[i].id = i;
+    max = w[pl_argmax(w, s->vocab_size)];
+    if (!isfinite(max)) {
+        return pl_argmax(w, s->vocab_size);
+    }
+
+    /* min_p: p_i >= min_p * p_max  <=>  l_i >= l_max + T ln(min_p) */
+    floor = p->min_p > 0 ? max + t * logf(p->min_p) : -INFINITY;
+
+    for (i = 0; i < s->vocab_size; i++) {
+        if (w[i] > -INFINITY && w[i] >= floor) {
+            c[n].logit = w[i];
+            c[n].id = i;
+            n++;
+        }
     }
 
     k = (p->top_k > 0 && p->top_k < n) ? p->top_k : n;
@@ -249,11 +314,6 @@ pl_sample_filtered(pl_sampler_t *s, const float *logits,
         pl_select_top(c, k, head);
     }
     qsort(c, head, sizeof(pl_candidate_t), pl_cand_cmp);
-
-    max = c[0].logit;
-    if (!isfinite(max)) {
-        return c[0].id;
-    }
 
     total = pl_mass(c, k, max, t);
 
@@ -275,11 +335,12 @@ pl_sample_filtered(pl_sampler_t *s, const float *logits,
 }
 
 
+/* Draw from softmax(w / T) over the whole row (w has no NaN). */
 static int32_t
-pl_sample_full(const float *logits, int n, float t, pl_rng_t *rng)
+pl_sample_full(const float *w, int n, float t, pl_rng_t *rng)
 {
-    int32_t  best = pl_argmax(logits, n);
-    float    max = logits[best];
+    int32_t  best = pl_argmax(w, n);
+    float    max = w[best];
     double   sum = 0, u, acc = 0;
     int      i;
 
@@ -288,19 +349,15 @@ pl_sample_full(const float *logits, int n, float t, pl_rng_t *rng)
     }
 
     for (i = 0; i < n; i++) {
-        if (!isnan(logits[i])) {
-            sum += exp((logits[i] - max) / t);
-        }
+        sum += exp((w[i] - max) / t);
     }
 
     u = pl_rng_uniform(rng) * sum;
 
     for (i = 0; i < n; i++) {
-        if (!isnan(logits[i])) {
-            acc += exp((logits[i] - max) / t);
-            if (u < acc) {
-                return i;
-            }
+        acc += exp((w[i] - max) / t);
+        if (u < acc) {
+            return i;
         }
     }
 
@@ -308,17 +365,169 @@ pl_sample_full(const float *logits, int n, float t, pl_rng_t *rng)
 }
 
 
+static void
+pl_mask(float *w, int vocab, const int32_t *ids, int n)
+{
+    int  i;
+
+    for (i = 0; i < n; i++) {
+        if (ids[i] >= 0 && ids[i] < vocab) {
+            w[ids[i]] = -INFINITY;
+        }
+    }
+}
+
+
+/* Count the history into occ: seen anywhere, and times in the output. */
+static int
+pl_count(pl_sampler_t *s, const pl_history_t *h)
+{
+    int      i, n = 0;
+    int32_t  t;
+
+    for (i = 0; i < h->n_tokens; i++) {
+        t = h->tokens[i];
+        if (t < 0 || t >= s->vocab_size) {
+            continue;
+        }
+        if (s->occ[t] == 0) {
+            s->touched[n++] = t;
+        }
+        s->occ[t] = (s->occ[t] | PL_OCC_SEEN) + (i >= h->n_prompt);
+    }
+
+    return n;
+}
+
+
+static void
+pl_penalize(pl_sampler_t *s, const pl_sampling_params_t *p,
+    const pl_history_t *h)
+{
+    float    rp = p->repetition_penalty, *l;
+    uint32_t times;
+    int      i, n = pl_count(s, h);
+    int32_t  t;
+
+    for (i = 0; i < n; i++) {
+        t = s->touched[i];
+        l = &s->work[t];
+        times = s->occ[t] & ~PL_OCC_SEEN;
+        s->occ[t] = 0;
+
+        if (rp > 0 && rp != 1.0f) {
+            *l = *l > 0 ? *l / rp : *l * rp;
+        }
+        if (times > 0) {
+            *l -= p->presence_penalty + p->frequency_penalty * (float) times;
+        }
+    }
+}
+
+
+static int
+pl_has_penalties(const pl_sampling_params_t *p)
+{
+    return (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f)
+           || p->presence_penalty != 0 || p->frequency_penalty != 0;
+}
+
+
+/* logits -> s->work after min_tokens, logit_bias and the penalties. */
+static void
+pl_adjust(pl_sampler_t *s, const float *logits,
+    const pl_sampling_params_t *p, const pl_history_t *h)
+{
+    float     *w = s->work, b;
+    int        i, generated = h ? h->n_tokens - h->n_prompt : 0;
+    uint32_t   j;
+    int32_t    id;
+
+    for (i = 0; i < s->vocab_size; i++) {
+        w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    }
+
+    if (generated < p->min_tokens) {
+        pl_mask(w, s->vocab_size, s->eos, s->n_eos);
+        pl_mask(w, s->vocab_size, p->stop_ids, (int) p->n_stop_ids);
+    }
+
+    for (j = 0; j < p->n_bias; j++) {
+        id = p->bias[j].id;
+        b = p->bias[j].bias;
+        if (id >= 0 && id < s->vocab_size && isfinite(b)) {
+            w[id] += b < -100 ? -100 : b > 100 ? 100 : b;
+        }
+    }
+
+    if (h && pl_has_penalties(p)) {
+        pl_penalize(s, p, h);
+    }
+}
+
+
+void
+pl_sampler_logprobs(pl_sampler_t *s, const float *logits, int32_t id, int n,
+    pl_logprobs_t *lp)
+{
+    int32_t  best = pl_argmax(logits, s->vocab_size);
+    float    max = logits[best], v;
+    double   sum = 0, lse;
+    int      i, j;
+
+    n = n < PL_SAMPLER_MAX_LOGPROBS ? n : PL_SAMPLER_MAX_LOGPROBS;
+
+    for (i = 0; i < s->vocab_size; i++) {
+        if (!isnan(logits[i]) && isfinite(max)) {
+            sum += exp((double) logits[i] - max);
+        }
+    }
+    lse = isfinite(max) ? max + log(sum) : 0;
+
+    v = logits[id];
+    lp->logprob = isnan(v) ? -INFINITY : (float) (v - lse);
+    lp->n_top = 0;
+
+    for (i = 0; i < s->vocab_size && n > 0; i++) {
+        v = isnan(logits[i]) ? -INFINITY : (float) (logits[i] - lse);
+        if (lp->n_top == n && !(v > lp->top_logprobs[n - 1])) {
+            continue;
+        }
+        j = lp->n_top < n ? lp->n_top++ : n - 1;
+        for ( /* void */ ; j > 0 && v > lp->top_logprobs[j - 1]; j--) {
+            lp->top_logprobs[j] = lp->top_logprobs[j - 1];
+            lp->top_ids[j] = lp->top_ids[j - 1];
+        }
+        lp->top_logprobs[j] = v;
+        lp->top_ids[j] = i;
+    }
+}
+
+
 int32_t
 pl_sample(pl_sampler_t *s, const float *logits,
-    const pl_sampling_params_t *p, pl_rng_t *rng)
+    const pl_sampling_params_t *p, const pl_history_t *h, pl_rng_t *rng,
+    pl_logprobs_t *lp)
 {
+    int32_t  t;
+
+    pl_adjust(s, logits, p, h);
+
     if (p->temperature <= 0.0f || p->top_k == 1) {
-        return pl_argmax(logits, s->vocab_size);
+        t = pl_argmax(s->work, s->vocab_size);
+
+    } else if ((p->top_k <= 0 || p->top_k >= s->vocab_size)
+               && p->top_p >= 1.0f && p->min_p <= 0)
+    {
+        t = pl_sample_full(s->work, s->vocab_size, p->temperature, rng);
+
+    } else {
+        t = pl_sample_filtered(s, p, rng);
     }
 
-    if ((p->top_k <= 0 || p->top_k >= s->vocab_size) && p->top_p >= 1.0f) {
-        return pl_sample_full(logits, s->vocab_size, p->temperature, rng);
+    if (lp && p->logprobs > 0) {
+        pl_sampler_logprobs(s, logits, t, p->logprobs - 1, lp);
     }
 
-    return pl_sample_filtered(s, logits, p, rng);
+    return t;
 }

@@ -55,6 +55,9 @@ pl_seq_free(pl_seq_t *s)
     pl_block_table_release(&s->blocks);
     free(s->error);
     free(s->tokens);
+    free(s->sampling.bias);
+    free(s->sampling.stop_ids);
+    free(s->logprobs);
     free(s);
 }
 

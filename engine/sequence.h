@@ -28,8 +28,10 @@ struct pl_seq_s {
     uint64_t               arrival;       /* engine-wide arrival order */
     struct pl_conn_s      *conn;          /* the worker that submitted it */
 
-    pl_sampling_params_t   sampling;
+    pl_sampling_params_t   sampling;      /* bias, stop_ids owned here */
     pl_rng_t               rng;
+    pl_logprobs_t         *logprobs;      /* per generated token, when */
+    int                    logprobs_cap;  /* sampling.logprobs asks */
     int                    max_tokens;
     int                    ignore_eos;
 

@@ -1,11 +1,22 @@
 /*
- * Sampler: greedy, seeds, top-k, top-p, and the temperature distribution
- * against softmax under a fixed seed with a statistical bound.
+ * Sampler: greedy, seeds, top-k, top-p, min-p, logit bias, min_tokens,
+ * repetition / presence / frequency penalties and logprobs.  Every
+ * parameter has a case that fails when it is ignored; distributions are
+ * checked against the expected softmax under fixed seeds with a
+ * statistical bound (~6 sigma at 200000 draws).
  */
 
 #include "tap.h"
 
 #include "sampler.h"
+
+
+static pl_sampling_params_t
+params(float temperature, float top_p, int32_t top_k)
+{
+    return (pl_sampling_params_t) { .temperature = temperature,
+                                    .top_p = top_p, .top_k = top_k };
+}
 
 
 static void
@@ -56,10 +67,10 @@ test_greedy_equivalents(void)
 {
     pl_sampler_t          s;
     pl_rng_t              g, r;
-    pl_sampling_params_t  greedy = { 0.0f, 1.0f, 0 };
-    pl_sampling_params_t  k1 = { 1.0f, 1.0f, 1 };
-    pl_sampling_params_t  p0 = { 1.0f, 1e-6f, 0 };
-    pl_sampling_params_t  hot = { 1.0f, 1.0f, 0 };
+    pl_sampling_params_t  greedy = params(0.0f, 1.0f, 0);
+    pl_sampling_params_t  k1 = params(1.0f, 1.0f, 1);
+    pl_sampling_params_t  p0 = params(1.0f, 1e-6f, 0);
+    pl_sampling_params_t  hot = params(1.0f, 1.0f, 0);
     float                 l[512];
     int                   i, bad_g = 0, bad_k = 0, bad_p = 0, differ = 0;
     int32_t               best;
@@ -71,10 +82,10 @@ test_greedy_equivalents(void)
     for (i = 0; i < 200; i++) {
         random_logits(l, 512, &g);
         best = pl_argmax(l, 512);
-        bad_g += pl_sample(&s, l, &greedy, &r) != best;
-        bad_k += pl_sample(&s, l, &k1, &r) != best;
-        bad_p += pl_sample(&s, l, &p0, &r) != best;
-        differ += pl_sample(&s, l, &hot, &r) != best;
+        bad_g += pl_sample(&s, l, &greedy, NULL, &r, NULL) != best;
+        bad_k += pl_sample(&s, l, &k1, NULL, &r, NULL) != best;
+        bad_p += pl_sample(&s, l, &p0, NULL, &r, NULL) != best;
+        differ += pl_sample(&s, l, &hot, NULL, &r, NULL) != best;
     }
 
     is_int(bad_g, 0, "temperature 0 is argmax");
@@ -92,7 +103,7 @@ test_seed_determinism(void)
 {
     pl_sampler_t          s;
     pl_rng_t              a, b, c, g;
-    pl_sampling_params_t  p = { 0.9f, 0.95f, 40 };
+    pl_sampling_params_t  p = params(0.9f, 0.95f, 40);
     float                 l[512];
     int                   i, same = 1, diff = 0;
     int32_t               x, y, z;
@@ -106,9 +117,9 @@ test_seed_determinism(void)
     pl_rng_seed(&c, 1235);
 
     for (i = 0; i < 300; i++) {
-        x = pl_sample(&s, l, &p, &a);
-        y = pl_sample(&s, l, &p, &b);
-        z = pl_sample(&s, l, &p, &c);
+        x = pl_sample(&s, l, &p, NULL, &a, NULL);
+        y = pl_sample(&s, l, &p, NULL, &b, NULL);
+        z = pl_sample(&s, l, &p, NULL, &c, NULL);
         same &= x == y;
         diff += x != z;
     }
@@ -127,7 +138,7 @@ test_temperature_distribution(void)
 {
     pl_sampler_t          s;
     pl_rng_t              r;
-    pl_sampling_params_t  p = { 0.7f, 1.0f, 0 };
+    pl_sampling_params_t  p = params(0.7f, 1.0f, 0);
     float                 l[6] = { 1.0f, 0.2f, -0.5f, 1.3f, 0.0f, 0.9f };
     double                want[6], worst = 0, d;
     int                   count[6] = { 0 }, i;
@@ -137,7 +148,7 @@ test_temperature_distribution(void)
     softmax(l, 6, 0.7f, want);
 
     for (i = 0; i < DRAWS; i++) {
-        count[pl_sample(&s, l, &p, &r)]++;
+        count[pl_sample(&s, l, &p, NULL, &r, NULL)]++;
     }
     for (i = 0; i < 6; i++) {
         d = fabs((double) count[i] / DRAWS - want[i]);
@@ -159,18 +170,18 @@ test_top_k_top_p_distribution(void)
     /* probabilities 0.5, 0.3, 0.15, 0.05 at T = 1, shuffled */
     float                 l[4] = { logf(0.15f), logf(0.5f), logf(0.05f),
                                    logf(0.3f) };
-    pl_sampling_params_t  k2 = { 1.0f, 1.0f, 2 };
-    pl_sampling_params_t  p7 = { 1.0f, 0.7f, 0 };
-    pl_sampling_params_t  k3p9 = { 1.0f, 0.9f, 3 };
+    pl_sampling_params_t  k2 = params(1.0f, 1.0f, 2);
+    pl_sampling_params_t  p7 = params(1.0f, 0.7f, 0);
+    pl_sampling_params_t  k3p9 = params(1.0f, 0.9f, 3);
     int                   ck[4] = { 0 }, cp[4] = { 0 }, ckp[4] = { 0 }, i;
 
     pl_sampler_init(&s, 4);
     pl_rng_seed(&r, 5);
 
     for (i = 0; i < DRAWS; i++) {
-        ck[pl_sample(&s, l, &k2, &r)]++;
-        cp[pl_sample(&s, l, &p7, &r)]++;
-        ckp[pl_sample(&s, l, &k3p9, &r)]++;
+        ck[pl_sample(&s, l, &k2, NULL, &r, NULL)]++;
+        cp[pl_sample(&s, l, &p7, NULL, &r, NULL)]++;
+        ckp[pl_sample(&s, l, &k3p9, NULL, &r, NULL)]++;
     }
 
     ok(ck[0] == 0 && ck[2] == 0, "top_k = 2 only draws the 2 best");
@@ -196,7 +207,7 @@ test_wide_nucleus(void)
 {
     pl_sampler_t          s;
     pl_rng_t              r;
-    pl_sampling_params_t  p = { 1.0f, 0.9f, 0 };
+    pl_sampling_params_t  p = params(1.0f, 0.9f, 0);
     static float          l[50000];
     int                   i, beyond = 0, past_head = 0;
     int32_t               t;
@@ -205,7 +216,7 @@ test_wide_nucleus(void)
     pl_rng_seed(&r, 3);
 
     for (i = 0; i < 50; i++) {
-        t = pl_sample(&s, l, &p, &r);
+        t = pl_sample(&s, l, &p, NULL, &r, NULL);
         beyond += t >= 45000;
         past_head += t >= 1024;
     }
@@ -218,6 +229,349 @@ test_wide_nucleus(void)
     pl_sampler_destroy(&s);
 }
 
+
+
+/* Frequency of each of n ids over DRAWS samples. */
+static void
+frequencies(pl_sampler_t *s, const float *l, const pl_sampling_params_t *p,
+    const pl_history_t *h, uint64_t seed, double *f, int n)
+{
+    pl_rng_t  r;
+    int       i;
+
+    pl_rng_seed(&r, seed);
+    for (i = 0; i < n; i++) {
+        f[i] = 0;
+    }
+    for (i = 0; i < DRAWS; i++) {
+        f[pl_sample(s, l, p, h, &r, NULL)] += 1.0 / DRAWS;
+    }
+}
+
+
+static double
+worst_gap(const double *f, const double *want, int n)
+{
+    double  worst = 0, d;
+    int     i;
+
+    for (i = 0; i < n; i++) {
+        d = fabs(f[i] - want[i]);
+        worst = d > worst ? d : worst;
+    }
+
+    return worst;
+}
+
+
+static void
+test_logit_bias(void)
+{
+    pl_sampler_t          s;
+    pl_rng_t              g, r;
+    pl_logit_bias_t       up = { 17, 100.0f }, ban;
+    pl_sampling_params_t  hot = params(1.0f, 1.0f, 0);
+    pl_sampling_params_t  greedy = params(0, 1.0f, 0);
+    pl_sampling_params_t  big = params(1.0f, 1.0f, 0);
+    float                 l[512];
+    int                   i, forced = 0, banned = 0, clamped = 0;
+    int32_t               best;
+
+    pl_sampler_init(&s, 512);
+    pl_rng_seed(&g, 11);
+    pl_rng_seed(&r, 12);
+    hot.bias = &up;
+    hot.n_bias = 1;
+    greedy.bias = &ban;
+    greedy.n_bias = 1;
+    ban.bias = -100.0f;
+
+    for (i = 0; i < 200; i++) {
+        random_logits(l, 512, &g);
+        forced += pl_sample(&s, l, &hot, NULL, &r, NULL) == 17;
+
+        best = pl_argmax(l, 512);
+        ban.id = best;
+        banned += pl_sample(&s, l, &greedy, NULL, &r, NULL) != best;
+    }
+
+    is_int(forced, 200, "logit_bias +100 forces its token at T = 1");
+    is_int(banned, 200, "logit_bias -100 bans the greedy choice");
+
+    /* a bias beyond 100 counts as 100: +1000 on a logit 150 below the
+       best leaves the best in place */
+    for (i = 0; i < 512; i++) {
+        l[i] = i == 3 ? 200.0f : 50.0f;
+    }
+    up.id = 7;
+    up.bias = 1000.0f;
+    big.bias = &up;
+    big.n_bias = 1;
+    big.temperature = 0;
+    clamped = pl_sample(&s, l, &big, NULL, &r, NULL) == 3;
+    ok(clamped, "a bias above 100 is clamped to 100");
+
+    pl_sampler_destroy(&s);
+}
+
+
+static void
+test_min_tokens(void)
+{
+    pl_sampler_t          s;
+    pl_rng_t              r;
+    float                 l[8] = { 0, 1, 5, 2, 4, 0, 0, 0 };
+    int32_t               eos = 2, stop = 4;
+    int32_t               toks[8] = { 1, 1, 1, 3, 3, 3, 3, 3 };
+    pl_history_t          h = { toks, 3, 3 };
+    pl_sampling_params_t  p = params(0, 1.0f, 0);
+
+    pl_sampler_init(&s, 8);
+    pl_sampler_set_eos(&s, &eos, 1);
+    pl_rng_seed(&r, 1);
+    p.min_tokens = 2;
+    p.stop_ids = &stop;
+    p.n_stop_ids = 1;
+
+    is_int(pl_sample(&s, l, &p, &h, &r, NULL), 3,
+           "min_tokens masks eos and the stop ids before it is reached");
+    h.n_tokens = 4;
+    is_int(pl_sample(&s, l, &p, &h, &r, NULL), 3,
+           "still masked after 1 of 2 tokens");
+    h.n_tokens = 5;
+    is_int(pl_sample(&s, l, &p, &h, &r, NULL), 2,
+           "eos comes back once min_tokens are generated");
+    p.min_tokens = 0;
+    h.n_tokens = 3;
+    is_int(pl_sample(&s, l, &p, &h, &r, NULL), 2,
+           "without min_tokens eos wins at once");
+
+    pl_sampler_destroy(&s);
+}
+
+
+static void
+test_repetition_penalty(void)
+{
+    pl_sampler_t          s;
+    float                 l[4] = { 2.0f, 1.0f, -1.0f, 0.5f };
+    float                 adj[4] = { 1.0f, 1.0f, -2.0f, 0.5f };
+    float                 g2[2] = { 2.0f, 1.5f };
+    int32_t               toks[4] = { 0, 2, 0, 3 };
+    pl_history_t          prompt_only = { toks, 3, 3 };
+    pl_history_t          one = { toks, 1, 1 };
+    pl_sampling_params_t  p = params(1.0f, 1.0f, 0), gp = params(0, 1.0f, 0);
+    pl_rng_t              r;
+    double                f[4], want[4];
+
+    pl_sampler_init(&s, 4);
+    p.repetition_penalty = 2.0f;
+
+    /* tokens 0 and 2 are in the prompt: 2.0 -> 1.0 (divided), -1.0 ->
+       -2.0 (multiplied); 1 and 3 are untouched */
+    softmax(adj, 4, 1.0f, want);
+    frequencies(&s, l, &p, &prompt_only, 21, f, 4);
+    ok(worst_gap(f, want, 4) < 0.006, "repetition_penalty 2 divides a "
+       "positive logit and multiplies a negative one of prompt tokens "
+       "(worst %.5f)", worst_gap(f, want, 4));
+
+    pl_sampler_destroy(&s);
+
+    pl_sampler_init(&s, 2);
+    pl_rng_seed(&r, 1);
+    gp.repetition_penalty = 2.0f;
+    is_int(pl_sample(&s, g2, &gp, &one, &r, NULL), 1,
+           "greedy: a repeated best token (2.0 / 2 = 1.0) loses to 1.5");
+    gp.repetition_penalty = 1.0f;
+    is_int(pl_sample(&s, g2, &gp, &one, &r, NULL), 0,
+           "repetition_penalty 1 changes nothing");
+    gp.repetition_penalty = 2.0f;
+    is_int(pl_sample(&s, g2, &gp, NULL, &r, NULL), 0,
+           "and the penalty leaves nothing behind for the next call");
+
+    pl_sampler_destroy(&s);
+}
+
+
+static void
+test_presence_frequency(void)
+{
+    pl_sampler_t          s;
+    float                 l[2] = { 1.0f, 1.0f };
+    float                 g[2] = { 1.0f, 0.9f };
+    int32_t               toks[5] = { 0, 0, 1, 0, 0 };
+    pl_history_t          out2 = { toks, 3, 5 };     /* 0 generated twice */
+    pl_history_t          prompt = { toks, 5, 5 };   /* none generated */
+    pl_sampling_params_t  fp = params(1.0f, 1.0f, 0);
+    pl_sampling_params_t  pp = params(1.0f, 1.0f, 0);
+    pl_sampling_params_t  gp = params(0, 1.0f, 0);
+    pl_rng_t              r;
+    double                f[2], want[2];
+
+    pl_sampler_init(&s, 2);
+    pl_rng_seed(&r, 1);
+
+    /* frequency 0.5 x 2 times: token 0 drops to 0.0 */
+    fp.frequency_penalty = 0.5f;
+    want[0] = 1.0 / (1.0 + exp(1.0));
+    want[1] = 1.0 - want[0];
+    frequencies(&s, l, &fp, &out2, 31, f, 2);
+    ok(worst_gap(f, want, 2) < 0.006, "frequency_penalty counts each time "
+       "a token was generated (p = %.4f, want %.4f)", f[0], want[0]);
+
+    /* presence 0.6 once: token 0 drops to 0.4, however often it came */
+    pp.presence_penalty = 0.6f;
+    want[0] = 1.0 / (1.0 + exp(0.6));
+    want[1] = 1.0 - want[0];
+    frequencies(&s, l, &pp, &out2, 32, f, 2);
+    ok(worst_gap(f, want, 2) < 0.006, "presence_penalty counts once "
+       "(p = %.4f, want %.4f)", f[0], want[0]);
+
+    gp.presence_penalty = 2.0f;
+    gp.frequency_penalty = 2.0f;
+    is_int(pl_sample(&s, g, &gp, &prompt, &r, NULL), 0,
+           "presence and frequency ignore the prompt");
+    is_int(pl_sample(&s, g, &gp, &out2, &r, NULL), 1,
+           "but not the output");
+    gp.presence_penalty = -2.0f;
+    gp.frequency_penalty = 0;
+    is_int(pl_sample(&s, (float[]) { 0.9f, 1.0f }, &gp, &out2, &r, NULL), 0,
+           "a negative presence_penalty favours generated tokens");
+
+    pl_sampler_destroy(&s);
+}
+
+
+static void
+test_min_p(void)
+{
+    pl_sampler_t          s;
+    float                 l[4] = { logf(0.15f), logf(0.5f), logf(0.05f),
+                                   logf(0.3f) };
+    pl_sampling_params_t  p = params(1.0f, 1.0f, 0);
+    double                f[4];
+
+    pl_sampler_init(&s, 4);
+
+    p.min_p = 0.35f;    /* keeps p >= 0.175: 0.5 and 0.3 */
+    frequencies(&s, l, &p, NULL, 41, f, 4);
+    ok(f[0] == 0 && f[2] == 0, "min_p 0.35 cuts 0.15 and 0.05");
+    ok(fabs(f[1] - 0.625) < 0.006, "and renormalizes (p(best) %.4f, want "
+       "0.625)", f[1]);
+
+    p.min_p = 0.25f;    /* keeps p >= 0.125: 0.5, 0.3, 0.15 */
+    frequencies(&s, l, &p, NULL, 42, f, 4);
+    ok(f[2] == 0 && f[0] > 0, "min_p 0.25 cuts only 0.05");
+
+    p.min_p = 0.25f;
+    p.temperature = 2.0f;   /* after temperature: sqrt(p) ratios */
+    frequencies(&s, l, &p, NULL, 43, f, 4);
+    ok(f[2] > 0, "min_p applies after temperature (0.05 survives at T = 2, "
+       "sqrt(0.05 / 0.5) = 0.32 >= 0.25)");
+
+    pl_sampler_destroy(&s);
+}
+
+
+static void
+test_logprobs(void)
+{
+    pl_sampler_t          s;
+    pl_rng_t              g, r;
+    pl_logprobs_t         lp;
+    pl_logit_bias_t       up = { 5, 100.0f };
+    pl_sampling_params_t  greedy = params(0, 1.0f, 0);
+    pl_sampling_params_t  hot = params(1.0f, 1.0f, 0);
+    float                 l[300];
+    double                max = -1e30, sum = 0, lse, mass = 0;
+    int                   i, sorted = 1;
+    int32_t               t;
+
+    pl_sampler_init(&s, 300);
+    pl_rng_seed(&g, 51);
+    pl_rng_seed(&r, 52);
+    random_logits(l, 300, &g);
+    l[9] = NAN;
+
+    for (i = 0; i < 300; i++) {
+        if (!isnan(l[i])) {
+            max = l[i] > max ? l[i] : max;
+        }
+    }
+    for (i = 0; i < 300; i++) {
+        if (!isnan(l[i])) {
+            sum += exp(l[i] - max);
+        }
+    }
+    lse = max + log(sum);
+
+    greedy.logprobs = 1 + 20;
+    t = pl_sample(&s, l, &greedy, NULL, &r, &lp);
+
+    is_int(lp.n_top, 20, "logprobs 20 gives 20 top entries");
+    is_int(lp.top_ids[0], t, "under greedy the top-1 is the chosen token");
+    ok(fabs(lp.logprob - lp.top_logprobs[0]) < 1e-6 && lp.logprob <= 0,
+       "and its logprob (%.5f) is the top-1's and <= 0", lp.logprob);
+    ok(fabs(lp.logprob - (l[t] - lse)) < 1e-4,
+       "logprob = logit - logsumexp (got %.5f, want %.5f)", lp.logprob,
+       l[t] - lse);
+    for (i = 1; i < 20; i++) {
+        sorted &= lp.top_logprobs[i] <= lp.top_logprobs[i - 1];
+        mass += exp(lp.top_logprobs[i]);
+    }
+    ok(sorted, "top entries come most likely first");
+    ok(mass < 1, "and are probabilities");
+
+    hot.logprobs = 1 + 0;
+    hot.bias = &up;
+    hot.n_bias = 1;
+    t = pl_sample(&s, l, &hot, NULL, &r, &lp);
+    is_int(lp.n_top, 0, "logprobs 0 gives the chosen token's only");
+    ok(t == 5 && fabs(lp.logprob - (l[5] - lse)) < 1e-4,
+       "logprobs are the raw model's: a biased token keeps its own "
+       "(%.4f)", lp.logprob);
+
+    pl_sampler_logprobs(&s, l, 9, 3, &lp);
+    ok(isinf(lp.logprob) && lp.logprob < 0, "a NaN logit has logprob -inf");
+
+    pl_sampler_destroy(&s);
+}
+
+
+static void
+test_seed_with_penalties(void)
+{
+    pl_sampler_t          s;
+    pl_rng_t              a, b, g;
+    pl_sampling_params_t  p = params(0.8f, 0.9f, 50);
+    int32_t               ta[64], tb[64];
+    pl_history_t          ha = { ta, 4, 4 }, hb = { tb, 4, 4 };
+    float                 l[512];
+    int                   i, same = 1;
+
+    pl_sampler_init(&s, 512);
+    pl_rng_seed(&g, 61);
+    pl_rng_seed(&a, 77);
+    pl_rng_seed(&b, 77);
+    p.min_p = 0.01f;
+    p.repetition_penalty = 1.3f;
+    p.frequency_penalty = 0.4f;
+    for (i = 0; i < 4; i++) {
+        ta[i] = tb[i] = i;
+    }
+
+    for (i = 0; i < 60; i++) {
+        random_logits(l, 512, &g);
+        ta[ha.n_tokens++] = pl_sample(&s, l, &p, &ha, &a, NULL);
+        tb[hb.n_tokens++] = pl_sample(&s, l, &p, &hb, &b, NULL);
+        same &= ta[ha.n_tokens - 1] == tb[hb.n_tokens - 1];
+    }
+
+    ok(same, "the same seed with every filter and penalty gives the same "
+       "60 tokens");
+
+    pl_sampler_destroy(&s);
+}
 
 static void
 test_rng(void)
@@ -249,6 +603,13 @@ main(void)
     test_temperature_distribution();
     test_top_k_top_p_distribution();
     test_wide_nucleus();
+    test_logit_bias();
+    test_min_tokens();
+    test_repetition_penalty();
+    test_presence_frequency();
+    test_min_p();
+    test_logprobs();
+    test_seed_with_penalties();
     test_rng();
 
     return done_testing();
