@@ -162,18 +162,18 @@ static int
 pl_bpe_lookup(const pl_tokenizer_t *t, int32_t a, int32_t b, uint32_t *rank,
     int32_t *merged)
 {
-    uint64_t  key = (((uint64_t) (uint32_t) a << 32) | (uint32_t) b) + 1;
-    size_t    i;
+    uint64_t               key = pl_tok_merge_key(a, b);
+    size_t                 i;
+    const pl_tok_merge_t  *m;
 
     if (a < 0 || b < 0) {
         return 0;
     }
-    i = (size_t) ((key ^ (key >> 33)) * 0xff51afd7ed558ccdULL);
-    i = (size_t) ((uint64_t) i ^ ((uint64_t) i >> 33)) & t->mmask;
-    while (t->mkeys[i] != 0) {
-        if (t->mkeys[i] == key) {
-            *rank = t->mrank[i];
-            *merged = t->mid[i];
+    i = pl_tok_merge_slot(key, t->mmask);
+    while ((m = &t->merges[i])->key != 0) {
+        if (m->key == key) {
+            *rank = m->rank;
+            *merged = m->id;
             return 1;
         }
         i = (i + 1) & t->mmask;

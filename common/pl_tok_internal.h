@@ -83,6 +83,17 @@ typedef struct {
 } pl_tok_decoder_t;
 
 typedef struct {
+    uint64_t  key;              /* (left << 32 | right) + 1; 0: empty */
+    uint32_t  rank;
+    int32_t   id;
+} pl_tok_merge_t;
+
+typedef struct {
+    uint32_t  tag;              /* high bits of the piece's hash */
+    int32_t   id;               /* -1: empty */
+} pl_tok_slot_t;
+
+typedef struct {
     int32_t   id;
     uint32_t  off;              /* content in the string pool */
     uint32_t  len;
@@ -101,12 +112,10 @@ struct pl_tokenizer_s {
     uint32_t          *piece_len;
     uint8_t           *flags;
 
-    int32_t           *hash;         /* piece -> id, open addressing */
+    pl_tok_slot_t     *hash;         /* piece -> id, open addressing */
     size_t             hashmask;
 
-    uint64_t          *mkeys;        /* (left << 32 | right) + 1, 0 empty */
-    uint32_t          *mrank;
-    int32_t           *mid;
+    pl_tok_merge_t    *merges;       /* (left, right) -> rank, merged id */
     size_t             mmask;
 
     int32_t            unk_id;
@@ -136,6 +145,21 @@ struct pl_tokenizer_s {
 
 /* Id of piece s[len], -1 when absent. */
 int32_t pl_tok_lookup(const pl_tokenizer_t *t, const char *s, size_t len);
+
+static inline uint64_t
+pl_tok_merge_key(int32_t left, int32_t right)
+{
+    return (((uint64_t) (uint32_t) left << 32) | (uint32_t) right) + 1;
+}
+
+static inline size_t
+pl_tok_merge_slot(uint64_t key, size_t mask)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return (size_t) key & mask;
+}
 
 static inline const char *
 pl_tok_piece(const pl_tokenizer_t *t, int32_t id, size_t *len)

@@ -58,27 +58,20 @@ pl_tok_hash(const char *s, size_t len)
     return h ^ (h >> 29);
 }
 
-static uint64_t
-pl_tok_hash64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return k;
-}
-
 int32_t
 pl_tok_lookup(const pl_tokenizer_t *t, const char *s, size_t len)
 {
-    size_t  i = (size_t) pl_tok_hash(s, len) & t->hashmask;
+    uint64_t  h = pl_tok_hash(s, len);
+    uint32_t  tag = (uint32_t) (h >> 32);
+    size_t    i = (size_t) h & t->hashmask;
 
     for (;;) {
-        int32_t  id = t->hash[i];
+        int32_t  id = t->hash[i].id;
 
         if (id < 0) {
             return -1;
         }
-        if (t->piece_len[id] == len
+        if (t->hash[i].tag == tag && t->piece_len[id] == len
             && memcmp(t->pool + t->piece_off[id], s, len) == 0)
         {
             return id;
@@ -138,23 +131,25 @@ pl_tok_set_piece(pl_tok_loader_t *ld, int32_t id, const char *s, size_t len,
 static void
 pl_tok_hash_insert(pl_tokenizer_t *t, int32_t id)
 {
-    size_t  len = t->piece_len[id];
-    size_t  i = (size_t) pl_tok_hash(t->pool + t->piece_off[id], len)
-                & t->hashmask;
+    size_t    len = t->piece_len[id];
+    uint64_t  h = pl_tok_hash(t->pool + t->piece_off[id], len);
+    uint32_t  tag = (uint32_t) (h >> 32);
+    size_t    i = (size_t) h & t->hashmask;
 
     for (;;) {
-        int32_t  cur = t->hash[i];
+        int32_t  cur = t->hash[i].id;
 
         if (cur < 0) {
-            t->hash[i] = id;
+            t->hash[i].id = id;
+            t->hash[i].tag = tag;
             return;
         }
-        if (t->piece_len[cur] == len
+        if (t->hash[i].tag == tag && t->piece_len[cur] == len
             && memcmp(t->pool + t->piece_off[cur], t->pool + t->piece_off[id],
                       len) == 0)
         {
             if (t->flags[id] & PL_TOK_ADDED) {
-                t->hash[i] = id;
+                t->hash[i].id = id;
             }
             return;
         }
@@ -188,13 +183,13 @@ pl_tok_alloc_vocab(pl_tok_loader_t *ld, uint32_t n)
     while (hsize < (size_t) n * 2) {
         hsize *= 2;
     }
-    t->hash = malloc(hsize * sizeof(int32_t));
+    t->hash = malloc(hsize * sizeof(pl_tok_slot_t));
     if (t->piece_off == NULL || t->piece_len == NULL || t->flags == NULL
         || t->hash == NULL)
     {
         return pl_tok_fail(ld, "out of memory%s", NULL);
     }
-    memset(t->hash, 0xff, hsize * sizeof(int32_t));
+    memset(t->hash, 0xff, hsize * sizeof(pl_tok_slot_t));
     t->hashmask = hsize - 1;
     return 0;
 }
@@ -328,15 +323,15 @@ pl_tok_merge_insert(pl_tok_loader_t *ld, int32_t a, int32_t b, uint32_t rank,
     int32_t merged)
 {
     pl_tokenizer_t  *t = ld->t;
-    uint64_t         key = (((uint64_t) (uint32_t) a << 32) | (uint32_t) b) + 1;
-    size_t           i = (size_t) pl_tok_hash64(key) & t->mmask;
+    uint64_t         key = pl_tok_merge_key(a, b);
+    size_t           i = pl_tok_merge_slot(key, t->mmask);
 
-    while (t->mkeys[i] != 0 && t->mkeys[i] != key) {
+    while (t->merges[i].key != 0 && t->merges[i].key != key) {
         i = (i + 1) & t->mmask;
     }
-    t->mkeys[i] = key;
-    t->mrank[i] = rank;
-    t->mid[i] = merged;
+    t->merges[i].key = key;
+    t->merges[i].rank = rank;
+    t->merges[i].id = merged;
     return 0;
 }
 
@@ -380,13 +375,11 @@ pl_tok_load_merges(pl_tok_loader_t *ld, const pl_json_t *merges)
         return pl_tok_fail(ld, "model.merges: missing or not an array%s",
                            NULL);
     }
-    while (msize < (size_t) merges->n * 2) {
+    while (msize < (size_t) merges->n + merges->n / 2) {
         msize *= 2;
     }
-    t->mkeys = calloc(msize, sizeof(uint64_t));
-    t->mrank = calloc(msize, sizeof(uint32_t));
-    t->mid = calloc(msize, sizeof(int32_t));
-    if (t->mkeys == NULL || t->mrank == NULL || t->mid == NULL) {
+    t->merges = calloc(msize, sizeof(pl_tok_merge_t));
+    if (t->merges == NULL) {
         return pl_tok_fail(ld, "out of memory%s", NULL);
     }
     t->mmask = msize - 1;
@@ -1241,9 +1234,7 @@ pl_tokenizer_free(pl_tokenizer_t *t)
     free(t->prefix);
     free(t->suffix);
     free(t->added);
-    free(t->mkeys);
-    free(t->mrank);
-    free(t->mid);
+    free(t->merges);
     free(t->hash);
     free(t->piece_off);
     free(t->piece_len);
