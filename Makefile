@@ -31,6 +31,10 @@ KERNEL_SRCS := $(filter-out kernels/nocuda.c,$(KERNEL_SRCS))
 LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublas -lcudart -lstdc++
 CFLAGS      += -DPL_HAVE_CUDA=1
+ifneq ($(wildcard $(CUDA_HOME)/lib64/libnccl.so*),)
+LDLIBS      += -lnccl
+NVFLAGS     += -DPL_HAVE_NCCL=1
+endif
 else
 CUDA_SRCS   :=
 endif
