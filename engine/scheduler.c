@@ -1,25 +1,35 @@
 /*
- * scheduler: FCFS continuous batching with chunked prefill and preemption
- * by recompute.
+ * scheduler: FCFS continuous batching with chunked prefill, preemption by
+ * swap or recompute, and automatic prefix reuse at admission.
  *
- * Both queues are kept in arrival order.  A step has three passes:
+ * The three queues are kept in arrival order.  A step has four passes:
  *
  *   1. every running sequence that is decoding gets its one token;
  *   2. running sequences still in their prompt get a chunk, oldest first,
  *      as large as the remaining budget and the free blocks allow;
- *   3. unless someone was preempted in this step, waiting requests are
- *      admitted from the head while the budget, the sequence cap and the
- *      free blocks (enough for the whole remaining prompt) allow.  The head
- *      is never skipped, so no request is overtaken by a newer one.
+ *   3. unless someone was preempted in this step, swapped groups come back
+ *      from the head while their blocks plus one spare fit the device;
+ *   4. only when no group is left swapped, waiting requests are admitted
+ *      from the head while the budget, the sequence cap and the blocks
+ *      (enough for the whole remaining prompt, after reusing its longest
+ *      cached prefix) allow.
+ *   The head of a queue is never skipped, so no request is overtaken by a
+ *   newer one.
  *
- * When a running sequence cannot get even one more block, the newest
- * running sequence is preempted (its blocks freed, its planned work, if
- * any, dropped from the plan) and goes back to the waiting queue in arrival
- * order, so it is resumed before anything newer; it will rerun its prompt
- * plus the tokens it generated.  When the one in need is itself the newest,
- * it is the one preempted.  Older requests therefore always make progress,
- * and since the engine guarantees that one request of max_model_len tokens
- * fits the whole pool, the oldest one always finishes: nothing starves.
+ * When a running sequence cannot get the blocks it needs, the newest
+ * running sequence is preempted (its planned work, if any, dropped from
+ * the plan): in swap mode its blocks move to the host pool while that has
+ * room and it joins the swapped queue; otherwise (recompute) its blocks are
+ * freed and it goes back to the waiting queue in arrival order, to rerun
+ * its prompt plus the tokens it generated.  When the one in need is itself
+ * the newest, it is the one preempted.  Older requests therefore always
+ * make progress, and since the engine guarantees that one request of
+ * max_model_len tokens fits the whole pool, the oldest one always
+ * finishes: nothing starves.
+ *
+ * The Orca policies reserve a request's whole KV at admission, as one
+ * contiguous run of blocks; a running request then never needs another
+ * block and is never preempted.
  */
 
 #include <stdlib.h>
@@ -76,6 +86,36 @@ pl_queue_insert(pl_seq_queue_t *q, pl_seq_t *s)
 }
 
 
+static pl_seq_queue_t *
+pl_sched_queue(pl_scheduler_t *sc, pl_seq_state_t state)
+{
+    switch (state) {
+    case PL_SEQ_WAITING:  return &sc->waiting;
+    case PL_SEQ_RUNNING:  return &sc->running;
+    case PL_SEQ_SWAPPED:  return &sc->swapped;
+    default:              return NULL;
+    }
+}
+
+
+/* Move s to the queue of state. */
+static void
+pl_sched_move(pl_scheduler_t *sc, pl_seq_t *s, pl_seq_state_t state)
+{
+    pl_seq_queue_t  *q = pl_sched_queue(sc, s->state);
+
+    if (q) {
+        pl_queue_unlink(q, s);
+    }
+
+    s->state = state;
+    q = pl_sched_queue(sc, state);
+    if (q) {
+        pl_queue_insert(q, s);
+    }
+}
+
+
 int
 pl_sched_init(pl_scheduler_t *sc, pl_block_manager_t *bm, int max_num_seqs,
     int max_num_batched_tokens)
@@ -94,6 +134,7 @@ pl_sched_init(pl_scheduler_t *sc, pl_block_manager_t *bm, int max_num_seqs,
     sc->bm = bm;
     sc->max_num_seqs = max_num_seqs;
     sc->max_num_batched_tokens = max_num_batched_tokens;
+    sc->max_model_len = bm->num_blocks * bm->block_size;
 
     return 0;
 }
@@ -110,8 +151,8 @@ pl_sched_destroy(pl_scheduler_t *sc)
 void
 pl_sched_add(pl_scheduler_t *sc, pl_seq_t *s)
 {
-    s->state = PL_SEQ_WAITING;
-    pl_queue_insert(&sc->waiting, s);
+    s->state = PL_SEQ_FINISHED;
+    pl_sched_move(sc, s, PL_SEQ_WAITING);
 }
 
 
@@ -136,27 +177,32 @@ pl_sched_unplan(pl_scheduler_t *sc, pl_seq_t *s)
 void
 pl_sched_remove(pl_scheduler_t *sc, pl_seq_t *s)
 {
-    if (s->state == PL_SEQ_WAITING) {
-        pl_queue_unlink(&sc->waiting, s);
-    } else if (s->state == PL_SEQ_RUNNING) {
-        pl_queue_unlink(&sc->running, s);
-    }
-
+    pl_sched_move(sc, s, PL_SEQ_FINISHED);
     pl_sched_unplan(sc, s);
     pl_bm_free_table(sc->bm, &s->blocks);
-    s->state = PL_SEQ_FINISHED;
 }
 
 
 static void
 pl_sched_preempt(pl_scheduler_t *sc, pl_seq_t *s)
 {
-    pl_queue_unlink(&sc->running, s);
+    pl_block_table_t  *group[1] = { &s->blocks };
+
     pl_sched_unplan(sc, s);
-    pl_bm_free_table(sc->bm, &s->blocks);
-    s->n_computed = 0;
-    s->state = PL_SEQ_WAITING;
-    pl_queue_insert(&sc->waiting, s);
+
+    if (sc->preemption_mode == PL_PREEMPT_SWAP
+        && pl_bm_swap_out(sc->bm, group, 1) == 0)
+    {
+        pl_sched_move(sc, s, PL_SEQ_SWAPPED);
+        sc->preempted_swap++;
+
+    } else {
+        pl_bm_free_table(sc->bm, &s->blocks);
+        s->n_computed = 0;
+        pl_sched_move(sc, s, PL_SEQ_WAITING);
+        sc->preempted_recompute++;
+    }
+
     sc->preemptions++;
     sc->n_preempted++;
 }
@@ -173,6 +219,38 @@ pl_sched_plan(pl_scheduler_t *sc, pl_seq_t *s, int n_query)
 
 
 /*
+ * Tokens of s that can be made writable now, up to want (0 when not even
+ * want can, unless shrink is set): growth and copy-on-write within the
+ * free blocks.
+ */
+static int
+pl_sched_fit(pl_scheduler_t *sc, pl_seq_t *s, int want, int shrink)
+{
+    int  room = pl_bm_capacity(sc->bm, &s->blocks) - s->n_computed;
+    int  n = want < room ? want : room;
+
+    if (n <= 0 || (n < want && !shrink)
+        || pl_bm_write_cost(sc->bm, &s->blocks, s->n_computed,
+                            s->n_computed + n) > pl_bm_num_free(sc->bm))
+    {
+        return 0;
+    }
+
+    return n;
+}
+
+
+/* Make n tokens of s writable and plan them. */
+static void
+pl_sched_take(pl_scheduler_t *sc, pl_seq_t *s, int n)
+{
+    pl_bm_prepare_write(sc->bm, &s->blocks, s->n_computed,
+                        s->n_computed + n);
+    pl_sched_plan(sc, s, n);
+}
+
+
+/*
  * Plan up to `want` tokens of running sequence s (fewer when shrink is set
  * and blocks are short), preempting newer sequences while it cannot get
  * any.  Returns the tokens planned, or 0 when s itself was preempted.
@@ -180,15 +258,12 @@ pl_sched_plan(pl_scheduler_t *sc, pl_seq_t *s, int n_query)
 static int
 pl_sched_running(pl_scheduler_t *sc, pl_seq_t *s, int want, int shrink)
 {
-    int  room, n;
+    int  n;
 
     for ( ;; ) {
-        room = pl_bm_capacity(sc->bm, &s->blocks) - s->n_computed;
-        n = want < room ? want : room;
-
-        if (n == want || (shrink && n > 0)) {
-            pl_bm_ensure(sc->bm, &s->blocks, s->n_computed + n);
-            pl_sched_plan(sc, s, n);
+        n = pl_sched_fit(sc, s, want, shrink);
+        if (n > 0) {
+            pl_sched_take(sc, s, n);
             return n;
         }
 
@@ -218,21 +293,29 @@ pl_sched_decodes(pl_scheduler_t *sc)
 }
 
 
+static int
+pl_sched_budget_for(const pl_scheduler_t *sc, const pl_seq_t *s)
+{
+    int  budget = sc->max_num_batched_tokens - sc->n_tokens;
+
+    return pl_seq_uncomputed(s) < budget ? pl_seq_uncomputed(s) : budget;
+}
+
+
 static void
 pl_sched_chunks(pl_scheduler_t *sc)
 {
     pl_seq_t  *s;
-    int        budget, want;
+    int        want;
 
     for (s = sc->running.head; s; s = s->next) {
-        budget = sc->max_num_batched_tokens - sc->n_tokens;
-        if (budget <= 0) {
+        want = pl_sched_budget_for(sc, s);
+        if (want <= 0) {
             return;
         }
         if (pl_seq_uncomputed(s) <= 1) {
             continue;
         }
-        want = pl_seq_uncomputed(s) < budget ? pl_seq_uncomputed(s) : budget;
         if (pl_sched_running(sc, s, want, 1) == 0) {
             return;
         }
@@ -240,29 +323,108 @@ pl_sched_chunks(pl_scheduler_t *sc)
 }
 
 
+/* Bring swapped groups back, oldest first, while they fit with a spare
+   block for their next token and the budget and cap allow. */
+static void
+pl_sched_resume(pl_scheduler_t *sc)
+{
+    pl_seq_t          *s;
+    pl_block_table_t  *group[1];
+    int                want, n;
+
+    while ((s = sc->swapped.head) != NULL
+           && sc->running.n < sc->max_num_seqs)
+    {
+        want = pl_sched_budget_for(sc, s);
+        group[0] = &s->blocks;
+        if (want <= 0 || s->blocks.n + 1 > pl_bm_num_free(sc->bm)
+            || pl_bm_swap_in(sc->bm, group, 1) != 0)
+        {
+            return;
+        }
+
+        pl_sched_move(sc, s, PL_SEQ_RUNNING);
+        n = pl_sched_fit(sc, s, want, 1);
+        if (n > 0) {
+            pl_sched_take(sc, s, n);
+        }
+    }
+}
+
+
+static int
+pl_next_pow2(int n)
+{
+    int  p = 1;
+
+    while (p < n && p < (1 << 30)) {
+        p *= 2;
+    }
+
+    return p;
+}
+
+
+int
+pl_sched_reservation(const pl_scheduler_t *sc, const pl_seq_t *s)
+{
+    int  want;
+
+    switch (sc->policy) {
+    case PL_KV_ORCA_MAX:
+        want = sc->max_model_len;
+        break;
+    case PL_KV_ORCA_POW2:
+        want = s->n_prompt + pl_next_pow2(s->max_tokens);
+        break;
+    default:
+        want = s->n_prompt + s->max_tokens;
+        break;
+    }
+
+    want = want < sc->max_model_len ? want : sc->max_model_len;
+
+    return want > s->n_tokens ? want : s->n_tokens;
+}
+
+
+/* Blocks for waiting s: its reservation, or its cached prefix plus room
+   for the first chunk.  The tokens whose KV is reused, or -1. */
+static int
+pl_sched_allocate(pl_scheduler_t *sc, pl_seq_t *s, int chunk)
+{
+    if (sc->policy == PL_KV_PAGED) {
+        return pl_bm_admit(sc->bm, &s->blocks, s->tokens, s->n_tokens,
+                           chunk);
+    }
+
+    return pl_bm_reserve_contiguous(sc->bm, &s->blocks,
+                                    pl_sched_reservation(sc, s));
+}
+
+
 static void
 pl_sched_admit(pl_scheduler_t *sc)
 {
     pl_seq_t  *s;
-    int        budget, want;
+    int        want, reused;
 
     while ((s = sc->waiting.head) != NULL
            && sc->running.n < sc->max_num_seqs)
     {
-        budget = sc->max_num_batched_tokens - sc->n_tokens;
-        if (budget <= 0 || !pl_bm_can_allocate(sc->bm, pl_seq_uncomputed(s))) {
+        want = pl_sched_budget_for(sc, s);
+        if (want <= 0) {
             return;
         }
 
-        want = pl_seq_uncomputed(s) < budget ? pl_seq_uncomputed(s) : budget;
-        if (pl_bm_ensure(sc->bm, &s->blocks, want) != 0) {
+        reused = pl_sched_allocate(sc, s, want);
+        if (reused < 0) {
             return;
         }
 
-        pl_queue_unlink(&sc->waiting, s);
-        s->state = PL_SEQ_RUNNING;
-        pl_queue_insert(&sc->running, s);
-        pl_sched_plan(sc, s, want);
+        s->n_computed = reused;
+        pl_sched_move(sc, s, PL_SEQ_RUNNING);
+        pl_sched_plan(sc, s, pl_sched_budget_for(sc, s));
     }
 }
 
@@ -273,12 +435,16 @@ pl_sched_step(pl_scheduler_t *sc)
     sc->n_entries = 0;
     sc->n_tokens = 0;
     sc->n_preempted = 0;
+    pl_bm_clear_moves(sc->bm);
 
     pl_sched_decodes(sc);
     pl_sched_chunks(sc);
 
     if (sc->n_preempted == 0) {
-        pl_sched_admit(sc);
+        pl_sched_resume(sc);
+        if (sc->swapped.n == 0) {
+            pl_sched_admit(sc);
+        }
     }
 
     return sc->n_entries;
@@ -288,9 +454,12 @@ pl_sched_step(pl_scheduler_t *sc)
 void
 pl_sched_complete(pl_scheduler_t *sc)
 {
-    int  i;
+    pl_seq_t  *s;
+    int        i;
 
     for (i = 0; i < sc->n_entries; i++) {
-        sc->entries[i].seq->n_computed += sc->entries[i].n_query;
+        s = sc->entries[i].seq;
+        s->n_computed += sc->entries[i].n_query;
+        pl_bm_register(sc->bm, &s->blocks, s->tokens, s->n_computed);
     }
 }

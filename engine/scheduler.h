@@ -2,9 +2,15 @@
  * scheduler: iteration-level (continuous) batching.  Each step decides
  * which sequences run in the next model call and how many of their tokens:
  * decodes of running sequences first, then prompt chunks (chunked
- * prefill), within a token budget and a sequence cap, preempting the most
- * recently arrived request by recompute when blocks run out.  It reserves
- * blocks through the block manager and never touches tensors.
+ * prefill), then swapped groups resume, then new requests are admitted,
+ * all within a token budget and a sequence cap.  When blocks run out the
+ * most recently arrived running group is preempted, by swap or by
+ * recompute.  It reserves blocks through the block manager, which logs the
+ * copies and swaps the runner must execute, and never touches tensors.
+ *
+ * A group is one sequence here: the protocol has no parallel sampling, so
+ * every request is a group of one (the block manager's fork and group swap
+ * are ready for more).
  */
 
 #ifndef PL_SCHEDULER_H
@@ -14,6 +20,22 @@
 
 #include "block_manager.h"
 #include "sequence.h"
+
+typedef enum {
+    PL_PREEMPT_RECOMPUTE = 0,
+    PL_PREEMPT_SWAP                 /* recompute once the host pool is full */
+} pl_preempt_mode_t;
+
+/* How the KV pool is handed out.  Only PAGED is for serving; the Orca
+   policies are the paper's baselines, for measurement: one contiguous
+   reservation per request, made at admission, of */
+typedef enum {
+    PL_KV_PAGED = 0,                /* blocks on demand */
+    PL_KV_ORCA_MAX,                 /* max_model_len tokens */
+    PL_KV_ORCA_POW2,                /* prompt + next power of two of the
+                                       output length (max_tokens) */
+    PL_KV_ORCA_ORACLE               /* prompt + exactly max_tokens */
+} pl_kv_policy_t;
 
 /* Sequences ordered by arrival, oldest at head. */
 typedef struct {
@@ -31,10 +53,16 @@ typedef struct {
     pl_block_manager_t  *bm;
     int                  max_num_seqs;
     int                  max_num_batched_tokens;
+    pl_preempt_mode_t    preemption_mode;
+    pl_kv_policy_t       policy;
+    int                  max_model_len;     /* for ORCA_MAX */
 
     pl_seq_queue_t       waiting;
     pl_seq_queue_t       running;
+    pl_seq_queue_t       swapped;
     uint64_t             preemptions;
+    uint64_t             preempted_recompute;
+    uint64_t             preempted_swap;
 
     /* the plan made by the last pl_sched_step() */
     pl_sched_entry_t    *entries;       /* decodes first, then chunks */
@@ -43,7 +71,11 @@ typedef struct {
     int                  n_preempted;
 } pl_scheduler_t;
 
-/* 0, or -1 when out of memory or the limits are not positive. */
+/*
+ * 0, or -1 when out of memory or the limits are not positive.  Preemption
+ * starts as recompute, the policy as paged and max_model_len as the pool's
+ * size; set the fields to change them.
+ */
 int  pl_sched_init(pl_scheduler_t *sc, pl_block_manager_t *bm,
     int max_num_seqs, int max_num_batched_tokens);
 void pl_sched_destroy(pl_scheduler_t *sc);
@@ -55,18 +87,25 @@ void pl_sched_add(pl_scheduler_t *sc, pl_seq_t *s);
    becomes FINISHED.  Any plan from pl_sched_step() is void afterwards. */
 void pl_sched_remove(pl_scheduler_t *sc, pl_seq_t *s);
 
-/* Plan one iteration into sc->entries; returns sc->n_entries. */
+/*
+ * Plan one iteration into sc->entries; returns sc->n_entries.  The block
+ * moves the plan needs are in pl_bm_moves(sc->bm), to run before the
+ * forward pass.
+ */
 int  pl_sched_step(pl_scheduler_t *sc);
 
 /* The planned iteration has run: advance each planned sequence's
-   computed-token count. */
+   computed-token count and offer its full blocks to the prefix cache. */
 void pl_sched_complete(pl_scheduler_t *sc);
+
+/* Tokens of KV the policy reserves for s at admission (ORCA policies). */
+int  pl_sched_reservation(const pl_scheduler_t *sc, const pl_seq_t *s);
 
 /* Is there anything to run? */
 static inline int
 pl_sched_has_work(const pl_scheduler_t *sc)
 {
-    return sc->running.n > 0 || sc->waiting.n > 0;
+    return sc->running.n > 0 || sc->waiting.n > 0 || sc->swapped.n > 0;
 }
 
 #endif /* PL_SCHEDULER_H */

@@ -17,6 +17,7 @@
 typedef enum {
     PL_SEQ_WAITING = 0,     /* no blocks; queued for (re)admission */
     PL_SEQ_RUNNING,         /* holds blocks; scheduled every iteration */
+    PL_SEQ_SWAPPED,         /* its blocks are in the host pool */
     PL_SEQ_FINISHED         /* out of the scheduler; output may be unsent */
 } pl_seq_state_t;
 
