@@ -166,6 +166,18 @@ struct pl_backend_s {
     /* out[n][dim] = max(x, 0); out may be x */
     void (*relu)(pl_backend_t *be, void *out, const void *x, int n, int dim);
 
+    /* Optional memory operations for KV block moves (copy-on-write and
+       swapping); NULL where a backend lacks them, and callers fall back. */
+
+    /* dst = src, both backend memory (fallback: download then upload
+       through a host buffer) */
+    void (*copy)(pl_backend_t *be, void *dst, const void *src, size_t bytes);
+
+    /* host memory the backend moves data to and from fast (pinned);
+       fallback: malloc and free */
+    void *(*alloc_host)(pl_backend_t *be, size_t bytes);
+    void  (*free_host)(pl_backend_t *be, void *p);
+
     void   *priv;
 };
 

@@ -161,6 +161,7 @@ pl_backend_cpu_create(int threads, char *err, size_t errlen)
     be->layernorm = pl_cpu_layernorm;
     be->add = pl_cpu_add;
     be->relu = pl_cpu_relu;
+    be->copy = cpu_copy;
     be->priv = cpu;
     return be;
 }
