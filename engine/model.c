@@ -1109,3 +1109,104 @@ pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
     be->sync(be);
     return 0;
 }
+
+
+/* ---- KV block moves: copy-on-write and swapping ---- */
+
+
+/* Bytes of one block of one layer's K (or V) cache. */
+static size_t
+kv_layer_block_bytes(const pl_model_t *m)
+{
+    return pl_model_kv_block_bytes(m, m->block_size) / 2
+           / (size_t) m->cfg.num_layers;
+}
+
+
+static int
+kv_block_ok(const pl_model_t *m, int32_t b)
+{
+    return b >= 0 && b < m->num_blocks;
+}
+
+
+/* dst = src in backend memory, through bounce when the backend has no
+   copy of its own. */
+static void
+kv_copy(pl_model_t *m, void *dst, const void *src, size_t bytes,
+    void *bounce)
+{
+    if (m->be->copy) {
+        m->be->copy(m->be, dst, src, bytes);
+    } else {
+        m->be->download(m->be, bounce, src, bytes);
+        m->be->upload(m->be, dst, bounce, bytes);
+    }
+}
+
+
+int
+pl_model_kv_copy_blocks(pl_model_t *m, const int32_t *src,
+    const int32_t *dst, int n)
+{
+    size_t  lb = kv_layer_block_bytes(m);
+    void   *bounce = NULL;
+    int     i, l;
+
+    for (i = 0; i < n; i++) {
+        if (!kv_block_ok(m, src[i]) || !kv_block_ok(m, dst[i])) {
+            return -1;
+        }
+    }
+    if (m->be->copy == NULL && n > 0 && (bounce = malloc(lb)) == NULL) {
+        return -1;
+    }
+
+    for (i = 0; i < n; i++) {
+        for (l = 0; l < m->cfg.num_layers; l++) {
+            kv_copy(m, (char *) m->k_cache[l] + (size_t) dst[i] * lb,
+                    (char *) m->k_cache[l] + (size_t) src[i] * lb, lb, bounce);
+            kv_copy(m, (char *) m->v_cache[l] + (size_t) dst[i] * lb,
+                    (char *) m->v_cache[l] + (size_t) src[i] * lb, lb, bounce);
+        }
+    }
+
+    free(bounce);
+    return 0;
+}
+
+
+int
+pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
+    const int32_t *to, int n, int direction)
+{
+    size_t   lb = kv_layer_block_bytes(m), hb = 2 * lb * m->cfg.num_layers;
+    int32_t  dev;
+    char    *host, *k, *v;
+    int      i, l;
+
+    for (i = 0; i < n; i++) {
+        if (!kv_block_ok(m, direction == PL_KV_SWAP_OUT ? from[i] : to[i])) {
+            return -1;
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        dev = direction == PL_KV_SWAP_OUT ? from[i] : to[i];
+        host = (char *) host_pool
+               + (size_t) (direction == PL_KV_SWAP_OUT ? to[i] : from[i]) * hb;
+        for (l = 0; l < m->cfg.num_layers; l++) {
+            k = (char *) m->k_cache[l] + (size_t) dev * lb;
+            v = (char *) m->v_cache[l] + (size_t) dev * lb;
+            if (direction == PL_KV_SWAP_OUT) {
+                m->be->download(m->be, host + 2 * l * lb, k, lb);
+                m->be->download(m->be, host + (2 * l + 1) * lb, v, lb);
+            } else {
+                m->be->upload(m->be, k, host + 2 * l * lb, lb);
+                m->be->upload(m->be, v, host + (2 * l + 1) * lb, lb);
+            }
+        }
+    }
+
+    return 0;
+}

@@ -78,4 +78,23 @@ int pl_model_kv_alloc(pl_model_t *m, int num_blocks, int block_size,
 int pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
     char *err, size_t errlen);
 
+/*
+ * KV block moves, decided by the block manager and run before a forward
+ * pass.  kv_copy_blocks copies blocks src[i] -> dst[i] (K and V, every
+ * layer; copy-on-write).  kv_swap moves blocks between the cache and a
+ * host pool of pl_model_kv_block_bytes() per block, each host block
+ * holding layer 0's K block, layer 0's V block, layer 1's K block, and so
+ * on: PL_KV_SWAP_OUT copies cache block from[i] to host block to[i],
+ * PL_KV_SWAP_IN host block from[i] to cache block to[i].  Host block
+ * numbers are the caller's to check.  0, or -1 when a cache block number
+ * is out of range or memory for a bounce buffer is short.
+ */
+#define PL_KV_SWAP_OUT  0
+#define PL_KV_SWAP_IN   1
+
+int pl_model_kv_copy_blocks(pl_model_t *m, const int32_t *src,
+    const int32_t *dst, int n);
+int pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
+    const int32_t *to, int n, int direction);
+
 #endif /* PL_MODEL_H */
