@@ -93,6 +93,17 @@ typedef struct {
     uint32_t   kv_blocks_free;
     uint32_t   block_size;
     char       device[16];
+    /* KV cache manager (issue 4); blocks are counted in blocks */
+    uint32_t   kv_blocks_cached;        /* in the prefix cache */
+    uint32_t   swap_blocks_total;       /* host pool for swapping */
+    uint32_t   swap_blocks_used;
+    uint32_t   kv_reserved;
+    uint64_t   prefix_cache_queries;    /* full blocks looked up */
+    uint64_t   prefix_cache_hits;       /* of them reused */
+    uint64_t   preemptions_recompute;
+    uint64_t   preemptions_swap;
+    uint64_t   blocks_swapped_out;
+    uint64_t   blocks_swapped_in;
 } pl_stats_t;
 
 
