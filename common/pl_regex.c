@@ -83,9 +83,18 @@ typedef struct {
     uint32_t  c;
 } pl_re_inst_t;
 
+/* Bytes that can start a match from an instruction; eps: it may also
+   succeed without consuming (or depends on an assertion). */
+typedef struct {
+    uint32_t  bits[8];
+    int       eps;
+    int       done;
+} pl_re_first_t;
+
 struct pl_regex_s {
     pl_re_inst_t   *code;
     size_t          ncode;
+    pl_re_first_t  *first;
     pl_re_class_t  *classes;
     size_t          nclasses;
     pl_re_item_t   *items;
@@ -1051,6 +1060,123 @@ pl_re_gen(pl_re_parser_t *ps, int32_t i)
     }
 }
 
+/* ---- first-byte sets (lets a SPLIT skip a branch that cannot match) ---- */
+
+static void
+pl_re_first_add(pl_re_first_t *f, unsigned b)
+{
+    f->bits[b >> 5] |= (uint32_t) 1 << (b & 31);
+}
+
+static void
+pl_re_first_union(pl_re_first_t *to, const pl_re_first_t *from)
+{
+    int  i;
+
+    for (i = 0; i < 8; i++) {
+        to->bits[i] |= from->bits[i];
+    }
+    to->eps |= from->eps;
+}
+
+static void
+pl_re_first_class(const pl_regex_t *re, const pl_re_class_t *c,
+    pl_re_first_t *f)
+{
+    unsigned  b;
+    int       nonascii = c->neg;
+    size_t    i;
+
+    for (b = 0; b < 128; b++) {
+        if ((c->bmp[b >> 5] >> (b & 31)) & 1) {
+            pl_re_first_add(f, b);
+        }
+    }
+    for (i = 4; i < PL_RE_BMP_WORDS && !nonascii; i++) {
+        nonascii = (c->bmp[i] != 0);
+    }
+    for (i = 0; i < c->n && !nonascii; i++) {
+        const pl_re_item_t  *it = &re->items[c->first + i];
+
+        nonascii = it->neg || it->kind != CI_RANGE || it->hi >= 0x10000;
+    }
+    for (b = 0xc2; nonascii && b <= 0xf4; b++) {
+        pl_re_first_add(f, b);
+    }
+}
+
+static void
+pl_re_first_of(pl_regex_t *re, size_t pc)
+{
+    pl_re_first_t       *f = &re->first[pc];
+    const pl_re_inst_t  *in = &re->code[pc];
+    uint8_t              u8[4];
+    unsigned             b;
+
+    if (f->done) {
+        return;
+    }
+    f->done = 1;
+    switch (in->op) {
+    case OP_CHAR:
+        pl_utf8_put(in->c, u8);
+        pl_re_first_add(f, u8[0]);
+        if (in->flag) {
+            pl_re_first_add(f, pl_re_swapcase(in->c));
+        }
+        break;
+    case OP_ANY:
+        for (b = 0; b < 256; b++) {
+            if (b != '\n') {
+                pl_re_first_add(f, b);
+            }
+        }
+        break;
+    case OP_CLASS:
+        pl_re_first_class(re, &re->classes[in->c], f);
+        break;
+    case OP_SPLIT:
+        pl_re_first_of(re, (size_t) in->x);
+        pl_re_first_of(re, (size_t) in->y);
+        pl_re_first_union(f, &re->first[in->x]);
+        pl_re_first_union(f, &re->first[in->y]);
+        break;
+    case OP_JMP:
+        pl_re_first_of(re, (size_t) in->x);
+        pl_re_first_union(f, &re->first[in->x]);
+        break;
+    default:
+        f->eps = 1;
+        break;
+    }
+}
+
+static int
+pl_re_first_compute(pl_regex_t *re)
+{
+    size_t  pc;
+
+    re->first = calloc(re->ncode, sizeof(pl_re_first_t));
+    if (re->first == NULL) {
+        return -1;
+    }
+    for (pc = re->ncode; pc-- > 0; ) {
+        pl_re_first_of(re, pc);
+    }
+    return 0;
+}
+
+/* Whether the branch at pc can match at pos. */
+static inline int
+pl_re_can_start(const pl_regex_t *re, int32_t pc, const uint8_t *s,
+    size_t len, size_t pos)
+{
+    const pl_re_first_t  *f = &re->first[pc];
+
+    return f->eps
+           || (pos < len && ((f->bits[s[pos] >> 5] >> (s[pos] & 31)) & 1));
+}
+
 pl_regex_t *
 pl_regex_compile(const char *pattern, size_t len, char *err, size_t errlen)
 {
@@ -1077,7 +1203,9 @@ pl_regex_compile(const char *pattern, size_t len, char *err, size_t errlen)
         root = -1;
     }
     if (root < 0 || pl_re_gen(&ps, root) != 0
-        || pl_re_emit(&ps, OP_MATCH, 0, 0, 0, 0) < 0)
+        || pl_re_emit(&ps, OP_MATCH, 0, 0, 0, 0) < 0
+        || (pl_re_first_compute(ps.re) != 0
+            && pl_re_fail(&ps, "out of memory") < 0))
     {
         free(ps.nodes);
         pl_regex_free(ps.re);
@@ -1101,8 +1229,10 @@ pl_regex_free(pl_regex_t *re)
     free(re->classes);
     free(re->items);
     free(re->code);
+    free(re->first);
     free(re);
 }
+
 
 /* ---- matching ---- */
 
@@ -1227,7 +1357,13 @@ pl_re_run(const pl_regex_t *re, const uint8_t *s, size_t len, size_t pc,
             }
             break;
         case OP_SPLIT:
-            if (pl_re_push(st, (size_t) in->y, pos) != 0) {
+            if (!pl_re_can_start(re, in->x, s, len, pos)) {
+                pc = (size_t) in->y;
+                continue;
+            }
+            if (pl_re_can_start(re, in->y, s, len, pos)
+                && pl_re_push(st, (size_t) in->y, pos) != 0)
+            {
                 return -1;
             }
             pc = (size_t) in->x;
@@ -1274,7 +1410,11 @@ pl_regex_search(const pl_regex_t *re, const char *s, size_t len,
     int             r;
 
     for (;;) {
-        r = pl_re_run(re, u, len, 0, pos, mend, stack);
+        if (!pl_re_can_start(re, 0, u, len, pos)) {
+            r = 0;
+        } else {
+            r = pl_re_run(re, u, len, 0, pos, mend, stack);
+        }
         if (r != 0) {
             *mstart = pos;
             return r;

@@ -108,31 +108,24 @@ pl_dec_byte(pl_detok_t *d, pl_dec_out_t *o, uint8_t b)
     }
 }
 
-/* Inverse of GPT-2's byte table: the byte of cp, or -1. */
+/* Inverse of GPT-2's byte table: the byte of cp, or -1.  Printable
+   bytes stand for themselves; the others (0x00-0x20, 0x7F-0xA0, 0xAD)
+   were given U+0100 onwards in byte order. */
 static int
 pl_byte_of_char(uint32_t cp)
 {
-    unsigned  n = 0, c;
-
     if ((cp >= 0x21 && cp <= 0x7e) || (cp >= 0xa1 && cp <= 0xac)
         || (cp >= 0xae && cp <= 0xff))
     {
         return (int) cp;
     }
-    if (cp < 256 || cp >= 256 + 68) {
-        return -1;
+    if (cp >= 0x100 && cp <= 0x120) {
+        return (int) (cp - 0x100);
     }
-    for (c = 0; c < 256; c++) {
-        if (!((c >= 0x21 && c <= 0x7e) || (c >= 0xa1 && c <= 0xac)
-              || (c >= 0xae && c <= 0xff)))
-        {
-            if (256 + n == cp) {
-                return (int) c;
-            }
-            n++;
-        }
+    if (cp >= 0x121 && cp <= 0x142) {
+        return (int) (cp - 0x121 + 0x7f);
     }
-    return -1;
+    return cp == 0x143 ? 0xad : -1;
 }
 
 static void

@@ -46,6 +46,8 @@ typedef struct {
     int32_t   prev;
     uint32_t  off;
     uint32_t  len;
+    uint32_t  rank;      /* of the pair starting here; UINT32_MAX: none */
+    int32_t   merged;    /* the pair's merged id */
 } pl_bpe_sym_t;
 
 typedef struct {
@@ -195,29 +197,48 @@ pl_bpe_merge_at(pl_enc_t *w, int32_t left, int32_t merged)
     w->sym[right].id = -2;
 }
 
-/* Short words: find the lowest-rank adjacent pair by scanning. */
+/* Caches the rank of the pair that starts at symbol i. */
+static void
+pl_bpe_pair(pl_enc_t *w, int32_t i)
+{
+    pl_bpe_sym_t  *s = &w->sym[i];
+
+    if (s->next < 0
+        || !pl_bpe_lookup(w->t, s->id, w->sym[s->next].id, &s->rank,
+                          &s->merged))
+    {
+        s->rank = UINT32_MAX;
+    }
+}
+
+/* Short words: scan the cached pair ranks for the lowest (leftmost on
+   ties); after a merge only the two pairs around it change. */
 static void
 pl_bpe_scan(pl_enc_t *w)
 {
-    const pl_tokenizer_t  *t = w->t;
+    uint32_t  best;
+    int32_t   at, i;
 
+    for (i = 0; i >= 0; i = w->sym[i].next) {
+        pl_bpe_pair(w, i);
+    }
     for (;;) {
-        uint32_t  best = UINT32_MAX, rank;
-        int32_t   at = -1, merged = -1, m, i;
-
-        for (i = 0; w->sym[i].next >= 0; i = w->sym[i].next) {
-            if (pl_bpe_lookup(t, w->sym[i].id, w->sym[w->sym[i].next].id,
-                              &rank, &m) && rank < best)
-            {
-                best = rank;
+        best = UINT32_MAX;
+        at = -1;
+        for (i = 0; i >= 0; i = w->sym[i].next) {
+            if (w->sym[i].rank < best) {
+                best = w->sym[i].rank;
                 at = i;
-                merged = m;
             }
         }
         if (at < 0) {
             return;
         }
-        pl_bpe_merge_at(w, at, merged);
+        pl_bpe_merge_at(w, at, w->sym[at].merged);
+        pl_bpe_pair(w, at);
+        if (w->sym[at].prev >= 0) {
+            pl_bpe_pair(w, w->sym[at].prev);
+        }
     }
 }
 

@@ -91,6 +91,8 @@ typedef struct {
 typedef struct {
     uint32_t  tag;              /* high bits of the piece's hash */
     int32_t   id;               /* -1: empty */
+    uint32_t  off;              /* the piece in the pool */
+    uint32_t  len;
 } pl_tok_slot_t;
 
 typedef struct {

@@ -45,6 +45,7 @@ typedef struct {
 } pl_json_parser_t;
 
 static int pl_json_value(pl_json_parser_t *ps, pl_json_t *v, int depth);
+static int pl_json_number_slow(pl_json_parser_t *ps, pl_json_t *v);
 
 static int
 pl_json_fail(pl_json_parser_t *ps, const char *what)
@@ -214,6 +215,29 @@ pl_json_string(pl_json_parser_t *ps, pl_json_t *v)
 
 static int
 pl_json_number(pl_json_parser_t *ps, pl_json_t *v)
+{
+    const char  *p = ps->p;
+    long long    iv = 0;
+
+    while (p < ps->end && *p >= '0' && *p <= '9' && p - ps->p < 15) {
+        iv = iv * 10 + (*p++ - '0');
+    }
+    if (p > ps->p && (p == ps->end || strchr(".eE0123456789", *p) == NULL
+                      || *p == '\0'))
+    {
+        ps->p = p;
+        v->type = PL_JSON_NUMBER;
+        v->n = 0;
+        v->u.num = (double) iv;
+        return 0;
+    }
+    return pl_json_number_slow(ps, v);
+}
+
+/* Any JSON number through strtod (the fast path above takes plain
+   non-negative integers, which is nearly every number in a vocabulary). */
+static int
+pl_json_number_slow(pl_json_parser_t *ps, pl_json_t *v)
 {
     char   buf[64];
     char  *endp;

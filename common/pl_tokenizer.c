@@ -23,6 +23,14 @@
 
 #define PL_TOK_MAX_ID     (1 << 24)
 #define PL_TOK_MAX_FILE   ((size_t) 1 << 30)
+#define PL_TOK_MAX_PIECE  1024
+#define PL_TOK_FNV_BASIS  0xcbf29ce484222325ULL
+
+#if defined(__GNUC__)
+#define PL_PREFETCH(p)    __builtin_prefetch(p)
+#else
+#define PL_PREFETCH(p)    ((void) (p))
+#endif
 
 /* GPT-2's split pattern, used by ByteLevel with use_regex. */
 static const char  pl_tok_gpt2_re[] =
@@ -47,21 +55,32 @@ pl_tok_fail(pl_tok_loader_t *ld, const char *fmt, const char *arg)
 }
 
 static uint64_t
-pl_tok_hash(const char *s, size_t len)
+pl_tok_fnv(uint64_t h, const char *s, size_t len)
 {
-    uint64_t  h = 0xcbf29ce484222325ULL;
-    size_t    i;
+    size_t  i;
 
     for (i = 0; i < len; i++) {
         h = (h ^ (uint8_t) s[i]) * 0x100000001b3ULL;
     }
+    return h;
+}
+
+static uint64_t
+pl_tok_mix(uint64_t h)
+{
     return h ^ (h >> 29);
 }
 
-int32_t
-pl_tok_lookup(const pl_tokenizer_t *t, const char *s, size_t len)
+static uint64_t
+pl_tok_hash(const char *s, size_t len)
 {
-    uint64_t  h = pl_tok_hash(s, len);
+    return pl_tok_mix(pl_tok_fnv(PL_TOK_FNV_BASIS, s, len));
+}
+
+static int32_t
+pl_tok_lookup_h(const pl_tokenizer_t *t, const char *s, size_t len,
+    uint64_t h)
+{
     uint32_t  tag = (uint32_t) (h >> 32);
     size_t    i = (size_t) h & t->hashmask;
 
@@ -71,13 +90,19 @@ pl_tok_lookup(const pl_tokenizer_t *t, const char *s, size_t len)
         if (id < 0) {
             return -1;
         }
-        if (t->hash[i].tag == tag && t->piece_len[id] == len
-            && memcmp(t->pool + t->piece_off[id], s, len) == 0)
+        if (t->hash[i].tag == tag && t->hash[i].len == len
+            && memcmp(t->pool + t->hash[i].off, s, len) == 0)
         {
             return id;
         }
         i = (i + 1) & t->hashmask;
     }
+}
+
+int32_t
+pl_tok_lookup(const pl_tokenizer_t *t, const char *s, size_t len)
+{
+    return pl_tok_lookup_h(t, s, len, pl_tok_hash(s, len));
 }
 
 static int
@@ -142,6 +167,8 @@ pl_tok_hash_insert(pl_tokenizer_t *t, int32_t id)
         if (cur < 0) {
             t->hash[i].id = id;
             t->hash[i].tag = tag;
+            t->hash[i].off = t->piece_off[id];
+            t->hash[i].len = (uint32_t) len;
             return;
         }
         if (t->hash[i].tag == tag && t->piece_len[cur] == len
@@ -150,6 +177,7 @@ pl_tok_hash_insert(pl_tokenizer_t *t, int32_t id)
         {
             if (t->flags[id] & PL_TOK_ADDED) {
                 t->hash[i].id = id;
+                t->hash[i].off = t->piece_off[id];
             }
             return;
         }
@@ -318,21 +346,26 @@ pl_tok_load_added(pl_tok_loader_t *ld, const pl_json_t *added)
     return 0;
 }
 
-static int
-pl_tok_merge_insert(pl_tok_loader_t *ld, int32_t a, int32_t b, uint32_t rank,
-    int32_t merged)
+/* Fills the merge table from the resolved list; a later duplicate of a
+   pair overrides an earlier one, as in the reference.  The table is far
+   larger than the caches, so the slot of an entry a few places ahead is
+   prefetched. */
+static void
+pl_tok_merges_fill(pl_tokenizer_t *t, const pl_tok_merge_t *list, size_t n)
 {
-    pl_tokenizer_t  *t = ld->t;
-    uint64_t         key = pl_tok_merge_key(a, b);
-    size_t           i = pl_tok_merge_slot(key, t->mmask);
+    size_t  k, i;
 
-    while (t->merges[i].key != 0 && t->merges[i].key != key) {
-        i = (i + 1) & t->mmask;
+    for (k = 0; k < n; k++) {
+        if (k + 8 < n) {
+            PL_PREFETCH(&t->merges[pl_tok_merge_slot(list[k + 8].key,
+                                                     t->mmask)]);
+        }
+        i = pl_tok_merge_slot(list[k].key, t->mmask);
+        while (t->merges[i].key != 0 && t->merges[i].key != list[k].key) {
+            i = (i + 1) & t->mmask;
+        }
+        t->merges[i] = list[k];
     }
-    t->merges[i].key = key;
-    t->merges[i].rank = rank;
-    t->merges[i].id = merged;
-    return 0;
 }
 
 static int
@@ -364,12 +397,80 @@ pl_tok_merge_pair(pl_tok_loader_t *ld, const pl_json_t *m, const char **a,
     return 0;
 }
 
+/* Phase one of loading merges: each pair's three piece hashes (left,
+   right, merged), computed in order over the JSON. */
+static int
+pl_tok_merges_hash(pl_tok_loader_t *ld, const pl_json_t *merges,
+    uint64_t *hs)
+{
+    size_t  i;
+
+    for (i = 0; i < merges->n; i++) {
+        const char  *a = NULL, *b = NULL;
+        size_t       alen = 0, blen = 0;
+        uint64_t     ha;
+
+        if (pl_tok_merge_pair(ld, &merges->u.kids[i], &a, &alen, &b, &blen)
+            != 0)
+        {
+            return -1;
+        }
+        if (alen + blen > PL_TOK_MAX_PIECE) {
+            return pl_tok_fail(ld, "model.merges: piece too long%s", NULL);
+        }
+        ha = pl_tok_fnv(PL_TOK_FNV_BASIS, a, alen);
+        hs[3 * i] = pl_tok_mix(ha);
+        hs[3 * i + 1] = pl_tok_hash(b, blen);
+        hs[3 * i + 2] = pl_tok_mix(pl_tok_fnv(ha, b, blen));
+    }
+    return 0;
+}
+
+/* Phase two: the ids of the three pieces, with the vocabulary slots of a
+   pair a few places ahead prefetched (the lookups are cache misses). */
+static int
+pl_tok_merges_resolve(pl_tok_loader_t *ld, const pl_json_t *merges,
+    const uint64_t *hs, pl_tok_merge_t *list)
+{
+    pl_tokenizer_t  *t = ld->t;
+    size_t           i, k;
+    char             buf[PL_TOK_MAX_PIECE];
+
+    for (i = 0; i < merges->n; i++) {
+        const char  *a = NULL, *b = NULL;
+        size_t       alen = 0, blen = 0;
+        int32_t      ia, ib, im;
+
+        for (k = 0; k < 3 && i + 8 < merges->n; k++) {
+            PL_PREFETCH(&t->hash[hs[3 * (i + 8) + k] & t->hashmask]);
+        }
+        pl_tok_merge_pair(ld, &merges->u.kids[i], &a, &alen, &b, &blen);
+        memcpy(buf, a, alen);
+        memcpy(buf + alen, b, blen);
+        ia = pl_tok_lookup_h(t, a, alen, hs[3 * i]);
+        ib = pl_tok_lookup_h(t, b, blen, hs[3 * i + 1]);
+        im = pl_tok_lookup_h(t, buf, alen + blen, hs[3 * i + 2]);
+        if (ia < 0 || ib < 0 || im < 0) {
+            snprintf(ld->err, ld->errlen,
+                     "model.merges[%zu]: a piece of \"%.*s %.*s\" is not "
+                     "in the vocabulary", i, (int) alen, a, (int) blen, b);
+            return -1;
+        }
+        list[i].key = pl_tok_merge_key(ia, ib);
+        list[i].rank = (uint32_t) i;
+        list[i].id = im;
+    }
+    return 0;
+}
+
 static int
 pl_tok_load_merges(pl_tok_loader_t *ld, const pl_json_t *merges)
 {
     pl_tokenizer_t  *t = ld->t;
-    size_t           i, msize = 1024;
-    char             buf[1024];
+    size_t           msize = 1024;
+    pl_tok_merge_t  *list;
+    uint64_t        *hs;
+    int              rc;
 
     if (merges == NULL || merges->type != PL_JSON_ARRAY) {
         return pl_tok_fail(ld, "model.merges: missing or not an array%s",
@@ -379,37 +480,21 @@ pl_tok_load_merges(pl_tok_loader_t *ld, const pl_json_t *merges)
         msize *= 2;
     }
     t->merges = calloc(msize, sizeof(pl_tok_merge_t));
-    if (t->merges == NULL) {
-        return pl_tok_fail(ld, "out of memory%s", NULL);
-    }
     t->mmask = msize - 1;
-    for (i = 0; i < merges->n; i++) {
-        const char  *a = NULL, *b = NULL;
-        size_t       alen = 0, blen = 0;
-        int32_t      ia, ib, im;
-
-        if (pl_tok_merge_pair(ld, &merges->u.kids[i], &a, &alen, &b, &blen)
-            != 0)
-        {
-            return -1;
-        }
-        if (alen + blen > sizeof(buf)) {
-            return pl_tok_fail(ld, "model.merges: piece too long%s", NULL);
-        }
-        memcpy(buf, a, alen);
-        memcpy(buf + alen, b, blen);
-        ia = pl_tok_lookup(t, a, alen);
-        ib = pl_tok_lookup(t, b, blen);
-        im = pl_tok_lookup(t, buf, alen + blen);
-        if (ia < 0 || ib < 0 || im < 0) {
-            snprintf(ld->err, ld->errlen,
-                     "model.merges[%zu]: a piece of \"%.*s %.*s\" is not "
-                     "in the vocabulary", i, (int) alen, a, (int) blen, b);
-            return -1;
-        }
-        pl_tok_merge_insert(ld, ia, ib, (uint32_t) i, im);
+    list = malloc((merges->n + 1) * sizeof(pl_tok_merge_t));
+    hs = malloc((merges->n + 1) * 3 * sizeof(uint64_t));
+    rc = (t->merges == NULL || list == NULL || hs == NULL)
+         ? pl_tok_fail(ld, "out of memory%s", NULL)
+         : pl_tok_merges_hash(ld, merges, hs);
+    if (rc == 0) {
+        rc = pl_tok_merges_resolve(ld, merges, hs, list);
     }
-    return 0;
+    if (rc == 0) {
+        pl_tok_merges_fill(t, list, merges->n);
+    }
+    free(hs);
+    free(list);
+    return rc;
 }
 
 /* GPT-2's byte to printable character table. */
