@@ -213,14 +213,29 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
 {
     ngx_http_pagedllm_channel_t  *ch = &ngx_http_pagedllm_channel;
 
+    u_char                       *body, *b;
+    size_t                        size;
     pl_rec_submit_t               rec;
     ngx_http_pagedllm_params_t   *p = &ctx->params;
 
     if (ch->state != NGX_HTTP_PAGEDLLM_ATTACHED
-        || p->n_prompt > ch->engine.max_prompt)
+        || p->n_prompt > ch->engine.max_prompt
+        || p->n_bias > PL_MAX_LOGIT_BIAS || p->n_stop_ids > PL_MAX_STOP_IDS)
     {
         return NGX_ERROR;
     }
+
+    size = p->n_prompt * sizeof(int32_t) + p->n_bias * sizeof(pl_bias_pair_t)
+           + p->n_stop_ids * sizeof(int32_t);
+
+    body = ngx_palloc(ctx->request->pool, size);
+    if (body == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = ngx_cpymem(body, p->prompt, p->n_prompt * sizeof(int32_t));
+    b = ngx_cpymem(b, p->bias, p->n_bias * sizeof(pl_bias_pair_t));
+    ngx_memcpy(b, p->stop_ids, p->n_stop_ids * sizeof(int32_t));
 
     ngx_memzero(&rec, sizeof(pl_rec_submit_t));
     rec.req_id = ch->next_id + 1;
@@ -231,9 +246,17 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
     rec.top_k = p->top_k;
     rec.n_prompt = (uint32_t) p->n_prompt;
     rec.seed = p->seed;
+    rec.min_p = p->min_p;
+    rec.repetition_penalty = p->repetition_penalty;
+    rec.presence_penalty = p->presence_penalty;
+    rec.frequency_penalty = p->frequency_penalty;
+    rec.min_tokens = p->min_tokens;
+    rec.logprobs = p->logprobs;
+    rec.n_logit_bias = (uint32_t) p->n_bias;
+    rec.n_stop_ids = (uint32_t) p->n_stop_ids;
 
-    if (pl_ring_write(&ch->sub, PL_REC_SUBMIT, &rec, sizeof(rec), p->prompt,
-                      (uint32_t) (p->n_prompt * sizeof(int32_t)))
+    if (pl_ring_write(&ch->sub, PL_REC_SUBMIT, &rec, sizeof(rec), body,
+                      (uint32_t) size)
         != 0)
     {
         return NGX_AGAIN;
@@ -632,6 +655,9 @@ ngx_http_pagedllm_identity(ngx_http_pagedllm_channel_t *ch)
     ch->engine.model.len = len;
     ch->engine.vocab_size = h->vocab_size;
     ch->engine.max_model_len = h->max_model_len;
+    ch->engine.default_temperature = h->default_temperature;
+    ch->engine.default_top_p = h->default_top_p;
+    ch->engine.default_top_k = h->default_top_k;
 
     ngx_memcpy(path, h->tokenizer_path, PL_PATH_LEN);
 
@@ -773,7 +799,10 @@ ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch, int comp_fd)
                             h->comp_size);
 
     ch->engine.max_prompt = (pl_ring_max_payload(&ch->sub)
-                             - sizeof(pl_rec_submit_t)) / sizeof(int32_t);
+                             - sizeof(pl_rec_submit_t)
+                             - PL_MAX_LOGIT_BIAS * sizeof(pl_bias_pair_t)
+                             - PL_MAX_STOP_IDS * sizeof(int32_t))
+                            / sizeof(int32_t);
 
     ch->rec_cap = pl_ring_max_payload(&ch->comp) + PL_RING_ALIGN;
     ch->rec = ngx_alloc(ch->rec_cap, ch->log);
@@ -1032,6 +1061,8 @@ ngx_http_pagedllm_dispatch(ngx_http_pagedllm_channel_t *ch, uint32_t type,
 static void
 ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch, uint32_t len)
 {
+    u_char                   *p;
+    uint64_t                  need;
     pl_rec_tokens_t           rec;
     ngx_http_pagedllm_ctx_t  *ctx;
 
@@ -1042,11 +1073,25 @@ ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch, uint32_t len)
         return;
     }
 
-    if (rec.n > (len - sizeof(pl_rec_tokens_t)) / sizeof(int32_t)
-        || ngx_http_pagedllm_on_tokens(ctx,
-                                       (int32_t *) (ch->rec
-                                                    + sizeof(pl_rec_tokens_t)),
-                                       rec.n)
+    need = (uint64_t) rec.n * sizeof(int32_t);
+
+    if (rec.flags & PL_TOKENS_LOGPROBS) {
+        need += (uint64_t) rec.n * (sizeof(float)
+                                    + rec.n_top * sizeof(pl_top_logprob_t));
+    }
+
+    p = ch->rec + sizeof(pl_rec_tokens_t);
+
+    if (need > len - sizeof(pl_rec_tokens_t)
+        || rec.n_top > PL_MAX_LOGPROBS
+        || ((rec.flags & PL_TOKENS_LOGPROBS) != 0)
+           != ((ctx->params.flags & PL_SUBMIT_LOGPROBS) != 0)
+        || ngx_http_pagedllm_on_tokens(ctx, (int32_t *) p, rec.n,
+               (rec.flags & PL_TOKENS_LOGPROBS)
+               ? (float *) (p + rec.n * sizeof(int32_t)) : NULL,
+               (pl_top_logprob_t *) (p + rec.n * (sizeof(int32_t)
+                                                  + sizeof(float))),
+               rec.n_top)
            != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, ch->log, 0,

@@ -41,10 +41,20 @@ static ngx_int_t ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pagedllm_text_reserve(ngx_http_pagedllm_ctx_t *ctx,
     size_t more);
 static void ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx);
+static ngx_int_t ngx_http_pagedllm_pieces_reserve(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n);
+static ngx_uint_t ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
+    size_t len);
 static void ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx);
-static size_t ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx);
+static ngx_uint_t ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx);
+static ngx_int_t ngx_http_pagedllm_piece_logprobs(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n, ngx_str_t **out);
+static void ngx_http_pagedllm_consume(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t n);
+static size_t ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t emit, ngx_str_t *lpj);
 static u_char *ngx_http_pagedllm_stream_events(u_char *p,
-    ngx_http_pagedllm_ctx_t *ctx);
+    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t emit, ngx_str_t *lpj);
 static ngx_chain_t *ngx_http_pagedllm_out_buf(ngx_http_pagedllm_ctx_t *ctx,
     size_t size);
 static void ngx_http_pagedllm_flush_whole(ngx_http_pagedllm_ctx_t *ctx);
@@ -409,6 +419,8 @@ ngx_http_pagedllm_completions(ngx_http_request_t *r)
     }
 
     pl_detok_init(&ctx->detok, engine->tokenizer, 1);
+    ctx->n_top = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
+                 ? ctx->params.logprobs : 0;
 
     rc = ngx_http_pagedllm_channel_submit(ctx);
 
@@ -556,30 +568,19 @@ ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r)
 
 ngx_int_t
 ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, const int32_t *ids,
-    ngx_uint_t n)
+    ngx_uint_t n, const float *lp, const pl_top_logprob_t *top,
+    ngx_uint_t n_top)
 {
     long                          len;
-    uint32_t                     *pe;
-    ngx_uint_t                    i, cap;
+    ngx_uint_t                    i;
     ngx_http_pagedllm_engine_t   *engine;
 
     engine = ngx_http_pagedllm_channel_engine();
 
-    if (ctx->params.stream && ctx->npieces + n > ctx->pieces_cap) {
-        cap = ngx_max(ctx->pieces_cap * 2, ctx->npieces + n);
-        cap = ngx_max(cap, 16);
-
-        pe = ngx_palloc(ctx->request->pool, cap * sizeof(uint32_t));
-        if (pe == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (ctx->npieces) {
-            ngx_memcpy(pe, ctx->piece_end, ctx->npieces * sizeof(uint32_t));
-        }
-
-        ctx->piece_end = pe;
-        ctx->pieces_cap = cap;
+    if (ctx->finished || (lp && n_top != ctx->n_top)
+        || ngx_http_pagedllm_pieces_reserve(ctx, n) != NGX_OK)
+    {
+        return ctx->finished ? NGX_OK : NGX_ERROR;
     }
 
     for (i = 0; i < n; i++) {
@@ -599,12 +600,110 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, const int32_t *ids,
         ctx->text_len += len;
         ctx->completion_tokens++;
 
-        if (ctx->params.stream) {
-            ctx->piece_end[ctx->npieces++] = (uint32_t) ctx->text_len;
+        if (lp) {
+            ctx->piece_lp[ctx->npieces] = lp[i];
+            ngx_memcpy(ctx->piece_top + ctx->npieces * n_top, top + i * n_top,
+                       n_top * sizeof(pl_top_logprob_t));
+        }
+
+        ctx->piece_end[ctx->npieces++] = (uint32_t) ctx->text_len;
+
+        if (ctx->params.n_stop && ngx_http_pagedllm_stop_check(ctx, len)) {
+            return NGX_OK;
         }
     }
 
     return NGX_OK;
+}
+
+
+/* Room for n more pieces (and their logprobs). */
+static ngx_int_t
+ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n)
+{
+    void               *pe, *lp, *top;
+    ngx_uint_t          cap;
+    ngx_pool_t         *pool = ctx->request->pool;
+
+    if (ctx->npieces + n <= ctx->pieces_cap) {
+        return NGX_OK;
+    }
+
+    cap = ngx_max(ctx->pieces_cap * 2, ctx->npieces + n);
+    cap = ngx_max(cap, 16);
+
+    pe = ngx_palloc(pool, cap * sizeof(uint32_t));
+    lp = ngx_palloc(pool, cap * sizeof(float));
+    top = ngx_palloc(pool, cap * (ctx->n_top + 1) * sizeof(pl_top_logprob_t));
+
+    if (pe == NULL || lp == NULL || top == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->npieces) {
+        ngx_memcpy(pe, ctx->piece_end, ctx->npieces * sizeof(uint32_t));
+        ngx_memcpy(lp, ctx->piece_lp, ctx->npieces * sizeof(float));
+        ngx_memcpy(top, ctx->piece_top,
+                   ctx->npieces * ctx->n_top * sizeof(pl_top_logprob_t));
+    }
+
+    ctx->piece_end = pe;
+    ctx->piece_lp = lp;
+    ctx->piece_top = top;
+    ctx->pieces_cap = cap;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The last token added len bytes: look for the earliest stop string that
+ * ends in them.  On a match the text is cut where the stop string starts,
+ * the pieces after the cut are dropped, and the generation ends with
+ * "stop" (the engine gets an ABORT, which frees its blocks).
+ */
+static ngx_uint_t
+ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx, size_t len)
+{
+    u_char      *m;
+    size_t       from, cut;
+    ngx_str_t   *st;
+    ngx_uint_t   i;
+
+    cut = ctx->text_len + 1;
+
+    for (i = 0; i < ctx->params.n_stop; i++) {
+        st = &ctx->params.stop[i];
+
+        from = ctx->text_len - len;
+        from = from >= st->len - 1 ? from - (st->len - 1) : 0;
+
+        m = memmem(ctx->text + from, ctx->text_len - from, st->data,
+                   st->len);
+        if (m && (size_t) (m - ctx->text) < cut) {
+            cut = m - ctx->text;
+        }
+    }
+
+    if (cut > ctx->text_len) {
+        return 0;
+    }
+
+    ctx->text_len = cut;
+
+    while (ctx->npieces > 1 && ctx->piece_end[ctx->npieces - 2] >= cut) {
+        ctx->npieces--;
+    }
+
+    ctx->piece_end[ctx->npieces - 1] = (uint32_t) cut;
+
+    ngx_http_pagedllm_channel_cancel(ctx);
+
+    ctx->finished = 1;
+    ctx->stopped = 1;
+    ctx->finish_reason = PL_FINISH_STOP;
+
+    return 1;
 }
 
 
@@ -696,8 +795,9 @@ ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx)
 {
     long  len;
 
-    if (ctx->finish_reason != PL_FINISH_STOP
-        && ctx->finish_reason != PL_FINISH_LENGTH)
+    if (ctx->stopped
+        || (ctx->finish_reason != PL_FINISH_STOP
+            && ctx->finish_reason != PL_FINISH_LENGTH))
     {
         return;
     }
@@ -727,23 +827,40 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
 {
     ngx_int_t            rc;
     ngx_buf_t           *b;
+    ngx_str_t           *lpj;
+    ngx_uint_t           emit;
     ngx_chain_t         *out;
     ngx_http_request_t  *r = ctx->request;
 
-    out = ngx_http_pagedllm_out_buf(ctx, ngx_http_pagedllm_stream_size(ctx));
+    emit = ngx_http_pagedllm_emittable(ctx);
+
+    if (emit == 0 && !ctx->finished) {
+        return;
+    }
+
+    lpj = NULL;
+
+    if ((ctx->params.flags & PL_SUBMIT_LOGPROBS) && emit
+        && ngx_http_pagedllm_piece_logprobs(ctx, emit, &lpj) != NGX_OK)
+    {
+        ngx_http_finalize_request(r, NGX_ERROR);
+        return;
+    }
+
+    out = ngx_http_pagedllm_out_buf(ctx,
+                                 ngx_http_pagedllm_stream_size(ctx, emit, lpj));
     if (out == NULL) {
         ngx_http_finalize_request(r, NGX_ERROR);
         return;
     }
 
     b = out->buf;
-    b->last = ngx_http_pagedllm_stream_events(b->last, ctx);
+    b->last = ngx_http_pagedllm_stream_events(b->last, ctx, emit, lpj);
     b->flush = 1;
     b->last_buf = ctx->finished && r == r->main;
     b->last_in_chain = 1;
 
-    ctx->text_len = 0;
-    ctx->npieces = 0;
+    ngx_http_pagedllm_consume(ctx, emit);
 
     rc = ngx_http_output_filter(r, out);
 
@@ -754,13 +871,113 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
 }
 
 
-static size_t
-ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx)
+/*
+ * Pieces that may be streamed now: all once finished; before that, those
+ * that end before the text that might still become a stop string (the
+ * longest tail of the text that is a proper prefix of one).
+ */
+static ngx_uint_t
+ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx)
 {
-    size_t  size;
+    size_t       hold, k, safe;
+    ngx_str_t   *st;
+    ngx_uint_t   i, n;
 
-    size = ctx->npieces * ngx_http_pagedllm_sse_bound(ctx, 0)
+    if (ctx->finished) {
+        return ctx->npieces;
+    }
+
+    hold = 0;
+
+    for (i = 0; i < ctx->params.n_stop; i++) {
+        st = &ctx->params.stop[i];
+
+        for (k = ngx_min(st->len - 1, ctx->text_len); k > hold; k--) {
+            if (ngx_memcmp(ctx->text + ctx->text_len - k, st->data, k) == 0)
+            {
+                hold = k;
+                break;
+            }
+        }
+    }
+
+    safe = ctx->text_len - hold;
+
+    for (n = 0; n < ctx->npieces && ctx->piece_end[n] <= safe; n++) {
+        /* void */
+    }
+
+    return n;
+}
+
+
+/* The logprobs object of each of the first n pieces, one event each. */
+static ngx_int_t
+ngx_http_pagedllm_piece_logprobs(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n,
+    ngx_str_t **out)
+{
+    ngx_str_t   *lpj;
+    ngx_uint_t   i;
+
+    lpj = ngx_palloc(ctx->request->pool, n * sizeof(ngx_str_t));
+    if (lpj == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (ngx_http_pagedllm_logprobs_text(ctx, i, 1, &lpj[i]) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    *out = lpj;
+
+    return NGX_OK;
+}
+
+
+/* Forget the first n pieces (streamed), keeping the rest in place. */
+static void
+ngx_http_pagedllm_consume(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n)
+{
+    size_t      bytes;
+    ngx_uint_t  i, rest;
+
+    bytes = (n == ctx->npieces) ? ctx->text_len
+                                : (n ? ctx->piece_end[n - 1] : 0);
+    rest = ctx->npieces - n;
+
+    ctx->chars_sent += ngx_http_pagedllm_utf8_chars(ctx->text, bytes);
+    ngx_memmove(ctx->text, ctx->text + bytes, ctx->text_len - bytes);
+    ctx->text_len -= bytes;
+
+    for (i = 0; i < rest; i++) {
+        ctx->piece_end[i] = ctx->piece_end[n + i] - bytes;
+        ctx->piece_lp[i] = ctx->piece_lp[n + i];
+    }
+
+    if (rest && ctx->n_top) {
+        ngx_memmove(ctx->piece_top, ctx->piece_top + n * ctx->n_top,
+                    rest * ctx->n_top * sizeof(pl_top_logprob_t));
+    }
+
+    ctx->npieces = rest;
+}
+
+
+static size_t
+ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t emit,
+    ngx_str_t *lpj)
+{
+    size_t      size;
+    ngx_uint_t  i;
+
+    size = emit * ngx_http_pagedllm_sse_bound(ctx, 0)
            + ngx_http_pagedllm_sse_bound(ctx, ctx->text_len);
+
+    for (i = 0; lpj && i < emit; i++) {
+        size += lpj[i].len;
+    }
 
     if (ctx->finished) {
         size += 2 * ngx_http_pagedllm_sse_bound(ctx, 0) + 512
@@ -772,7 +989,8 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx)
 
 
 static u_char *
-ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t emit, ngx_str_t *lpj)
 {
     uint32_t    reason, start, end;
     ngx_uint_t  i, normal;
@@ -781,13 +999,14 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
              || ctx->finish_reason == PL_FINISH_LENGTH;
     start = 0;
 
-    for (i = 0; i < ctx->npieces; i++) {
+    for (i = 0; i < emit; i++) {
         end = ctx->piece_end[i];
         reason = (i == ctx->npieces - 1 && ctx->finished && normal)
                  ? ctx->finish_reason : 0;
 
         p = ngx_http_pagedllm_sse_text(p, ctx, ctx->text + start,
-                                       end - start, reason);
+                                       end - start, lpj ? &lpj[i] : NULL,
+                                       reason);
         start = end;
     }
 
@@ -797,7 +1016,7 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
 
     if (normal && ctx->npieces == 0) {
         p = ngx_http_pagedllm_sse_text(p, ctx, ctx->text, ctx->text_len,
-                                       ctx->finish_reason);
+                                       NULL, ctx->finish_reason);
     }
 
     if (!normal) {

@@ -26,6 +26,8 @@
 
 
 #define NGX_HTTP_PAGEDLLM_ERR_LEN      512
+#define NGX_HTTP_PAGEDLLM_MAX_STOP     4
+#define NGX_HTTP_PAGEDLLM_STOP_LEN     1024
 
 
 typedef struct {
@@ -49,6 +51,9 @@ typedef struct {
     uint32_t                      max_model_len;
     uint32_t                      max_prompt;    /* fits one SUBMIT record */
     pl_tokenizer_t               *tokenizer;
+    float                         default_temperature;  /* < 0: unset */
+    float                         default_top_p;
+    int32_t                       default_top_k;
 } ngx_http_pagedllm_engine_t;
 
 
@@ -61,8 +66,24 @@ typedef struct {
     float                         top_p;
     int32_t                       top_k;
     uint64_t                      seed;
+    float                         min_p;
+    float                         repetition_penalty;
+    float                         presence_penalty;
+    float                         frequency_penalty;
+    uint32_t                      min_tokens;
+    uint32_t                      logprobs;      /* top-N, with the flag */
+    pl_bias_pair_t               *bias;
+    ngx_uint_t                    n_bias;
+    int32_t                      *stop_ids;
+    ngx_uint_t                    n_stop_ids;
+    ngx_str_t                     stop[NGX_HTTP_PAGEDLLM_MAX_STOP];
+    ngx_uint_t                    n_stop;
     unsigned                      stream:1;
     unsigned                      include_usage:1;
+    unsigned                      temperature_set:1;
+    unsigned                      top_p_set:1;
+    unsigned                      top_k_set:1;
+    unsigned                      min_tokens_set:1;
 } ngx_http_pagedllm_params_t;
 
 
@@ -107,11 +128,16 @@ typedef struct {
     ngx_uint_t                    error_status;
     ngx_str_t                     error_message;
 
-    /* text decoded since the last flush (all of it when not streaming) */
+    /* text decoded and not sent yet (all of it when not streaming); one
+       piece per token, with its logprobs when they were asked for */
     u_char                       *text;
     size_t                        text_len;
     size_t                        text_cap;
-    uint32_t                     *piece_end;     /* per token, streaming */
+    size_t                        chars_sent;    /* characters streamed */
+    uint32_t                     *piece_end;
+    float                        *piece_lp;      /* chosen logprob */
+    pl_top_logprob_t             *piece_top;     /* n_top per piece */
+    ngx_uint_t                    n_top;
     ngx_uint_t                    npieces;
     ngx_uint_t                    pieces_cap;
 
@@ -120,6 +146,7 @@ typedef struct {
 
     unsigned                      dirty:1;
     unsigned                      finished:1;
+    unsigned                      stopped:1;     /* cut at a stop string */
 } ngx_http_pagedllm_ctx_t;
 
 
@@ -142,7 +169,8 @@ ngx_int_t ngx_http_pagedllm_status_handler(ngx_http_request_t *r);
 
 /* handler: called by the channel while it drains the completion ring */
 ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,
-    const int32_t *ids, ngx_uint_t n);
+    const int32_t *ids, ngx_uint_t n, const float *lp,
+    const pl_top_logprob_t *top, ngx_uint_t n_top);
 void ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, u_char *msg, size_t len);
 void ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx);
@@ -158,7 +186,10 @@ ngx_buf_t *ngx_http_pagedllm_error_json(ngx_pool_t *pool,
 size_t ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx,
     size_t text_len);
 u_char *ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
-    u_char *text, size_t len, uint32_t finish_reason);
+    u_char *text, size_t len, ngx_str_t *logprobs, uint32_t finish_reason);
+size_t ngx_http_pagedllm_utf8_chars(u_char *p, size_t n);
+ngx_int_t ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t first, ngx_uint_t n, ngx_str_t *out);
 u_char *ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
 u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message);

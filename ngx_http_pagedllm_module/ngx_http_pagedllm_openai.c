@@ -12,6 +12,7 @@
 
 
 #include <jansson.h>
+#include <math.h>
 
 #include "ngx_http_pagedllm_module.h"
 
@@ -96,6 +97,31 @@ static ngx_int_t ngx_http_pagedllm_f_penalty(json_t *v,
 static ngx_int_t ngx_http_pagedllm_f_one(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_min_p(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_repetition_penalty(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_min_tokens(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_logprobs(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_logit_bias(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_stop(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_stop_token_ids(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static void ngx_http_pagedllm_defaults(ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine);
+static json_t *ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t first, ngx_uint_t n);
 
 static ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);
 static u_char *ngx_http_pagedllm_sse_head(u_char *p,
@@ -122,12 +148,16 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_fields_known[] = {
     { "ignore_eos", ngx_http_pagedllm_f_ignore_eos },
     { "user", ngx_http_pagedllm_f_user },
     { "echo", ngx_http_pagedllm_f_unsupported },
-    { "logprobs", ngx_http_pagedllm_f_unsupported },
-    { "stop", ngx_http_pagedllm_f_unsupported },
+    { "logprobs", ngx_http_pagedllm_f_logprobs },
+    { "stop", ngx_http_pagedllm_f_stop },
     { "suffix", ngx_http_pagedllm_f_unsupported },
-    { "logit_bias", ngx_http_pagedllm_f_unsupported },
+    { "logit_bias", ngx_http_pagedllm_f_logit_bias },
     { "presence_penalty", ngx_http_pagedllm_f_penalty },
     { "frequency_penalty", ngx_http_pagedllm_f_penalty },
+    { "min_p", ngx_http_pagedllm_f_min_p },
+    { "repetition_penalty", ngx_http_pagedllm_f_repetition_penalty },
+    { "min_tokens", ngx_http_pagedllm_f_min_tokens },
+    { "stop_token_ids", ngx_http_pagedllm_f_stop_token_ids },
     { NULL, NULL }
 };
 
@@ -157,6 +187,8 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
     if (rc != NGX_OK) {
         return NGX_ERROR;
     }
+
+    ngx_http_pagedllm_defaults(p, engine);
 
     return ngx_http_pagedllm_check_length(p, engine, err);
 }
@@ -354,10 +386,44 @@ ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_params_t *p,
 }
 
 
+/* What the request left out comes from the model's generation_config.json
+   (as the engine published it), else OpenAI's defaults. */
+static void
+ngx_http_pagedllm_defaults(ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine)
+{
+    if (!p->temperature_set && engine->default_temperature >= 0
+        && engine->default_temperature <= 2)
+    {
+        p->temperature = engine->default_temperature;
+    }
+
+    if (!p->top_p_set && engine->default_top_p > 0
+        && engine->default_top_p <= 1)
+    {
+        p->top_p = engine->default_top_p;
+    }
+
+    if (!p->top_k_set && engine->default_top_k > 0
+        && (uint32_t) engine->default_top_k <= engine->vocab_size)
+    {
+        p->top_k = engine->default_top_k;
+    }
+}
+
+
 static ngx_int_t
 ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err)
 {
+    if (p->min_tokens > p->max_tokens) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "min_tokens",
+                                    "'min_tokens' (%uD) must not exceed "
+                                    "'max_tokens' (%uD)", p->min_tokens,
+                                    p->max_tokens);
+        return NGX_ERROR;
+    }
+
     if (p->n_prompt >= engine->max_model_len
         || p->n_prompt > engine->max_prompt)
     {
@@ -634,6 +700,7 @@ ngx_http_pagedllm_f_temperature(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     p->temperature = (float) d;
+    p->temperature_set = 1;
 
     return NGX_OK;
 }
@@ -655,6 +722,7 @@ ngx_http_pagedllm_f_top_p(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     p->top_p = (float) d;
+    p->top_p_set = 1;
 
     return NGX_OK;
 }
@@ -686,6 +754,7 @@ ngx_http_pagedllm_f_top_k(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     p->top_k = k < 0 ? 0 : (int32_t) k;
+    p->top_k_set = 1;
 
     return NGX_OK;
 }
@@ -879,12 +948,11 @@ ngx_http_pagedllm_f_penalty(json_t *v, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
-    if (d != 0.0) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ngx_http_pagedllm_field,
-                                    "'%s' other than 0 is not supported",
-                                    ngx_http_pagedllm_field);
-        return NGX_ERROR;
+    if (ngx_strcmp(ngx_http_pagedllm_field, "presence_penalty") == 0) {
+        p->presence_penalty = (float) d;
+
+    } else {
+        p->frequency_penalty = (float) d;
     }
 
     return NGX_OK;
@@ -910,6 +978,321 @@ ngx_http_pagedllm_f_one(json_t *v, ngx_http_pagedllm_params_t *p,
                                     "'%s' other than 1 is not supported",
                                     ngx_http_pagedllm_field);
         return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_min_p(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    double  d;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_number(v, 0.0, 1.0, 0, &d, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    p->min_p = (float) d;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_repetition_penalty(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
+{
+    double  d;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_number(v, 0.0, 100.0, 1, &d, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    p->repetition_penalty = (float) d;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_min_tokens(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_int_t  n;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_integer(v)) {
+        return ngx_http_pagedllm_type_error(err, "an integer");
+    }
+
+    n = json_integer_value(v);
+
+    if (n < 0 || n > (json_int_t) engine->max_model_len) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "min_tokens",
+                                    "'min_tokens' must be between 0 and %uD, "
+                                    "got %L", engine->max_model_len,
+                                    (int64_t) n);
+        return NGX_ERROR;
+    }
+
+    p->min_tokens = (uint32_t) n;
+
+    return NGX_OK;
+}
+
+
+/* completions: an integer 0..20, the top entries wanted per token */
+static ngx_int_t
+ngx_http_pagedllm_f_logprobs(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_int_t  n;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_integer(v)) {
+        return ngx_http_pagedllm_type_error(err, "an integer");
+    }
+
+    n = json_integer_value(v);
+
+    if (n < 0 || n > PL_MAX_LOGPROBS) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    ngx_http_pagedllm_field,
+                                    "'%s' must be between 0 and %d, got %L",
+                                    ngx_http_pagedllm_field, PL_MAX_LOGPROBS,
+                                    (int64_t) n);
+        return NGX_ERROR;
+    }
+
+    p->logprobs = (uint32_t) n;
+    p->flags |= PL_SUBMIT_LOGPROBS;
+
+    return NGX_OK;
+}
+
+
+/* A token id written as a decimal string, as logit_bias keys are. */
+static ngx_int_t
+ngx_http_pagedllm_id_key(const char *key, ngx_http_pagedllm_engine_t *engine,
+    int32_t *id)
+{
+    size_t     len;
+    ngx_int_t  n;
+
+    len = ngx_strlen(key);
+
+    if (len == 0 || len > 10) {
+        return NGX_ERROR;
+    }
+
+    n = ngx_atoi((u_char *) key, len);
+
+    if (n == NGX_ERROR || (uint64_t) n >= engine->vocab_size) {
+        return NGX_ERROR;
+    }
+
+    *id = (int32_t) n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_logit_bias(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    double       d;
+    json_t      *e;
+    const char  *key;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(v)) {
+        return ngx_http_pagedllm_type_error(err, "an object of token ids "
+                                            "to numbers");
+    }
+
+    if (json_object_size(v) > PL_MAX_LOGIT_BIAS) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "logit_bias",
+                                    "'logit_bias' may hold at most %d "
+                                    "tokens", PL_MAX_LOGIT_BIAS);
+        return NGX_ERROR;
+    }
+
+    p->bias = ngx_palloc(pool, json_object_size(v) * sizeof(pl_bias_pair_t)
+                               + 1);
+    if (p->bias == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    json_object_foreach(v, key, e) {
+        if (ngx_http_pagedllm_id_key(key, engine, &p->bias[p->n_bias].id)
+            != NGX_OK)
+        {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "logit_bias",
+                                        "'logit_bias' key \"%s\" is not a "
+                                        "token id (0..%uD)", key,
+                                        engine->vocab_size - 1);
+            return NGX_ERROR;
+        }
+
+        if (!json_is_number(e)) {
+            return ngx_http_pagedllm_type_error(err, "an object of token ids "
+                                                "to numbers");
+        }
+
+        d = json_number_value(e);
+        p->bias[p->n_bias++].bias = (float) (d < -100 ? -100
+                                             : d > 100 ? 100 : d);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_stop_string(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
+{
+    size_t  len;
+
+    if (!json_is_string(v)) {
+        return ngx_http_pagedllm_type_error(err, "a string or an array of "
+                                            "up to 4 strings");
+    }
+
+    len = json_string_length(v);
+
+    if (len == 0 || len > NGX_HTTP_PAGEDLLM_STOP_LEN) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "stop",
+                                    "each 'stop' string must be 1 to %d "
+                                    "bytes long", NGX_HTTP_PAGEDLLM_STOP_LEN);
+        return NGX_ERROR;
+    }
+
+    p->stop[p->n_stop].data = ngx_pnalloc(pool, len);
+    if (p->stop[p->n_stop].data == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p->stop[p->n_stop].data, json_string_value(v), len);
+    p->stop[p->n_stop].len = len;
+    p->n_stop++;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_stop(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    size_t   i;
+    json_t  *e;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_array(v)) {
+        return ngx_http_pagedllm_stop_string(v, p, pool, err);
+    }
+
+    if (json_array_size(v) > NGX_HTTP_PAGEDLLM_MAX_STOP) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "stop",
+                                    "'stop' may hold at most %d strings",
+                                    NGX_HTTP_PAGEDLLM_MAX_STOP);
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(v, i, e) {
+        if (ngx_http_pagedllm_stop_string(e, p, pool, err) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_stop_token_ids(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    size_t      i;
+    json_t     *e;
+    json_int_t  id;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_array(v)) {
+        return ngx_http_pagedllm_type_error(err, "an array of token ids");
+    }
+
+    if (json_array_size(v) > PL_MAX_STOP_IDS) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    "stop_token_ids",
+                                    "'stop_token_ids' may hold at most %d "
+                                    "ids", PL_MAX_STOP_IDS);
+        return NGX_ERROR;
+    }
+
+    p->stop_ids = ngx_palloc(pool, json_array_size(v) * sizeof(int32_t) + 1);
+    if (p->stop_ids == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(v, i, e) {
+        if (!json_is_integer(e)) {
+            return ngx_http_pagedllm_type_error(err, "an array of token ids");
+        }
+
+        id = json_integer_value(e);
+
+        if (id < 0 || id >= (json_int_t) engine->vocab_size) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "stop_token_ids",
+                                        "Token id %L in 'stop_token_ids' is "
+                                        "out of vocabulary (0..%uD)",
+                                        (int64_t) id, engine->vocab_size - 1);
+            return NGX_ERROR;
+        }
+
+        p->stop_ids[p->n_stop_ids++] = (int32_t) id;
     }
 
     return NGX_OK;
@@ -989,23 +1372,171 @@ ngx_http_pagedllm_sse_head(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
 
 u_char *
 ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
-    u_char *text, size_t len, uint32_t finish_reason)
+    u_char *text, size_t len, ngx_str_t *logprobs, uint32_t finish_reason)
 {
     const char  *reason;
 
     p = ngx_http_pagedllm_sse_head(p, ctx);
     p = ngx_sprintf(p, "\"choices\":[{\"index\":0,\"text\":\"");
     p = (u_char *) ngx_escape_json(p, text, len);
+    p = ngx_cpymem(p, "\",\"logprobs\":", sizeof("\",\"logprobs\":") - 1);
+
+    if (logprobs) {
+        p = ngx_cpymem(p, logprobs->data, logprobs->len);
+
+    } else {
+        p = ngx_cpymem(p, "null", 4);
+    }
 
     reason = ngx_http_pagedllm_reason(finish_reason);
 
     if (reason) {
-        return ngx_sprintf(p, "\",\"logprobs\":null,\"finish_reason\":"
-                           "\"%s\"}]}\n\n", reason);
+        return ngx_sprintf(p, ",\"finish_reason\":\"%s\"}]}\n\n", reason);
     }
 
-    return ngx_sprintf(p, "\",\"logprobs\":null,\"finish_reason\":null}]}"
-                       "\n\n");
+    return ngx_sprintf(p, ",\"finish_reason\":null}]}\n\n");
+}
+
+
+/* A token's text on its own, always valid UTF-8 (U+FFFD for a part of a
+   character), special tokens included. */
+static json_t *
+ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok, int32_t id)
+{
+    long        n, m;
+    char        buf[2 * 256];
+    pl_detok_t  d;
+
+    pl_detok_init(&d, tok, 0);
+
+    n = pl_detok_push(&d, id, buf, 256);
+    m = pl_detok_flush(&d, buf + (n > 0 ? n : 0), 256);
+
+    if (n < 0 || m < 0) {
+        return json_string("");
+    }
+
+    return json_stringn(buf, n + m);
+}
+
+
+static double
+ngx_http_pagedllm_lp_value(float lp)
+{
+    return (isfinite(lp) && lp > -9999.0f) ? (double) lp : -9999.0;
+}
+
+
+/* OpenAI's completions logprobs of pieces [first, first + n). */
+static json_t *
+ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t first,
+    ngx_uint_t n)
+{
+    json_t                      *j, *tokens, *lps, *tops, *offsets, *top, *key;
+    uint32_t                     start, end;
+    ngx_uint_t                   i, k;
+    pl_top_logprob_t            *t;
+    ngx_http_pagedllm_engine_t  *engine;
+
+    engine = ngx_http_pagedllm_channel_engine();
+    if (engine == NULL) {
+        return NULL;
+    }
+
+    j = json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs",
+                  "top_logprobs", "text_offset");
+    if (j == NULL) {
+        return NULL;
+    }
+
+    tokens = json_object_get(j, "tokens");
+    lps = json_object_get(j, "token_logprobs");
+    tops = json_object_get(j, "top_logprobs");
+    offsets = json_object_get(j, "text_offset");
+
+    for (i = first; i < first + n; i++) {
+        start = i ? ctx->piece_end[i - 1] : 0;
+        end = ctx->piece_end[i];
+
+        json_array_append_new(tokens,
+                              json_stringn((char *) ctx->text + start,
+                                           end - start));
+        json_array_append_new(lps,
+                  json_real(ngx_http_pagedllm_lp_value(ctx->piece_lp[i])));
+        json_array_append_new(offsets,
+            json_integer(ctx->chars_sent
+                         + ngx_http_pagedllm_utf8_chars(ctx->text, start)));
+
+        top = json_object();
+
+        for (k = 0; k < ctx->n_top; k++) {
+            t = &ctx->piece_top[i * ctx->n_top + k];
+            key = ngx_http_pagedllm_token_text(engine->tokenizer, t->id);
+
+            if (key && top && json_object_get(top, json_string_value(key))
+                              == NULL)
+            {
+                json_object_set_new(top, json_string_value(key),
+                     json_real(ngx_http_pagedllm_lp_value(t->logprob)));
+            }
+
+            json_decref(key);
+        }
+
+        json_array_append_new(tops, top);
+    }
+
+    return j;
+}
+
+
+/* Characters (code points) in valid UTF-8: the bytes that start one. */
+size_t
+ngx_http_pagedllm_utf8_chars(u_char *p, size_t n)
+{
+    size_t  i, chars;
+
+    chars = 0;
+
+    for (i = 0; i < n; i++) {
+        chars += (p[i] & 0xc0) != 0x80;
+    }
+
+    return chars;
+}
+
+
+ngx_int_t
+ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t first, ngx_uint_t n, ngx_str_t *out)
+{
+    char    *s;
+    json_t  *j;
+
+    j = ngx_http_pagedllm_logprobs_obj(ctx, first, n);
+    if (j == NULL) {
+        return NGX_ERROR;
+    }
+
+    s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->len = ngx_strlen(s);
+    out->data = ngx_pnalloc(ctx->request->pool, out->len);
+
+    if (out->data == NULL) {
+        free(s);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(out->data, s, out->len);
+    free(s);
+
+    return NGX_OK;
 }
 
 
@@ -1039,14 +1570,21 @@ ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 ngx_buf_t *
 ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
 {
-    json_t  *j, *text;
+    json_t  *j, *text, *lp;
 
     text = json_stringn((char *) ctx->text, ctx->text_len);
     if (text == NULL) {
         return NULL;
     }
 
-    j = json_pack("{s:s%,s:s,s:I,s:s%,s:[{s:i,s:o,s:n,s:s}],"
+    lp = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
+         ? ngx_http_pagedllm_logprobs_obj(ctx, 0, ctx->npieces) : json_null();
+    if (lp == NULL) {
+        json_decref(text);
+        return NULL;
+    }
+
+    j = json_pack("{s:s%,s:s,s:I,s:s%,s:[{s:i,s:o,s:o,s:s}],"
                   "s:{s:I,s:I,s:I}}",
                   "id", ctx->id.data, ctx->id.len,
                   "object", "text_completion",
@@ -1055,7 +1593,7 @@ ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
                   "choices",
                       "index", 0,
                       "text", text,
-                      "logprobs",
+                      "logprobs", lp,
                       "finish_reason",
                       ngx_http_pagedllm_reason(ctx->finish_reason),
                   "usage",
