@@ -14,9 +14,10 @@
  *      its sequence and frees its blocks at once;
  *   4. close the connections found dead or corrupt, freeing their
  *      requests' blocks;
- *   5. plan one iteration, run the model once for the whole batch, sample
- *      a token for every sequence whose tokens are all computed, and check
- *      the stop conditions;
+ *   5. plan one iteration, execute the KV block moves it needs (copies,
+ *      swaps), run the model once for the whole batch, sample a token for
+ *      every sequence whose tokens are all computed, and check the stop
+ *      conditions;
  *   6. write each worker's pending TOKENS / FINISH records, ringing its
  *      doorbell at most once; what does not fit stays with the sequence
  *      (n_sent, finish_sent) and is retried next pass, so a full ring
@@ -63,6 +64,7 @@ typedef struct {
 
     pl_block_manager_t         bm;
     pl_scheduler_t             sched;
+    void                      *host_pool;       /* swapped-out KV blocks */
     pl_runner_t                runner;
     pl_sampler_t               sampler;
     pl_ipc_identity_t          identity;
@@ -126,6 +128,10 @@ pl_engine_config_defaults(pl_engine_config_t *cfg)
         .max_num_seqs = 256,
         .max_num_batched_tokens = 2048,
         .socket_mode = 0660,
+        .prefix_caching = 1,
+        .preemption_mode = PL_PREEMPT_RECOMPUTE,
+        .swap_space_mb = 1024,
+        .kv_policy = PL_KV_PAGED,
     };
 }
 
@@ -382,6 +388,47 @@ pl_engine_identity(pl_engine_t *e)
 }
 
 
+/* The block manager's prefix cache and, in swap mode, its host pool
+   (pinned where the backend can). */
+static int
+pl_engine_kv_manager(pl_engine_t *e)
+{
+    size_t  block_bytes = pl_model_kv_block_bytes(e->model,
+                                                  e->cfg.block_size);
+    size_t  n = 0;
+
+    if (e->cfg.prefix_caching && pl_bm_enable_caching(&e->bm) != 0) {
+        pl_log(PL_LOG_ERROR, "out of memory for the prefix cache");
+        return -1;
+    }
+
+    if (e->cfg.preemption_mode == PL_PREEMPT_SWAP) {
+        n = (size_t) e->cfg.swap_space_mb * 1024 * 1024 / block_bytes;
+        n = n < (size_t) INT32_MAX ? n : (size_t) INT32_MAX;
+        e->host_pool = n == 0 ? NULL
+                       : e->be->alloc_host ? e->be->alloc_host(e->be,
+                                                               n * block_bytes)
+                       : malloc(n * block_bytes);
+        if (e->host_pool == NULL || pl_bm_init_host(&e->bm, (int) n) != 0) {
+            pl_log(PL_LOG_ERROR, "cannot allocate a swap space of %d MiB "
+                   "(blocks of %zu bytes)", e->cfg.swap_space_mb,
+                   block_bytes);
+            return -1;
+        }
+    }
+
+    e->sched.preemption_mode = (pl_preempt_mode_t) e->cfg.preemption_mode;
+    e->sched.policy = (pl_kv_policy_t) e->cfg.kv_policy;
+    e->sched.max_model_len = e->max_model_len;
+
+    pl_log(PL_LOG_INFO, "prefix caching %s; preemption by %s; swap space "
+           "%zu blocks; KV policy %d", e->cfg.prefix_caching ? "on" : "off",
+           n ? "swap" : "recompute", n, e->cfg.kv_policy);
+
+    return 0;
+}
+
+
 static int
 pl_engine_init_parts(pl_engine_t *e)
 {
@@ -395,6 +442,10 @@ pl_engine_init_parts(pl_engine_t *e)
         || pl_sampler_init(&e->sampler, e->mc->vocab_size) != 0)
     {
         pl_log(PL_LOG_ERROR, "out of memory setting up the engine");
+        return -1;
+    }
+
+    if (pl_engine_kv_manager(e) != 0) {
         return -1;
     }
 
@@ -826,10 +877,19 @@ pl_engine_stats(const pl_engine_t *e, pl_stats_t *st)
     *st = e->totals;
     st->running = (uint32_t) e->sched.running.n;
     st->waiting = (uint32_t) e->sched.waiting.n;
-    st->swapped = 0;
+    st->swapped = (uint32_t) e->sched.swapped.n;
     st->preemptions_total = e->sched.preemptions;
     st->kv_blocks_used = (uint32_t) pl_bm_num_used(&e->bm);
     st->kv_blocks_free = (uint32_t) pl_bm_num_free(&e->bm);
+    st->kv_blocks_cached = (uint32_t) pl_bm_num_cached(&e->bm);
+    st->swap_blocks_total = (uint32_t) e->bm.num_host_blocks;
+    st->swap_blocks_used = (uint32_t) pl_bm_num_host_used(&e->bm);
+    st->prefix_cache_queries = e->bm.counters.prefix_queries;
+    st->prefix_cache_hits = e->bm.counters.prefix_hits;
+    st->preemptions_recompute = e->sched.preempted_recompute;
+    st->preemptions_swap = e->sched.preempted_swap;
+    st->blocks_swapped_out = e->bm.counters.swapped_out;
+    st->blocks_swapped_in = e->bm.counters.swapped_in;
 }
 
 
@@ -1124,6 +1184,15 @@ pl_engine_iterate(pl_engine_t *e)
     char             err[512];
 
     n = pl_sched_step(sc);
+
+    /* copies and swaps first, even when nothing runs: a swap-out must
+       land before the next plan reuses its blocks */
+    if (pl_runner_moves(e->model, &e->bm, e->host_pool, err, sizeof(err))
+        != 0)
+    {
+        pl_engine_forward_failed(e, err);
+        return;
+    }
     if (n == 0) {
         return;
     }
@@ -1325,6 +1394,12 @@ pl_engine_shutdown(pl_engine_t *e)
     pl_runner_destroy(&e->runner);
     pl_sched_destroy(&e->sched);
     pl_bm_destroy(&e->bm);
+
+    if (e->host_pool && e->be->free_host) {
+        e->be->free_host(e->be, e->host_pool);
+    } else {
+        free(e->host_pool);
+    }
 
     if (e->model) {
         pl_model_free(e->model);

@@ -35,6 +35,10 @@ typedef struct {
     int          max_num_batched_tokens;
     int          max_model_len;         /* 0: from config.json */
     unsigned     socket_mode;
+    int          prefix_caching;        /* automatic prefix caching */
+    int          preemption_mode;       /* pl_preempt_mode_t */
+    int          swap_space_mb;         /* host pool, swap mode only */
+    int          kv_policy;             /* pl_kv_policy_t (baselines) */
 } pl_engine_config_t;
 
 void pl_engine_config_defaults(pl_engine_config_t *cfg);

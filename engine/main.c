@@ -38,13 +38,27 @@ static const char  usage_text[] =
 "  --max-model-len N              prompt + completion limit (default: the\n"
 "                                 model's max_position_embeddings)\n"
 "  --socket-mode OCTAL            permissions of the socket (default 0660)\n"
+"  --no-prefix-caching            do not reuse the KV of cached prompt\n"
+"                                 prefixes\n"
+"  --preemption-mode MODE         recompute or swap (default recompute):\n"
+"                                 what happens to the newest request when\n"
+"                                 KV blocks run out\n"
+"  --swap-space MB                host memory for swapped KV blocks, swap\n"
+"                                 mode only (default 1024)\n"
+"  --kv-policy POLICY             paged (default), or a baseline of the\n"
+"                                 PagedAttention paper for measurement:\n"
+"                                 orca-max, orca-pow2, orca-oracle\n"
+"                                 (contiguous reservation per request of\n"
+"                                 max-model-len, prompt + next power of two\n"
+"                                 of max_tokens, prompt + max_tokens)\n"
 "  --log-level LEVEL              error, warn, info or debug (default info)\n"
 "  --help                         this text\n";
 
 enum {
     OPT_MODEL = 256, OPT_LISTEN, OPT_DEVICE, OPT_NAME, OPT_THREADS,
     OPT_BLOCK_SIZE, OPT_KV_MB, OPT_GPU_UTIL, OPT_NUM_BLOCKS, OPT_MAX_SEQS,
-    OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_HELP
+    OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_HELP,
+    OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY
 };
 
 static const struct option  options[] = {
@@ -63,7 +77,20 @@ static const struct option  options[] = {
     { "socket-mode",             required_argument, NULL, OPT_SOCKET_MODE },
     { "log-level",               required_argument, NULL, OPT_LOG_LEVEL },
     { "help",                    no_argument,       NULL, OPT_HELP },
+    { "no-prefix-caching",       no_argument,       NULL,
+      OPT_NO_PREFIX_CACHING },
+    { "preemption-mode",         required_argument, NULL,
+      OPT_PREEMPTION_MODE },
+    { "swap-space",              required_argument, NULL, OPT_SWAP_SPACE },
+    { "kv-policy",               required_argument, NULL, OPT_KV_POLICY },
     { NULL, 0, NULL, 0 }
+};
+
+
+/* in the order of pl_preempt_mode_t and pl_kv_policy_t */
+static const char *const  preemption_modes[] = { "recompute", "swap" };
+static const char *const  kv_policies[] = {
+    "paged", "orca-max", "orca-pow2", "orca-oracle"
 };
 
 
@@ -109,6 +136,23 @@ parse_log_level(const char *s)
     for (i = 0; i < 4; i++) {
         if (strcmp(s, names[i]) == 0) {
             pl_log_level = (pl_log_level_t) i;
+            return 0;
+        }
+    }
+
+    return -1;
+}
+
+
+/* Index of s in names[0..n), or -1. */
+static int
+parse_name(const char *s, const char *const *names, int n, int *out)
+{
+    int  i;
+
+    for (i = 0; i < n; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
             return 0;
         }
     }
@@ -174,6 +218,18 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
     case OPT_SOCKET_MODE:
         bad = parse_int(arg, 8, 0, 0777, &mode);
         cfg->socket_mode = bad ? cfg->socket_mode : (unsigned) mode;
+        break;
+    case OPT_NO_PREFIX_CACHING:
+        cfg->prefix_caching = 0;
+        break;
+    case OPT_PREEMPTION_MODE:
+        bad = parse_name(arg, preemption_modes, 2, &cfg->preemption_mode);
+        break;
+    case OPT_SWAP_SPACE:
+        bad = parse_int(arg, 10, 1, 1 << 24, &cfg->swap_space_mb);
+        break;
+    case OPT_KV_POLICY:
+        bad = parse_name(arg, kv_policies, 4, &cfg->kv_policy);
         break;
     case OPT_LOG_LEVEL:
         bad = parse_log_level(arg);

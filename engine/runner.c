@@ -12,6 +12,7 @@
  * reads past the context length.
  */
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +141,34 @@ pl_runner_build(pl_runner_t *r, const pl_block_manager_t *bm,
         .max_query_len = max_q,
         .max_context_len = max_ctx,
     };
+}
+
+
+int
+pl_runner_moves(pl_model_t *m, const pl_block_manager_t *bm, void *host_pool,
+    char *err, size_t errlen)
+{
+    const pl_block_move_t  *mv;
+    int                     i, n, rc;
+
+    mv = pl_bm_moves(bm, &n);
+
+    for (i = 0; i < n; i++) {
+        if (mv[i].kind == PL_MOVE_COPY) {
+            rc = pl_model_kv_copy_blocks(m, &mv[i].src, &mv[i].dst, 1);
+        } else {
+            rc = pl_model_kv_swap(m, host_pool, &mv[i].src, &mv[i].dst, 1,
+                                  mv[i].kind == PL_MOVE_SWAP_OUT
+                                  ? PL_KV_SWAP_OUT : PL_KV_SWAP_IN);
+        }
+        if (rc != 0) {
+            snprintf(err, errlen, "KV block move %d -> %d (kind %d) failed",
+                     mv[i].src, mv[i].dst, (int) mv[i].kind);
+            return -1;
+        }
+    }
+
+    return 0;
 }
 
 

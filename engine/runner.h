@@ -1,8 +1,9 @@
 /*
  * runner: turns the scheduler's plan into the model's batch description
  * (token ids, positions, KV slots, block tables, context lengths, query
- * offsets, logits rows) in host memory, runs the model once for the whole
- * batch and keeps the logits for the sampler.
+ * offsets, logits rows) in host memory, executes the KV block moves the
+ * block manager decided, runs the model once for the whole batch and keeps
+ * the logits for the sampler.
  */
 
 #ifndef PL_RUNNER_H
@@ -44,6 +45,13 @@ void pl_runner_destroy(pl_runner_t *r);
  */
 void pl_runner_build(pl_runner_t *r, const pl_block_manager_t *bm,
     const pl_sched_entry_t *entries, int n);
+
+/*
+ * Execute the block moves the scheduler logged (copy-on-write copies,
+ * swaps to and from host_pool), in order.  0, or -1 with err.
+ */
+int  pl_runner_moves(pl_model_t *m,
+    const pl_block_manager_t *bm, void *host_pool, char *err, size_t errlen);
 
 /* Run the model on r->batch.  0, or -1 with err. */
 int  pl_runner_forward(pl_runner_t *r, pl_model_t *m, char *err,
