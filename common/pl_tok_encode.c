@@ -197,49 +197,59 @@ pl_bpe_merge_at(pl_enc_t *w, int32_t left, int32_t merged)
     w->sym[right].id = -2;
 }
 
-/* Caches the rank of the pair that starts at symbol i. */
+/* Caches the rank of the pair (i, i + 1) of a contiguous symbol array. */
 static void
-pl_bpe_pair(pl_enc_t *w, int32_t i)
+pl_bpe_pair(pl_enc_t *w, int32_t i, int32_t n)
 {
     pl_bpe_sym_t  *s = &w->sym[i];
 
-    if (s->next < 0
-        || !pl_bpe_lookup(w->t, s->id, w->sym[s->next].id, &s->rank,
-                          &s->merged))
+    if (i + 1 >= n
+        || !pl_bpe_lookup(w->t, s->id, s[1].id, &s->rank, &s->merged))
     {
         s->rank = UINT32_MAX;
     }
 }
 
-/* Short words: scan the cached pair ranks for the lowest (leftmost on
-   ties); after a merge only the two pairs around it change. */
-static void
-pl_bpe_scan(pl_enc_t *w)
+/* Short words: the symbols stay contiguous; each round finds the lowest
+   cached pair rank (leftmost on ties), merges it and closes the gap, so
+   only the two pairs around the merge need a new lookup.  Returns the
+   number of symbols left, linked in order for the caller. */
+static int32_t
+pl_bpe_scan(pl_enc_t *w, int32_t n)
 {
-    uint32_t  best;
-    int32_t   at, i;
+    pl_bpe_sym_t  *s = w->sym;
+    uint32_t       best;
+    int32_t        at, i;
 
-    for (i = 0; i >= 0; i = w->sym[i].next) {
-        pl_bpe_pair(w, i);
+    for (i = 0; i < n; i++) {
+        pl_bpe_pair(w, i, n);
     }
     for (;;) {
         best = UINT32_MAX;
         at = -1;
-        for (i = 0; i >= 0; i = w->sym[i].next) {
-            if (w->sym[i].rank < best) {
-                best = w->sym[i].rank;
+        for (i = 0; i + 1 < n; i++) {
+            if (s[i].rank < best) {
+                best = s[i].rank;
                 at = i;
             }
         }
         if (at < 0) {
-            return;
+            break;
         }
-        pl_bpe_merge_at(w, at, w->sym[at].merged);
-        pl_bpe_pair(w, at);
-        if (w->sym[at].prev >= 0) {
-            pl_bpe_pair(w, w->sym[at].prev);
+        s[at].id = s[at].merged;
+        s[at].len += s[at + 1].len;
+        memmove(&s[at + 1], &s[at + 2],
+                (size_t) (n - at - 2) * sizeof(pl_bpe_sym_t));
+        n--;
+        pl_bpe_pair(w, at, n);
+        if (at > 0) {
+            pl_bpe_pair(w, at - 1, n);
         }
     }
+    for (i = 0; i < n; i++) {
+        s[i].next = (i + 1 < n) ? i + 1 : -1;
+    }
+    return n;
 }
 
 static int
@@ -442,7 +452,7 @@ pl_bpe_word(pl_enc_t *w, const uint8_t *s, size_t len)
         return;
     }
     if (n <= PL_BPE_SCAN_MAX) {
-        pl_bpe_scan(w);
+        pl_bpe_scan(w, n);
     } else {
         pl_bpe_heap(w);
     }
