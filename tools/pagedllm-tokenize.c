@@ -265,6 +265,7 @@ main(int argc, char **argv)
         if (in == NULL) {
             fprintf(stderr, "pagedllm-tokenize: bad JSON line: %s\n",
                     jerr.text);
+            printf("null\n");
             rc = 1;
             continue;
         }
