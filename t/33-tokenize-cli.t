@@ -88,7 +88,7 @@ is($rc, 2, 'unknown options print the usage');
 ($out, $err) = run("--chat $cfg",
     qq{{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true}\n"not a conversation"\n});
 @lines = split /\n/, $out;
-like($lines[0], qr/hi/, 'the tiny model's chat template renders a conversation');
+like($lines[0], qr/hi/, 'the chat template of the tiny model renders a conversation');
 is($lines[1], 'null', 'a bad conversation gets null');
 like($err, qr/messages must be an array/, 'and a message');
 
