@@ -97,4 +97,30 @@ int pl_model_kv_copy_blocks(pl_model_t *m, const int32_t *src,
 int pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
     const int32_t *to, int n, int direction);
 
+/*
+ * Tensor parallelism (Megatron-style): the model split over
+ * tensor_parallel_size ranks.  Each rank holds its share of the attention
+ * and KV heads (column-parallel q/k/v, row-parallel output projection),
+ * of the MLP's intermediate rows (column-parallel gate/up or fc1,
+ * row-parallel down or fc2), and of the vocabulary (embedding and
+ * lm_head); the row-parallel outputs and the embedding are summed over
+ * the ranks by an all-reduce and the logits slices gathered.  Rank 0 runs
+ * on the caller's thread with be, each other rank on a thread of its own
+ * with a backend of be's kind (cpu: one OpenMP thread; cuda: device =
+ * rank).  Every rank uses the same batch and block tables and holds its
+ * KV heads' share of every block, so pl_model_kv_block_bytes() is the
+ * size on each rank.  The size must divide the attention heads and the
+ * KV heads; load refuses any other with the reason.
+ */
+typedef struct {
+    int  tensor_parallel_size;          /* 1: no tensor parallelism */
+} pl_model_options_t;
+
+pl_model_t *pl_model_load_opts(const char *dir, pl_backend_t *be,
+    const pl_model_options_t *opts, char *err, size_t errlen);
+
+/* The options pl_model_load() applies (one rank unless set): a program
+   sets them once before loading (the engine's --tensor-parallel-size). */
+void pl_model_set_default_options(const pl_model_options_t *opts);
+
 #endif /* PL_MODEL_H */
