@@ -30,6 +30,18 @@
  * over the cache, then . Wo + b.  The batch comes from the engine's runner
  * but is checked in full before any kernel sees it: a bad index gives an
  * error, never a stray access.
+ *
+ * Tensor parallelism (model_tp.c runs the ranks): a rank's shard loads
+ * only its slices, so the forward pass above runs unchanged on smaller
+ * tensors.  Its query heads h (and KV heads) are rows rank * heads/world
+ * .. of q, k and v (and their biases), its intermediate rows a contiguous
+ * range of gate, up and fc1; Wo, down and fc2 keep the matching columns,
+ * their outputs are partial sums all-reduced over the ranks, and their
+ * biases live on rank 0 only so they are added once.  The vocabulary is
+ * split into equal slices padded with zero rows: the embedding looks up
+ * token ids made local (an id outside the slice reads a zero row) and
+ * all-reduces, the lm_head computes the slice's logits and rank 0
+ * gathers every slice.  Norms, RoPE and OPT's positions are replicated.
  */
 
 #include <math.h>
@@ -40,6 +52,7 @@
 
 #include "checkpoint.h"
 #include "model_config.h"
+#include "model_tp.h"
 #include "pl_model.h"
 
 /* OPT's learned positions start at row 2 of embed_positions */
@@ -81,6 +94,11 @@ typedef struct {
     int32_t  *split_v;
     int32_t  *pos_ids;          /* OPT: [T] rows of embed_positions */
     int32_t  *pos_host;         /* their host copy (malloc) */
+    int32_t  *emb_ids;          /* world > 1: [T] rows of the vocabulary
+                                   slice */
+    int32_t  *emb_host;         /* their host copy (malloc) */
+    void     *gathered;         /* world > 1: [world][S][vocab slice] */
+    float    *gathered_host;    /* rank 0: its host copy (malloc) */
 } pl_scratch_t;
 
 /* memory the model frees at the end: backend memory or host malloc */
@@ -89,10 +107,28 @@ typedef struct {
     int          backend;
 } pl_owned_t;
 
+/* this rank's share of the model: everything when world is 1 */
+typedef struct {
+    int                 rank;
+    int                 world;
+    pl_comm_t          *comm;           /* NULL when world is 1 */
+    int                 n_heads;
+    int                 n_kv_heads;
+    int                 inter_first;    /* intermediate rows [first, */
+    int                 inter;          /*   first + inter) */
+    int                 vocab_first;    /* vocabulary rows [first, */
+    int                 vocab_real;     /*   first + real), padded to */
+    int                 vocab;          /*   vocab rows */
+    int                 comm_failed;
+} pl_shard_t;
+
 struct pl_model_s {
     pl_model_config_t   cfg;
     pl_arch_t           arch;
     pl_backend_t       *be;
+    pl_tp_t            *tp;             /* world > 1: the ranks; this
+                                           model then only holds cfg */
+    pl_shard_t          sh;
     pl_checkpoint_t    *ckpt;
     char                prefix[32];     /* OPT: "model.decoder." or
                                            "decoder." */
@@ -256,11 +292,26 @@ load_weight(pl_model_t *m, pl_weight_t *w, const char *name, int64_t rows,
 }
 
 
-/* Stack n matrices [rows[i]][cols] into one weight; with cols 0, stack n
-   vectors [rows[i]] into one vector. */
+/* zeroed host memory, 64-byte aligned, for weights made here */
+static uint8_t *
+host_alloc(size_t bytes)
+{
+    size_t    rounded = (bytes + 63) / 64 * 64;
+    uint8_t  *p = aligned_alloc(64, rounded ? rounded : 64);
+
+    if (p != NULL) {
+        memset(p, 0, rounded);
+    }
+    return p;
+}
+
+
+/* Stack rows [first[i], first[i] + count[i]) of n matrices [rows[i]][cols]
+   into one weight; with cols 0, of n vectors [rows[i]] into one vector. */
 static int
 load_fused(pl_model_t *m, pl_weight_t *w, char names[][128],
-    const int64_t *rows, int n, int64_t cols, char *err, size_t errlen)
+    const int64_t *rows, const int64_t *first, const int64_t *count, int n,
+    int64_t cols, char *err, size_t errlen)
 {
     const pl_st_tensor_t  *t;
     int64_t                total = 0, width = cols ? cols : 1;
@@ -269,10 +320,9 @@ load_fused(pl_model_t *m, pl_weight_t *w, char names[][128],
     int                    i;
 
     for (i = 0; i < n; i++) {
-        total += rows[i];
+        total += count[i];
     }
-    host = aligned_alloc(64, ((size_t) (total * width) * esize + 63) / 64
-                             * 64);
+    host = host_alloc((size_t) (total * width) * esize);
     if (host == NULL) {
         return model_fail(err, errlen, "out of memory fusing '%s'", names[0]);
     }
@@ -284,8 +334,10 @@ load_fused(pl_model_t *m, pl_weight_t *w, char names[][128],
             free(host);
             return -1;
         }
-        memcpy(host + at, t->data, t->nbytes);
-        at += t->nbytes;
+        memcpy(host + at, (const uint8_t *) t->data
+                          + (size_t) (first[i] * width) * esize,
+               (size_t) (count[i] * width) * esize);
+        at += (size_t) (count[i] * width) * esize;
     }
     *w = cols ? (pl_weight_t) { .dtype = m->cfg.dtype, .rows = total,
                                 .cols = cols }
@@ -304,7 +356,12 @@ load_qkv(pl_model_t *m, pl_layer_t *L, const char *p, int bias, char *err,
     const pl_model_config_t  *c = &m->cfg;
     int64_t                   qd = (int64_t) c->num_heads * c->head_dim;
     int64_t                   kvd = (int64_t) c->num_kv_heads * c->head_dim;
+    int64_t                   qn = (int64_t) m->sh.n_heads * c->head_dim;
+    int64_t                   kvn = (int64_t) m->sh.n_kv_heads * c->head_dim;
     int64_t                   rows[3] = { qd, kvd, kvd };
+    int64_t                   first[3] = { m->sh.rank * qn, m->sh.rank * kvn,
+                                           m->sh.rank * kvn };
+    int64_t                   count[3] = { qn, kvn, kvn };
     static const char         qkv[] = "qkv";
     char                      n[3][128];
     int                       i;
@@ -313,8 +370,8 @@ load_qkv(pl_model_t *m, pl_layer_t *L, const char *p, int bias, char *err,
         snprintf(n[i], sizeof(n[i]), "%sself_attn.%c_proj.weight", p,
                  qkv[i]);
     }
-    if (load_fused(m, &L->qkv.w, n, rows, 3, c->hidden_size, err, errlen)
-        != 0)
+    if (load_fused(m, &L->qkv.w, n, rows, first, count, 3, c->hidden_size,
+                   err, errlen) != 0)
     {
         return -1;
     }
@@ -324,7 +381,8 @@ load_qkv(pl_model_t *m, pl_layer_t *L, const char *p, int bias, char *err,
     for (i = 0; i < 3; i++) {
         snprintf(n[i], sizeof(n[i]), "%sself_attn.%c_proj.bias", p, qkv[i]);
     }
-    return load_fused(m, &L->qkv.b, n, rows, 3, 0, err, errlen);
+    return load_fused(m, &L->qkv.b, n, rows, first, count, 3, 0, err,
+                      errlen);
 }
 
 
@@ -348,6 +406,143 @@ load_linear(pl_model_t *m, pl_linear_t *lin, const char *p, const char *name,
 }
 
 
+/* Rows [first, first + n) of the matrix name [rows][cols] (of the vector
+   [rows] when cols is 0), then pad zero rows.  A slice without padding
+   is used in place. */
+static int
+load_rows(pl_model_t *m, pl_weight_t *w, const char *name, int64_t rows,
+    int64_t cols, int64_t first, int64_t n, int64_t pad, char *err,
+    size_t errlen)
+{
+    const pl_st_tensor_t  *t;
+    size_t                 row_bytes;
+    uint8_t               *host;
+
+    if (first == 0 && n == rows && pad == 0) {
+        return load_weight(m, w, name, cols ? rows : 0, cols ? cols : rows,
+                           err, errlen);
+    }
+    t = find_tensor(m, name, cols ? rows : 0, cols ? cols : rows, err,
+                    errlen);
+    if (t == NULL) {
+        return -1;
+    }
+    row_bytes = (size_t) (cols ? cols : 1) * pl_dtype_size(t->dtype);
+    *w = cols ? (pl_weight_t) { .dtype = t->dtype, .rows = n + pad,
+                                .cols = cols }
+              : (pl_weight_t) { .dtype = t->dtype, .rows = 1,
+                                .cols = n + pad };
+    if (pad == 0) {
+        return model_weight_load(m, w, (const uint8_t *) t->data
+                                       + (size_t) first * row_bytes,
+                                 NULL, name, err, errlen);
+    }
+    host = host_alloc((size_t) (n + pad) * row_bytes);
+    if (host == NULL) {
+        return model_fail(err, errlen, "out of memory slicing '%s'", name);
+    }
+    memcpy(host, (const uint8_t *) t->data + (size_t) first * row_bytes,
+           (size_t) n * row_bytes);
+    return model_weight_load(m, w, host, host, name, err, errlen);
+}
+
+
+/* Columns [first, first + n) of the matrix name [rows][cols] */
+static int
+load_cols(pl_model_t *m, pl_weight_t *w, const char *name, int64_t rows,
+    int64_t cols, int64_t first, int64_t n, char *err, size_t errlen)
+{
+    const pl_st_tensor_t  *t;
+    size_t                 esize;
+    uint8_t               *host;
+    int64_t                r;
+
+    if (first == 0 && n == cols) {
+        return load_weight(m, w, name, rows, cols, err, errlen);
+    }
+    t = find_tensor(m, name, rows, cols, err, errlen);
+    if (t == NULL) {
+        return -1;
+    }
+    esize = pl_dtype_size(t->dtype);
+    host = host_alloc((size_t) (rows * n) * esize);
+    if (host == NULL) {
+        return model_fail(err, errlen, "out of memory slicing '%s'", name);
+    }
+    for (r = 0; r < rows; r++) {
+        memcpy(host + (size_t) (r * n) * esize, (const uint8_t *) t->data
+                                                + (size_t) (r * cols + first)
+                                                  * esize,
+               (size_t) n * esize);
+    }
+    *w = (pl_weight_t) { .dtype = t->dtype, .rows = rows, .cols = n };
+    return model_weight_load(m, w, host, host, name, err, errlen);
+}
+
+
+/* Column-parallel "<p><name>" [rows][cols]: output rows [first, first +
+   n) of the weight and of its bias when bias is set */
+static int
+load_col_parallel(pl_model_t *m, pl_linear_t *lin, const char *p,
+    const char *name, int64_t rows, int64_t cols, int64_t first, int64_t n,
+    int bias, char *err, size_t errlen)
+{
+    char  nm[160];
+
+    snprintf(nm, sizeof(nm), "%s%s.weight", p, name);
+    if (load_rows(m, &lin->w, nm, rows, cols, first, n, 0, err, errlen)
+        != 0)
+    {
+        return -1;
+    }
+    if (!bias) {
+        return 0;
+    }
+    snprintf(nm, sizeof(nm), "%s%s.bias", p, name);
+    return load_rows(m, &lin->b, nm, rows, 0, first, n, 0, err, errlen);
+}
+
+
+/* Row-parallel "<p><name>" [rows][cols]: input columns [first, first +
+   n) of the weight; its bias (when bias is set) is checked everywhere but
+   kept by rank 0 only, so the all-reduce that follows adds it once */
+static int
+load_row_parallel(pl_model_t *m, pl_linear_t *lin, const char *p,
+    const char *name, int64_t rows, int64_t cols, int64_t first, int64_t n,
+    int bias, char *err, size_t errlen)
+{
+    char  nm[160];
+
+    snprintf(nm, sizeof(nm), "%s%s.weight", p, name);
+    if (load_cols(m, &lin->w, nm, rows, cols, first, n, err, errlen) != 0) {
+        return -1;
+    }
+    if (!bias) {
+        return 0;
+    }
+    snprintf(nm, sizeof(nm), "%s%s.bias", p, name);
+    if (m->sh.rank != 0) {
+        return find_tensor(m, nm, 0, rows, err, errlen) != NULL ? 0 : -1;
+    }
+    return load_weight(m, &lin->b, nm, 0, rows, err, errlen);
+}
+
+
+/* name [vocab][hidden]: this rank's vocabulary slice padded with zero rows
+   to the slice size, and with world > 1 extra zero rows more */
+static int
+load_vocab(pl_model_t *m, pl_weight_t *w, const char *name, int extra,
+    char *err, size_t errlen)
+{
+    const pl_shard_t  *sh = &m->sh;
+
+    return load_rows(m, w, name, m->cfg.vocab_size, m->cfg.hidden_size,
+                     sh->vocab_first, sh->vocab_real,
+                     sh->vocab - sh->vocab_real + (sh->world > 1 ? extra : 0),
+                     err, errlen);
+}
+
+
 static int
 load_layer_llama(pl_model_t *m, int l, char *err, size_t errlen)
 {
@@ -355,7 +550,12 @@ load_layer_llama(pl_model_t *m, int l, char *err, size_t errlen)
     pl_layer_t               *L = &m->layers[l];
     int64_t                   hid = c->hidden_size;
     int64_t                   inter = c->intermediate_size;
+    int64_t                   qd = (int64_t) c->num_heads * c->head_dim;
+    int64_t                   qn = (int64_t) m->sh.n_heads * c->head_dim;
     int64_t                   gu_rows[2] = { inter, inter };
+    int64_t                   gu_first[2] = { m->sh.inter_first,
+                                              m->sh.inter_first };
+    int64_t                   gu_count[2] = { m->sh.inter, m->sh.inter };
     char                      n[2][128];
     char                      p[64];
 
@@ -363,16 +563,17 @@ load_layer_llama(pl_model_t *m, int l, char *err, size_t errlen)
     snprintf(n[0], sizeof(n[0]), "%smlp.gate_proj.weight", p);
     snprintf(n[1], sizeof(n[1]), "%smlp.up_proj.weight", p);
     return load_qkv(m, L, p, m->arch.qkv_bias, err, errlen) != 0
-           || load_fused(m, &L->up.w, n, gu_rows, 2, hid, err, errlen) != 0
+           || load_fused(m, &L->up.w, n, gu_rows, gu_first, gu_count, 2, hid,
+                         err, errlen) != 0
            || load_linear(m, &L->attn_norm, p, "input_layernorm", 0, hid, 0,
                           err, errlen) != 0
            || load_linear(m, &L->mlp_norm, p, "post_attention_layernorm", 0,
                           hid, 0, err, errlen) != 0
-           || load_linear(m, &L->o, p, "self_attn.o_proj", hid,
-                          (int64_t) c->num_heads * c->head_dim, 0, err,
-                          errlen) != 0
-           || load_linear(m, &L->down, p, "mlp.down_proj", hid, inter, 0,
-                          err, errlen) != 0 ? -1 : 0;
+           || load_row_parallel(m, &L->o, p, "self_attn.o_proj", hid, qd,
+                                m->sh.rank * qn, qn, 0, err, errlen) != 0
+           || load_row_parallel(m, &L->down, p, "mlp.down_proj", hid, inter,
+                                m->sh.inter_first, m->sh.inter, 0, err,
+                                errlen) != 0 ? -1 : 0;
 }
 
 
@@ -383,20 +584,23 @@ load_layer_opt(pl_model_t *m, int l, char *err, size_t errlen)
     pl_layer_t               *L = &m->layers[l];
     int64_t                   hid = c->hidden_size;
     int64_t                   inter = c->intermediate_size;
+    int64_t                   qn = (int64_t) m->sh.n_heads * c->head_dim;
     char                      p[64];
 
     snprintf(p, sizeof(p), "%slayers.%d.", m->prefix, l);
     return load_qkv(m, L, p, 1, err, errlen) != 0
-           || load_linear(m, &L->o, p, "self_attn.out_proj", hid, hid, 1,
-                          err, errlen) != 0
+           || load_row_parallel(m, &L->o, p, "self_attn.out_proj", hid, hid,
+                                m->sh.rank * qn, qn, 1, err, errlen) != 0
            || load_linear(m, &L->attn_norm, p, "self_attn_layer_norm", 0,
                           hid, 1, err, errlen) != 0
            || load_linear(m, &L->mlp_norm, p, "final_layer_norm", 0, hid, 1,
                           err, errlen) != 0
-           || load_linear(m, &L->up, p, "fc1", inter, hid, 1, err, errlen)
-              != 0
-           || load_linear(m, &L->down, p, "fc2", hid, inter, 1, err, errlen)
-              != 0 ? -1 : 0;
+           || load_col_parallel(m, &L->up, p, "fc1", inter, hid,
+                                m->sh.inter_first, m->sh.inter, 1, err,
+                                errlen) != 0
+           || load_row_parallel(m, &L->down, p, "fc2", hid, inter,
+                                m->sh.inter_first, m->sh.inter, 1, err,
+                                errlen) != 0 ? -1 : 0;
 }
 
 
@@ -409,8 +613,7 @@ load_outer(pl_model_t *m, char *err, size_t errlen)
 
     if (m->arch.family == PL_FAMILY_LLAMA) {
         snprintf(n, sizeof(n), "model.embed_tokens.weight");
-        return load_weight(m, &m->embed, n, c->vocab_size, c->hidden_size,
-                           err, errlen) != 0
+        return load_vocab(m, &m->embed, n, 1, err, errlen) != 0
                || load_linear(m, &m->norm, "model.", "norm", 0,
                               c->hidden_size, 0, err, errlen) != 0 ? -1 : 0;
     }
@@ -418,9 +621,7 @@ load_outer(pl_model_t *m, char *err, size_t errlen)
              pl_ckpt_find(m->ckpt, "decoder.embed_tokens.weight", NULL)
              != NULL ? "decoder." : "model.decoder.");
     snprintf(n, sizeof(n), "%sembed_tokens.weight", m->prefix);
-    if (load_weight(m, &m->embed, n, c->vocab_size, c->hidden_size, err,
-                    errlen) != 0)
-    {
+    if (load_vocab(m, &m->embed, n, 1, err, errlen) != 0) {
         return -1;
     }
     snprintf(n, sizeof(n), "%sembed_positions.weight", m->prefix);
@@ -448,8 +649,9 @@ load_weights(pl_model_t *m, char *err, size_t errlen)
     }
     if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
-    } else if (load_weight(m, &m->lm_head, "lm_head.weight", c->vocab_size,
-                           c->hidden_size, err, errlen) != 0)
+        m->lm_head.rows = m->sh.vocab;
+    } else if (load_vocab(m, &m->lm_head, "lm_head.weight", 0, err, errlen)
+               != 0)
     {
         return -1;
     }
@@ -530,8 +732,107 @@ check_backend(pl_model_t *m, char *err, size_t errlen)
 }
 
 
+/* heads split evenly, every rank with some intermediate rows */
+static int
+check_world(const pl_model_config_t *c, int world, char *err, size_t errlen)
+{
+    if (world < 1 || c->num_heads % world != 0
+        || c->num_kv_heads % world != 0 || c->intermediate_size < world)
+    {
+        return model_fail(err, errlen, "tensor parallel size %d does not "
+                          "divide the model's %d attention heads and %d KV "
+                          "heads (it must divide both)", world, c->num_heads,
+                          c->num_kv_heads);
+    }
+    return 0;
+}
+
+
+/* this rank's share: comm NULL is the whole model */
+static int
+plan_shard(pl_model_t *m, pl_comm_t *comm, char *err, size_t errlen)
+{
+    const pl_model_config_t  *c = &m->cfg;
+    pl_shard_t               *sh = &m->sh;
+    int                       r = comm != NULL ? comm->rank : 0;
+    int                       w = comm != NULL ? comm->world : 1;
+    int                       slice = (c->vocab_size + w - 1) / w;
+
+    if (check_world(c, w, err, errlen) != 0) {
+        return -1;
+    }
+    sh->rank = r;
+    sh->world = w;
+    sh->comm = comm;
+    sh->n_heads = c->num_heads / w;
+    sh->n_kv_heads = c->num_kv_heads / w;
+    sh->inter_first = (int) ((int64_t) c->intermediate_size * r / w);
+    sh->inter = (int) ((int64_t) c->intermediate_size * (r + 1) / w)
+                - sh->inter_first;
+    sh->vocab = slice;
+    sh->vocab_first = r * slice < c->vocab_size ? r * slice : c->vocab_size;
+    sh->vocab_real = c->vocab_size - sh->vocab_first < slice
+                     ? c->vocab_size - sh->vocab_first : slice;
+    return 0;
+}
+
+
+static pl_model_options_t  default_options = { 1 };
+
+
+void
+pl_model_set_default_options(const pl_model_options_t *opts)
+{
+    default_options = *opts;
+}
+
+
 pl_model_t *
 pl_model_load(const char *dir, pl_backend_t *be, char *err, size_t errlen)
+{
+    return pl_model_load_opts(dir, be, &default_options, err, errlen);
+}
+
+
+/* world ranks behind one model that holds only the config */
+static pl_model_t *
+load_parallel(const char *dir, pl_backend_t *be, int world, char *err,
+    size_t errlen)
+{
+    pl_model_t  *m = calloc(1, sizeof(*m));
+
+    if (m == NULL) {
+        model_fail(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (pl_model_config_read(dir, &m->cfg, &m->arch, err, errlen) != 0
+        || check_world(&m->cfg, world, err, errlen) != 0
+        || (m->tp = pl_tp_load(dir, be, world, err, errlen)) == NULL)
+    {
+        free(m);
+        return NULL;
+    }
+    m->be = be;
+    m->cfg = pl_tp_rank0(m->tp)->cfg;
+    m->arch = pl_tp_rank0(m->tp)->arch;
+    return m;
+}
+
+
+pl_model_t *
+pl_model_load_opts(const char *dir, pl_backend_t *be,
+    const pl_model_options_t *opts, char *err, size_t errlen)
+{
+    int  world = opts != NULL ? opts->tensor_parallel_size : 1;
+
+    return world == 1 ? pl_model_load_shard(dir, be, NULL, err, errlen)
+                      : load_parallel(dir, be, world, err, errlen);
+}
+
+
+pl_model_t *
+pl_model_load_shard(const char *dir, pl_backend_t *be, pl_comm_t *comm,
+    char *err, size_t errlen)
 {
     pl_model_t  *m = calloc(1, sizeof(*m));
 
@@ -541,6 +842,7 @@ pl_model_load(const char *dir, pl_backend_t *be, char *err, size_t errlen)
     }
     m->be = be;
     if (pl_model_config_read(dir, &m->cfg, &m->arch, err, errlen) != 0
+        || plan_shard(m, comm, err, errlen) != 0
         || check_backend(m, err, errlen) != 0
         || (m->ckpt = pl_ckpt_open(dir, err, errlen)) == NULL
         || load_weights(m, err, errlen) != 0
@@ -596,7 +898,7 @@ free_scratch(pl_model_t *m)
     pl_scratch_t  *s = &m->s;
     void          *all[] = {
         s->x, s->h, s->qkv, s->q, s->k, s->v, s->attn, s->y, s->up, s->act,
-        s->rows, s->logits, s->split_q, s->pos_ids
+        s->rows, s->logits, s->split_q, s->pos_ids, s->emb_ids, s->gathered
     };
     size_t         i;
 
@@ -604,6 +906,8 @@ free_scratch(pl_model_t *m)
         free_owned(m, all[i]);
     }
     free(s->pos_host);
+    free(s->emb_host);
+    free(s->gathered_host);
     memset(s, 0, sizeof(*s));
     m->max_tokens = 0;
     m->max_seqs = 0;
@@ -616,6 +920,7 @@ pl_model_free(pl_model_t *m)
     if (m == NULL) {
         return;
     }
+    pl_tp_free(m->tp);
     free_kv(m);
     free_scratch(m);
     while (m->n_owned > 0) {
@@ -644,7 +949,7 @@ pl_model_config(const pl_model_t *m)
 static int
 split_indices(pl_model_t *m, int max_tokens, char *err, size_t errlen)
 {
-    int       nh = m->cfg.num_heads, nkv = m->cfg.num_kv_heads;
+    int       nh = m->sh.n_heads, nkv = m->sh.n_kv_heads;
     int       stride = nh + 2 * nkv;
     size_t    n = (size_t) max_tokens * stride;
     int32_t  *host = malloc(n * sizeof(int32_t));
@@ -694,20 +999,52 @@ position_ids(pl_model_t *m, int max_tokens, char *err, size_t errlen)
 }
 
 
+/* world > 1: local token ids for the embedding slice, and the gathered
+   logits slices of every rank (on the host for rank 0) */
+static int
+parallel_scratch(pl_model_t *m, int max_tokens, int max_seqs, char *err,
+    size_t errlen)
+{
+    size_t  all = (size_t) m->sh.world * max_seqs * m->sh.vocab;
+
+    if (m->sh.world == 1) {
+        return 0;
+    }
+    m->s.emb_host = malloc((size_t) max_tokens * sizeof(int32_t));
+    m->s.gathered_host = m->sh.rank == 0 ? malloc(all * sizeof(float))
+                                         : NULL;
+    if (m->s.emb_host == NULL
+        || (m->sh.rank == 0 && m->s.gathered_host == NULL))
+    {
+        return model_fail(err, errlen, "out of memory");
+    }
+    m->s.emb_ids = model_alloc(m, (size_t) max_tokens * sizeof(int32_t),
+                               "token ids", err, errlen);
+    m->s.gathered = m->s.emb_ids == NULL ? NULL
+                    : model_alloc(m, all * pl_dtype_size(m->be->act_dtype),
+                                  "gathered logits", err, errlen);
+    return m->s.gathered != NULL ? 0 : -1;
+}
+
+
 int
 pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
     size_t errlen)
 {
     const pl_model_config_t  *c = &m->cfg;
-    size_t                    a = pl_dtype_size(m->be->act_dtype);
+    size_t                    a;
     size_t                    T = (size_t) max_tokens, S = (size_t) max_seqs;
-    size_t                    qd = (size_t) c->num_heads * c->head_dim;
-    size_t                    kvd = (size_t) c->num_kv_heads * c->head_dim;
+    size_t                    qd = (size_t) m->sh.n_heads * c->head_dim;
+    size_t                    kvd = (size_t) m->sh.n_kv_heads * c->head_dim;
     size_t                    hid = c->hidden_size;
-    size_t                    inter = c->intermediate_size;
+    size_t                    inter = m->sh.inter;
     size_t                    up = m->arch.family == PL_FAMILY_LLAMA ? 2 : 1;
     pl_scratch_t             *s = &m->s;
 
+    if (m->tp != NULL) {
+        return pl_tp_prepare(m->tp, max_tokens, max_seqs, err, errlen);
+    }
+    a = pl_dtype_size(m->be->act_dtype);
     free_scratch(m);
     if (max_tokens < 1 || max_seqs < 1
         || max_tokens > (1 << 24) / (c->num_heads + 2 * c->num_kv_heads))
@@ -738,10 +1075,11 @@ pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
                                  errlen)) == NULL
         || (s->rows = model_alloc(m, S * hid * a, "activations", err,
                                   errlen)) == NULL
-        || (s->logits = model_alloc(m, S * c->vocab_size * a, "logits", err,
+        || (s->logits = model_alloc(m, S * m->sh.vocab * a, "logits", err,
                                     errlen)) == NULL
         || split_indices(m, max_tokens, err, errlen) != 0
-        || position_ids(m, max_tokens, err, errlen) != 0)
+        || position_ids(m, max_tokens, err, errlen) != 0
+        || parallel_scratch(m, max_tokens, max_seqs, err, errlen) != 0)
     {
         free_scratch(m);
         return -1;
@@ -755,8 +1093,11 @@ pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
 size_t
 pl_model_kv_block_bytes(const pl_model_t *m, int block_size)
 {
+    if (m->tp != NULL) {
+        return pl_model_kv_block_bytes(pl_tp_rank0(m->tp), block_size);
+    }
     return 2 * (size_t) m->cfg.num_layers * (size_t) block_size
-           * (size_t) m->cfg.num_kv_heads * (size_t) m->cfg.head_dim
+           * (size_t) m->sh.n_kv_heads * (size_t) m->cfg.head_dim
            * pl_dtype_size(m->be->act_dtype);
 }
 
@@ -768,6 +1109,9 @@ pl_model_kv_alloc(pl_model_t *m, int num_blocks, int block_size, char *err,
     size_t  bytes;
     int     l;
 
+    if (m->tp != NULL) {
+        return pl_tp_kv_alloc(m->tp, num_blocks, block_size, err, errlen);
+    }
     free_kv(m);
     if (num_blocks < 1 || block_size < 1
         || (int64_t) num_blocks * block_size > INT32_MAX)
@@ -922,6 +1266,20 @@ bias_of(const pl_linear_t *lin)
 }
 
 
+/* world > 1: buf[n] (activations) := its sum over the ranks */
+static void
+all_reduce(pl_model_t *m, void *buf, size_t n)
+{
+    pl_comm_t  *comm = m->sh.comm;
+
+    if (comm != NULL
+        && comm->all_reduce_sum(comm, buf, n, m->be->act_dtype) != 0)
+    {
+        m->sh.comm_failed = 1;
+    }
+}
+
+
 /* out = attention of layer l over in (both [T][hidden]), through the
    paged cache: QKV projection, split, RoPE (Llama), cache write, paged
    attention, output projection */
@@ -934,7 +1292,7 @@ attention_block(pl_model_t *m, int l, const pl_batch_t *b, const void *in,
     const pl_layer_t         *L = &m->layers[l];
     pl_scratch_t             *s = &m->s;
     int                       T = b->num_tokens, hd = c->head_dim;
-    int                       nh = c->num_heads, nkv = c->num_kv_heads;
+    int                       nh = m->sh.n_heads, nkv = m->sh.n_kv_heads;
 
     be->matmul(be, s->qkv, in, &L->qkv.w, bias_of(&L->qkv), T);
     be->gather_rows(be, s->q, s->qkv, s->split_q, T * nh, hd);
@@ -948,6 +1306,7 @@ attention_block(pl_model_t *m, int l, const pl_batch_t *b, const void *in,
     be->attention(be, s->attn, s->q, m->k_cache[l], m->v_cache[l], b, nh,
                   nkv, hd, m->block_size, 1.0f / sqrtf((float) hd));
     be->matmul(be, out, s->attn, &L->o.w, bias_of(&L->o), T);
+    all_reduce(m, out, (size_t) T * c->hidden_size);
 }
 
 
@@ -971,8 +1330,9 @@ llama_layer(pl_model_t *m, int l, const pl_batch_t *b)
     attention_block(m, l, b, s->h, s->y);
     be->add_rmsnorm(be, s->h, s->x, s->y, &L->mlp_norm.w, T, hid, eps);
     be->matmul(be, s->up, s->h, &L->up.w, NULL, T);
-    be->silu_mul(be, s->act, s->up, T, c->intermediate_size);
+    be->silu_mul(be, s->act, s->up, T, m->sh.inter);
     be->matmul(be, s->y, s->act, &L->down.w, NULL, T);
+    all_reduce(m, s->y, (size_t) T * hid);
 }
 
 
@@ -983,8 +1343,9 @@ opt_mlp(pl_model_t *m, const pl_layer_t *L, int T, const void *in, void *out)
     pl_backend_t  *be = m->be;
 
     be->matmul(be, m->s.up, in, &L->up.w, bias_of(&L->up), T);
-    be->relu(be, m->s.act, m->s.up, T, m->cfg.intermediate_size);
+    be->relu(be, m->s.act, m->s.up, T, m->sh.inter);
     be->matmul(be, out, m->s.act, &L->down.w, bias_of(&L->down), T);
+    all_reduce(m, out, (size_t) T * m->cfg.hidden_size);
 }
 
 
@@ -1032,6 +1393,26 @@ opt_layer_post_ln(pl_model_t *m, int l, const pl_batch_t *b)
 }
 
 
+/* world > 1: x = this rank's slice of the embeddings (an id outside it
+   reads the zero row after the slice), summed over the ranks */
+static void
+embed_slice(pl_model_t *m, const pl_batch_t *host)
+{
+    pl_backend_t      *be = m->be;
+    const pl_shard_t  *sh = &m->sh;
+    int                T = host->num_tokens, i;
+    int32_t            id;
+
+    for (i = 0; i < T; i++) {
+        id = host->token_ids[i] - sh->vocab_first;
+        m->s.emb_host[i] = id >= 0 && id < sh->vocab_real ? id : sh->vocab;
+    }
+    be->upload(be, m->s.emb_ids, m->s.emb_host, (size_t) T * sizeof(int32_t));
+    be->embedding(be, m->s.x, &m->embed, m->s.emb_ids, T);
+    all_reduce(m, m->s.x, (size_t) T * m->cfg.hidden_size);
+}
+
+
 /* x = token embeddings (+ OPT's learned positions) */
 static void
 embed(pl_model_t *m, const pl_batch_t *host, const pl_batch_t *b)
@@ -1039,7 +1420,11 @@ embed(pl_model_t *m, const pl_batch_t *host, const pl_batch_t *b)
     pl_backend_t  *be = m->be;
     int            T = b->num_tokens, i;
 
-    be->embedding(be, m->s.x, &m->embed, b->token_ids, T);
+    if (m->sh.world == 1) {
+        be->embedding(be, m->s.x, &m->embed, b->token_ids, T);
+    } else {
+        embed_slice(m, host);
+    }
     if (m->arch.family != PL_FAMILY_OPT) {
         return;
     }
@@ -1074,6 +1459,40 @@ final_hidden(pl_model_t *m, const pl_batch_t *b)
 }
 
 
+/* world > 1: every rank's logits slice [S][slice] gathered; rank 0
+   (logits not NULL) writes rank r's slice of row s at logits[s][r slice
+   ..], dropping the padding after the vocabulary */
+static void
+gather_logits(pl_model_t *m, int S, float *logits)
+{
+    pl_backend_t      *be = m->be;
+    const pl_shard_t  *sh = &m->sh;
+    size_t             slice = (size_t) S * sh->vocab;
+    int                V = m->cfg.vocab_size, r, s, n;
+
+    if (sh->comm->all_gather(sh->comm, m->s.gathered, m->s.logits, slice,
+                             be->act_dtype) != 0)
+    {
+        m->sh.comm_failed = 1;
+        return;
+    }
+    if (logits == NULL) {
+        return;
+    }
+    be->download_f32(be, m->s.gathered_host, m->s.gathered,
+                     slice * sh->world);
+    be->sync(be);
+    for (r = 0; r < sh->world; r++) {
+        n = V - r * sh->vocab < sh->vocab ? V - r * sh->vocab : sh->vocab;
+        for (s = 0; s < S && n > 0; s++) {
+            memcpy(logits + (size_t) s * V + (size_t) r * sh->vocab,
+                   m->s.gathered_host + r * slice + (size_t) s * sh->vocab,
+                   (size_t) n * sizeof(float));
+        }
+    }
+}
+
+
 int
 pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
     char *err, size_t errlen)
@@ -1083,6 +1502,9 @@ pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
     const pl_batch_t         *b;
     int                       l;
 
+    if (m->tp != NULL) {
+        return pl_tp_forward(m->tp, batch, logits, err, errlen);
+    }
     if (check_batch(m, batch, err, errlen) != 0) {
         return -1;
     }
@@ -1104,9 +1526,18 @@ pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
     be->gather_rows(be, m->s.rows, final_hidden(m, b), b->logits_rows,
                     b->num_seqs, c->hidden_size);
     be->matmul(be, m->s.logits, m->s.rows, &m->lm_head, NULL, b->num_seqs);
-    be->download_f32(be, logits, m->s.logits,
-                     (size_t) b->num_seqs * c->vocab_size);
+    if (m->sh.world == 1) {
+        be->download_f32(be, logits, m->s.logits,
+                         (size_t) b->num_seqs * c->vocab_size);
+    } else {
+        gather_logits(m, b->num_seqs, logits);
+    }
     be->sync(be);
+    if (m->sh.comm_failed) {
+        m->sh.comm_failed = 0;
+        return model_fail(err, errlen, "the %s communicator of rank %d "
+                          "failed", m->sh.comm->name, m->sh.rank);
+    }
     return 0;
 }
 

@@ -1,0 +1,39 @@
+/*
+ * model_tp: the ranks of a tensor-parallel model (see pl_model.h) and the
+ * threads that drive them.  model.c loads and runs one rank's shard;
+ * this file gives each rank a thread, a backend and a communicator, and
+ * fans every call of the whole model out to the ranks.
+ */
+
+#ifndef PL_MODEL_TP_H
+#define PL_MODEL_TP_H
+
+#include <stddef.h>
+
+#include "pl_comm.h"
+#include "pl_model.h"
+
+typedef struct pl_tp_s  pl_tp_t;
+
+/* One rank's shard on be, joined to the other ranks by comm (model.c);
+   NULL with err. */
+pl_model_t *pl_model_load_shard(const char *dir, pl_backend_t *be,
+    pl_comm_t *comm, char *err, size_t errlen);
+
+/* world ranks of the model in dir, rank 0 on be; NULL with err. */
+pl_tp_t *pl_tp_load(const char *dir, pl_backend_t *be, int world, char *err,
+    size_t errlen);
+
+void pl_tp_free(pl_tp_t *tp);
+
+/* rank 0's shard: what every rank's shard knows of the whole model */
+pl_model_t *pl_tp_rank0(pl_tp_t *tp);
+
+int pl_tp_prepare(pl_tp_t *tp, int max_tokens, int max_seqs, char *err,
+    size_t errlen);
+int pl_tp_kv_alloc(pl_tp_t *tp, int num_blocks, int block_size, char *err,
+    size_t errlen);
+int pl_tp_forward(pl_tp_t *tp, const pl_batch_t *batch, float *logits,
+    char *err, size_t errlen);
+
+#endif /* PL_MODEL_TP_H */
