@@ -57,6 +57,7 @@ typedef struct {
     u_char                              model[PL_MODEL_NAME_LEN];
     char                                tokenizer_path[PL_PATH_LEN];
     uint64_t                            tokenizer_hash;
+    char                                chat_error[NGX_HTTP_PAGEDLLM_ERR_LEN];
 
     ngx_rbtree_t                        tree;
     ngx_rbtree_node_t                   sentinel;
@@ -87,6 +88,11 @@ static ngx_int_t ngx_http_pagedllm_load_tokenizer(
     ngx_http_pagedllm_channel_t *ch, const char *path, uint64_t hash);
 static ngx_int_t ngx_http_pagedllm_file_hash(ngx_log_t *log,
     const char *path, uint64_t *hash);
+static void ngx_http_pagedllm_load_chat(ngx_http_pagedllm_channel_t *ch,
+    const char *tokenizer_path);
+static ngx_int_t ngx_http_pagedllm_find_specials(
+    ngx_http_pagedllm_channel_t *ch);
+static void ngx_http_pagedllm_free_model(ngx_http_pagedllm_channel_t *ch);
 static ngx_int_t ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch,
     int comp_fd);
 static void ngx_http_pagedllm_lost(ngx_http_pagedllm_channel_t *ch);
@@ -161,10 +167,7 @@ ngx_http_pagedllm_channel_exit(ngx_cycle_t *cycle)
 
     ngx_http_pagedllm_detach(ch);
 
-    if (ch->engine.tokenizer) {
-        pl_tokenizer_free(ch->engine.tokenizer);
-        ch->engine.tokenizer = NULL;
-    }
+    ngx_http_pagedllm_free_model(ch);
 
     if (ch->aborts) {
         ngx_free(ch->aborts);
@@ -708,15 +711,98 @@ ngx_http_pagedllm_load_tokenizer(ngx_http_pagedllm_channel_t *ch,
         return NGX_ERROR;
     }
 
-    if (ch->engine.tokenizer) {
-        pl_tokenizer_free(ch->engine.tokenizer);
-    }
+    ngx_http_pagedllm_free_model(ch);
 
     ch->engine.tokenizer = tok;
     ch->tokenizer_hash = hash;
     ngx_cpystrn((u_char *) ch->tokenizer_path, (u_char *) path, PL_PATH_LEN);
 
+    ngx_http_pagedllm_load_chat(ch, path);
+
+    return ngx_http_pagedllm_find_specials(ch);
+}
+
+
+/* The chat template of tokenizer_config.json next to tokenizer.json; a
+   model without one serves completions only. */
+static void
+ngx_http_pagedllm_load_chat(ngx_http_pagedllm_channel_t *ch,
+    const char *tokenizer_path)
+{
+    char         path[PL_PATH_LEN + 32], err[NGX_HTTP_PAGEDLLM_ERR_LEN];
+    const char  *slash;
+
+    slash = strrchr(tokenizer_path, '/');
+
+    ngx_snprintf((u_char *) path, sizeof(path), "%*s/tokenizer_config.json%Z",
+                 (size_t) (slash ? slash - tokenizer_path : 1),
+                 slash ? tokenizer_path : ".");
+
+    ch->engine.chat = pl_chat_load(path, err, sizeof(err));
+
+    if (ch->engine.chat == NULL) {
+        ngx_log_error(NGX_LOG_NOTICE, ch->log, 0,
+                      "pagedllm: no chat completions: %s", err);
+        ngx_snprintf((u_char *) ch->chat_error, sizeof(ch->chat_error) - 1,
+                     "This model has no usable chat template (%s)%Z", err);
+    }
+
+    ch->engine.chat_error = ch->chat_error;
+}
+
+
+/* The text of every special token: chat content may not contain it. */
+static ngx_int_t
+ngx_http_pagedllm_find_specials(ngx_http_pagedllm_channel_t *ch)
+{
+    int32_t      id, n;
+    ngx_str_t   *sp;
+    const char  *piece;
+
+    n = (int32_t) pl_tokenizer_vocab_size(ch->engine.tokenizer);
+
+    sp = ngx_alloc(sizeof(ngx_str_t) * n, ch->log);
+    if (sp == NULL) {
+        return NGX_ERROR;
+    }
+
+    ch->engine.specials = sp;
+    ch->engine.n_specials = 0;
+
+    for (id = 0; id < n; id++) {
+        piece = pl_tokenizer_id_to_piece(ch->engine.tokenizer, id);
+
+        if (pl_tokenizer_is_special(ch->engine.tokenizer, id) && piece
+            && piece[0] != '\0')
+        {
+            sp[ch->engine.n_specials].data = (u_char *) piece;
+            sp[ch->engine.n_specials].len = ngx_strlen(piece);
+            ch->engine.n_specials++;
+        }
+    }
+
     return NGX_OK;
+}
+
+
+static void
+ngx_http_pagedllm_free_model(ngx_http_pagedllm_channel_t *ch)
+{
+    if (ch->engine.tokenizer) {
+        pl_tokenizer_free(ch->engine.tokenizer);
+        ch->engine.tokenizer = NULL;
+    }
+
+    if (ch->engine.chat) {
+        pl_chat_free(ch->engine.chat);
+        ch->engine.chat = NULL;
+    }
+
+    if (ch->engine.specials) {
+        ngx_free(ch->engine.specials);
+        ch->engine.specials = NULL;
+        ch->engine.n_specials = 0;
+    }
 }
 
 

@@ -18,6 +18,7 @@
 typedef enum {
     NGX_HTTP_PAGEDLLM_ROUTE_NONE = 0,
     NGX_HTTP_PAGEDLLM_ROUTE_COMPLETIONS,
+    NGX_HTTP_PAGEDLLM_ROUTE_CHAT,
     NGX_HTTP_PAGEDLLM_ROUTE_MODELS
 } ngx_http_pagedllm_route_e;
 
@@ -79,6 +80,7 @@ ngx_http_pagedllm_handler(ngx_http_request_t *r)
 {
     ngx_int_t                   rc;
     ngx_str_t                   allow;
+    ngx_http_pagedllm_ctx_t    *ctx;
     ngx_http_pagedllm_error_t   err;
     ngx_http_pagedllm_route_e   route;
 
@@ -105,11 +107,13 @@ ngx_http_pagedllm_handler(ngx_http_request_t *r)
 
     } else {
         if (r->method == NGX_HTTP_POST) {
-            if (ngx_http_pagedllm_create_ctx(r, ngx_http_pagedllm_completions)
-                == NULL)
-            {
+            ctx = ngx_http_pagedllm_create_ctx(r,
+                                               ngx_http_pagedllm_completions);
+            if (ctx == NULL) {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
             }
+
+            ctx->chat = (route == NGX_HTTP_PAGEDLLM_ROUTE_CHAT);
 
             rc = ngx_http_read_client_request_body(r,
                                               ngx_http_pagedllm_body_handler);
@@ -169,7 +173,8 @@ ngx_http_pagedllm_status_handler(ngx_http_request_t *r)
 }
 
 
-/* The path below the location: "completions" or "models", "v1/" allowed. */
+/* The path below the location: "completions", "chat/completions" or
+   "models", "v1/" allowed. */
 static ngx_http_pagedllm_route_e
 ngx_http_pagedllm_route(ngx_http_request_t *r)
 {
@@ -199,6 +204,12 @@ ngx_http_pagedllm_route(ngx_http_request_t *r)
         && ngx_strncmp(p, "completions", last - p) == 0)
     {
         return NGX_HTTP_PAGEDLLM_ROUTE_COMPLETIONS;
+    }
+
+    if ((size_t) (last - p) == sizeof("chat/completions") - 1
+        && ngx_strncmp(p, "chat/completions", last - p) == 0)
+    {
+        return NGX_HTTP_PAGEDLLM_ROUTE_CHAT;
     }
 
     if ((size_t) (last - p) == sizeof("models") - 1
@@ -403,7 +414,7 @@ ngx_http_pagedllm_completions(ngx_http_request_t *r)
         return;
     }
 
-    if (ngx_http_pagedllm_parse_completion(r, body, len, engine,
+    if (ngx_http_pagedllm_parse_completion(r, body, len, engine, ctx->chat,
                                            &ctx->params, &err)
         != NGX_OK)
     {
@@ -513,12 +524,13 @@ ngx_http_pagedllm_start(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 
     plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
 
-    ctx->id.data = ngx_pnalloc(r->pool, sizeof("cmpl-") - 1 + 8 + 16);
+    ctx->id.data = ngx_pnalloc(r->pool, sizeof("chatcmpl-") - 1 + 8 + 16);
     if (ctx->id.data == NULL) {
         return NGX_ERROR;
     }
 
-    ctx->id.len = ngx_sprintf(ctx->id.data, "cmpl-%08xD%016xL",
+    ctx->id.len = ngx_sprintf(ctx->id.data, "%s%08xD%016xL",
+                              ctx->chat ? "chatcmpl-" : "cmpl-",
                               (uint32_t) ngx_pid, (uint64_t) ctx->node.key)
                   - ctx->id.data;
     ctx->created = ngx_time();
@@ -972,7 +984,7 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t emit,
     size_t      size;
     ngx_uint_t  i;
 
-    size = emit * ngx_http_pagedllm_sse_bound(ctx, 0)
+    size = (emit + 1) * ngx_http_pagedllm_sse_bound(ctx, 0)
            + ngx_http_pagedllm_sse_bound(ctx, ctx->text_len);
 
     for (i = 0; lpj && i < emit; i++) {
@@ -998,6 +1010,11 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     normal = ctx->finish_reason == PL_FINISH_STOP
              || ctx->finish_reason == PL_FINISH_LENGTH;
     start = 0;
+
+    if (ctx->chat && !ctx->role_sent && (emit || normal)) {
+        p = ngx_http_pagedllm_sse_role(p, ctx);
+        ctx->role_sent = 1;
+    }
 
     for (i = 0; i < emit; i++) {
         end = ctx->piece_end[i];

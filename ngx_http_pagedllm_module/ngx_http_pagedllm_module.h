@@ -23,6 +23,7 @@
 #include "pl_proto.h"
 #include "pl_ring.h"
 #include "pl_tokenizer.h"
+#include "pl_chat.h"
 
 
 #define NGX_HTTP_PAGEDLLM_ERR_LEN      512
@@ -54,6 +55,10 @@ typedef struct {
     float                         default_temperature;  /* < 0: unset */
     float                         default_top_p;
     int32_t                       default_top_k;
+    pl_chat_t                    *chat;          /* NULL: chat_error says */
+    const char                   *chat_error;
+    ngx_str_t                    *specials;      /* special tokens' text */
+    ngx_uint_t                    n_specials;
 } ngx_http_pagedllm_engine_t;
 
 
@@ -83,7 +88,8 @@ typedef struct {
     unsigned                      temperature_set:1;
     unsigned                      top_p_set:1;
     unsigned                      top_k_set:1;
-    unsigned                      min_tokens_set:1;
+    unsigned                      top_logprobs_set:1;
+    unsigned                      chat:1;        /* /v1/chat/completions */
 } ngx_http_pagedllm_params_t;
 
 
@@ -147,6 +153,8 @@ typedef struct {
     unsigned                      dirty:1;
     unsigned                      finished:1;
     unsigned                      stopped:1;     /* cut at a stop string */
+    unsigned                      chat:1;        /* /v1/chat/completions */
+    unsigned                      role_sent:1;   /* chat: first delta */
 } ngx_http_pagedllm_ctx_t;
 
 
@@ -178,7 +186,8 @@ void ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx);
 /* openai */
 ngx_int_t ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
     u_char *body, size_t len, ngx_http_pagedllm_engine_t *engine,
-    ngx_http_pagedllm_params_t *params, ngx_http_pagedllm_error_t *err);
+    ngx_uint_t chat, ngx_http_pagedllm_params_t *params,
+    ngx_http_pagedllm_error_t *err);
 void ngx_http_pagedllm_error_set(ngx_http_pagedllm_error_t *err,
     ngx_uint_t status, const char *param, const char *fmt, ...);
 ngx_buf_t *ngx_http_pagedllm_error_json(ngx_pool_t *pool,
@@ -190,6 +199,7 @@ u_char *ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 size_t ngx_http_pagedllm_utf8_chars(u_char *p, size_t n);
 ngx_int_t ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t first, ngx_uint_t n, ngx_str_t *out);
+u_char *ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
 u_char *ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
 u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message);

@@ -11,10 +11,10 @@
  */
 
 
+#include "ngx_http_pagedllm_module.h"
+
 #include <jansson.h>
 #include <math.h>
-
-#include "ngx_http_pagedllm_module.h"
 
 
 #define NGX_HTTP_PAGEDLLM_MARKER      "\xef\xbf\xbe"   /* U+FFFE */
@@ -40,8 +40,11 @@ static ngx_int_t ngx_http_pagedllm_find_marker(json_t *root,
     ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_has_marker(json_t *v);
 static ngx_int_t ngx_http_pagedllm_fields(json_t *root,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+    ngx_http_pagedllm_field_t *known, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_required(json_t *root,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_check_length(
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_http_pagedllm_error_t *err);
@@ -118,10 +121,21 @@ static ngx_int_t ngx_http_pagedllm_f_stop(json_t *v,
 static ngx_int_t ngx_http_pagedllm_f_stop_token_ids(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_messages(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_chat_logprobs(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_top_logprobs(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
 static void ngx_http_pagedllm_defaults(ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine);
 static json_t *ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t first, ngx_uint_t n);
+static json_t *ngx_http_pagedllm_chat_logprobs_obj(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t first, ngx_uint_t n);
 
 static ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);
 static u_char *ngx_http_pagedllm_sse_head(u_char *p,
@@ -162,16 +176,49 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_fields_known[] = {
 };
 
 
+/* /v1/chat/completions: the same sampling fields, messages for prompt */
+static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
+    { "model", ngx_http_pagedllm_f_model },
+    { "messages", ngx_http_pagedllm_f_messages },
+    { "max_tokens", ngx_http_pagedllm_f_max_tokens },
+    { "max_completion_tokens", ngx_http_pagedllm_f_max_tokens },
+    { "temperature", ngx_http_pagedllm_f_temperature },
+    { "top_p", ngx_http_pagedllm_f_top_p },
+    { "top_k", ngx_http_pagedllm_f_top_k },
+    { "seed", ngx_http_pagedllm_f_seed },
+    { "n", ngx_http_pagedllm_f_n },
+    { "stream", ngx_http_pagedllm_f_stream },
+    { "stream_options", ngx_http_pagedllm_f_stream_options },
+    { "ignore_eos", ngx_http_pagedllm_f_ignore_eos },
+    { "user", ngx_http_pagedllm_f_user },
+    { "logprobs", ngx_http_pagedllm_f_chat_logprobs },
+    { "top_logprobs", ngx_http_pagedllm_f_top_logprobs },
+    { "stop", ngx_http_pagedllm_f_stop },
+    { "logit_bias", ngx_http_pagedllm_f_logit_bias },
+    { "presence_penalty", ngx_http_pagedllm_f_penalty },
+    { "frequency_penalty", ngx_http_pagedllm_f_penalty },
+    { "min_p", ngx_http_pagedllm_f_min_p },
+    { "repetition_penalty", ngx_http_pagedllm_f_repetition_penalty },
+    { "min_tokens", ngx_http_pagedllm_f_min_tokens },
+    { "stop_token_ids", ngx_http_pagedllm_f_stop_token_ids },
+    { "tools", ngx_http_pagedllm_f_unsupported },
+    { "tool_choice", ngx_http_pagedllm_f_unsupported },
+    { "response_format", ngx_http_pagedllm_f_unsupported },
+    { NULL, NULL }
+};
+
+
 ngx_int_t
 ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
-    size_t len, ngx_http_pagedllm_engine_t *engine,
+    size_t len, ngx_http_pagedllm_engine_t *engine, ngx_uint_t chat,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err)
 {
     json_t     *root;
     ngx_int_t   rc;
 
     ngx_memzero(p, sizeof(ngx_http_pagedllm_params_t));
-    p->max_tokens = 16;
+    p->chat = chat;
+    p->max_tokens = chat ? 0 : 16;             /* chat: what fits */
     p->temperature = 1.0f;
     p->top_p = 1.0f;
 
@@ -180,7 +227,12 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_pagedllm_fields(root, p, engine, r->pool, err);
+    rc = ngx_http_pagedllm_fields(root, chat ? ngx_http_pagedllm_chat_fields
+                                             : ngx_http_pagedllm_fields_known,
+                                  p, engine, r->pool, err);
+    if (rc == NGX_OK) {
+        rc = ngx_http_pagedllm_required(root, p, err);
+    }
 
     json_decref(root);
 
@@ -336,17 +388,17 @@ ngx_http_pagedllm_has_marker(json_t *v)
 
 
 static ngx_int_t
-ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_field_t *known,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
 {
-    json_t                     *v, *so;
+    json_t                     *v;
     const char                 *key;
     ngx_http_pagedllm_field_t  *f;
 
     json_object_foreach(root, key, v) {
 
-        for (f = ngx_http_pagedllm_fields_known; f->name; f++) {
+        for (f = known; f->name; f++) {
             if (ngx_strcmp(key, f->name) == 0) {
                 break;
             }
@@ -366,9 +418,32 @@ ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_params_t *p,
         }
     }
 
+    return NGX_OK;
+}
+
+
+/* Fields that must be there, and fields that only go together. */
+static ngx_int_t
+ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_t      *so;
+    const char  *name;
+
     if (p->prompt == NULL) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
-                                    "'prompt' is a required property");
+        name = p->chat ? "messages" : "prompt";
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
+                                    "'%s' is a required property", name);
+        return NGX_ERROR;
+    }
+
+    if (p->chat && p->top_logprobs_set
+        && !(p->flags & PL_SUBMIT_LOGPROBS))
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    "top_logprobs",
+                                    "'top_logprobs' requires 'logprobs' to "
+                                    "be true");
         return NGX_ERROR;
     }
 
@@ -416,22 +491,27 @@ static ngx_int_t
 ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err)
 {
+    if (p->n_prompt >= engine->max_model_len
+        || p->n_prompt > engine->max_prompt)
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    p->chat ? "messages" : "prompt",
+                                    "This model's maximum context length is "
+                                    "%uD tokens, however your prompt has "
+                                    "%ui tokens", engine->max_model_len,
+                                    p->n_prompt);
+        return NGX_ERROR;
+    }
+
+    if (p->max_tokens == 0) {
+        p->max_tokens = engine->max_model_len - p->n_prompt;
+    }
+
     if (p->min_tokens > p->max_tokens) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "min_tokens",
                                     "'min_tokens' (%uD) must not exceed "
                                     "'max_tokens' (%uD)", p->min_tokens,
                                     p->max_tokens);
-        return NGX_ERROR;
-    }
-
-    if (p->n_prompt >= engine->max_model_len
-        || p->n_prompt > engine->max_prompt)
-    {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
-                                    "This model's maximum context length is "
-                                    "%uD tokens, however your prompt has "
-                                    "%ui tokens", engine->max_model_len,
-                                    p->n_prompt);
         return NGX_ERROR;
     }
 
@@ -644,10 +724,11 @@ ngx_http_pagedllm_f_max_tokens(json_t *v, ngx_http_pagedllm_params_t *p,
     n = json_integer_value(v);
 
     if (n < 1 || n > (json_int_t) engine->max_model_len) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "max_tokens",
-                                    "'max_tokens' must be between 1 and %uD, "
-                                    "got %L", engine->max_model_len,
-                                    (int64_t) n);
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    ngx_http_pagedllm_field,
+                                    "'%s' must be between 1 and %uD, got %L",
+                                    ngx_http_pagedllm_field,
+                                    engine->max_model_len, (int64_t) n);
         return NGX_ERROR;
     }
 
@@ -1299,6 +1380,265 @@ ngx_http_pagedllm_f_stop_token_ids(json_t *v, ngx_http_pagedllm_params_t *p,
 }
 
 
+/* The text of a message's content: a string, or an array of text parts
+   joined by newlines (as vLLM does); NULL when it is neither. */
+static json_t *
+ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
+{
+    u_char       *buf, *b;
+    size_t        i, len;
+    json_t       *part, *type, *text;
+
+    if (json_is_string(c)) {
+        return json_incref(c);
+    }
+
+    if (!json_is_array(c)) {
+        return NULL;
+    }
+
+    len = 0;
+
+    json_array_foreach(c, i, part) {
+        type = json_object_get(part, "type");
+        text = json_object_get(part, "text");
+
+        if (!json_is_string(type)
+            || ngx_strcmp(json_string_value(type), "text") != 0
+            || !json_is_string(text) || json_object_size(part) != 2)
+        {
+            return NULL;
+        }
+
+        len += json_string_length(text) + 1;
+    }
+
+    buf = ngx_pnalloc(pool, len + 1);
+    if (buf == NULL) {
+        return NULL;
+    }
+
+    b = buf;
+
+    json_array_foreach(c, i, part) {
+        text = json_object_get(part, "text");
+        if (i > 0) {
+            *b++ = '\n';
+        }
+        b = ngx_cpymem(b, json_string_value(text), json_string_length(text));
+    }
+
+    return json_stringn((char *) buf, b - buf);
+}
+
+
+/* Text a client wrote may not spell a special token of the tokenizer:
+   the rendered prompt is tokenized with special tokens parsed (for the
+   template's own), so such text would become a control token. */
+static ngx_int_t
+ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_engine_t *engine,
+    ngx_http_pagedllm_error_t *err)
+{
+    size_t       len;
+    ngx_uint_t   i;
+    const char  *s;
+
+    s = json_string_value(v);
+    len = json_string_length(v);
+
+    for (i = 0; i < engine->n_specials; i++) {
+        if (memmem(s, len, engine->specials[i].data, engine->specials[i].len)
+            != NULL)
+        {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "messages",
+                                        "'messages' may not contain the "
+                                        "special token text \"%V\"",
+                                        &engine->specials[i]);
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* One message checked and reduced to {role, content[, name]}. */
+static json_t *
+ngx_http_pagedllm_message(json_t *m, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
+{
+    json_t      *role, *content, *name, *out;
+    const char  *r, *key;
+    json_t      *v;
+
+    role = json_object_get(m, "role");
+    r = json_string_value(role);
+
+    if (r == NULL || (ngx_strcmp(r, "system") != 0
+                      && ngx_strcmp(r, "user") != 0
+                      && ngx_strcmp(r, "assistant") != 0))
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
+                                    "each message needs a 'role' of "
+                                    "\"system\", \"user\" or \"assistant\"");
+        return NULL;
+    }
+
+    json_object_foreach(m, key, v) {
+        if (ngx_strcmp(key, "role") != 0 && ngx_strcmp(key, "content") != 0
+            && ngx_strcmp(key, "name") != 0)
+        {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
+                                        "message field '%s' is not "
+                                        "supported", key);
+            return NULL;
+        }
+    }
+
+    name = json_object_get(m, "name");
+    content = ngx_http_pagedllm_content(json_object_get(m, "content"), pool);
+
+    if (content == NULL || (name && !json_is_string(name))) {
+        json_decref(content);
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
+                                    "a message's 'content' must be a string "
+                                    "or an array of text parts, its 'name' "
+                                    "a string");
+        return NULL;
+    }
+
+    if (ngx_http_pagedllm_no_specials(content, engine, err) != NGX_OK
+        || (name && ngx_http_pagedllm_no_specials(name, engine, err)
+                    != NGX_OK))
+    {
+        json_decref(content);
+        return NULL;
+    }
+
+    out = json_pack("{s:O,s:o}", "role", role, "content", content);
+
+    if (out && name) {
+        json_object_set(out, "name", name);
+    }
+
+    return out;
+}
+
+
+/* The conversation rendered by the model's chat template and tokenized;
+   special tokens in the rendered text are the template's own. */
+static ngx_int_t
+ngx_http_pagedllm_f_messages(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    int      n;
+    char    *text, rerr[256];
+    size_t   i, len, cap;
+    json_t  *msgs, *m, *one;
+
+    if (engine->chat == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL, "%s",
+                                    engine->chat_error);
+        return NGX_ERROR;
+    }
+
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return ngx_http_pagedllm_type_error(err, "a non-empty array of "
+                                            "messages");
+    }
+
+    msgs = json_array();
+    if (msgs == NULL) {
+        return ngx_http_pagedllm_type_error(err, "an array");
+    }
+
+    json_array_foreach(v, i, m) {
+        one = json_is_object(m) ? ngx_http_pagedllm_message(m, engine, pool,
+                                                            err)
+                                : NULL;
+        if (one == NULL) {
+            if (!json_is_object(m)) {
+                ngx_http_pagedllm_type_error(err, "an array of objects");
+            }
+            json_decref(msgs);
+            return NGX_ERROR;
+        }
+        json_array_append_new(msgs, one);
+    }
+
+    text = pl_chat_render(engine->chat, msgs, 1, NULL, rerr, sizeof(rerr));
+    json_decref(msgs);
+
+    if (text == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
+                                    "The chat template failed: %s", rerr);
+        return NGX_ERROR;
+    }
+
+    len = ngx_strlen(text);
+    cap = len + PL_TOKENIZER_EXTRA;
+
+    p->prompt = ngx_palloc(pool, cap * sizeof(int32_t));
+    n = p->prompt ? pl_tokenizer_encode(engine->tokenizer, text, len, 0, 1,
+                                        p->prompt, cap)
+                  : -2;
+    free(text);
+
+    if (n <= 0) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
+                                    "'messages' cannot be tokenized");
+        return NGX_ERROR;
+    }
+
+    p->n_prompt = n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_chat_logprobs(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    ngx_uint_t  b;
+
+    if (ngx_http_pagedllm_bool(v, &b, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (b) {
+        p->flags |= PL_SUBMIT_LOGPROBS;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_top_logprobs(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    uint32_t  flags = p->flags;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_f_logprobs(v, p, engine, pool, err) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    p->flags = flags | (p->flags & ~PL_SUBMIT_LOGPROBS);
+    p->top_logprobs_set = 1;
+
+    return NGX_OK;
+}
+
+
 void
 ngx_http_pagedllm_error_set(ngx_http_pagedllm_error_t *err,
     ngx_uint_t status, const char *param, const char *fmt, ...)
@@ -1354,6 +1694,7 @@ ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx, size_t text_len)
                   "\"created\":,\"model\":\"\",\"choices\":[{\"index\":0,"
                   "\"text\":\"\",\"logprobs\":null,\"finish_reason\":"
                   "\"length\"}]}\n\n")
+           + sizeof("chat.completion.chunk\"delta\":{\"content\":}")
            + NGX_TIME_T_LEN + ctx->id.len + 6 * ctx->model.len
            + 6 * text_len;
 }
@@ -1362,8 +1703,11 @@ ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx, size_t text_len)
 static u_char *
 ngx_http_pagedllm_sse_head(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
 {
-    p = ngx_sprintf(p, "data: {\"id\":\"%V\",\"object\":\"text_completion\","
-                    "\"created\":%T,\"model\":\"", &ctx->id, ctx->created);
+    p = ngx_sprintf(p, "data: {\"id\":\"%V\",\"object\":\"%s\","
+                    "\"created\":%T,\"model\":\"", &ctx->id,
+                    ctx->params.chat ? "chat.completion.chunk"
+                                     : "text_completion",
+                    ctx->created);
     p = (u_char *) ngx_escape_json(p, ctx->model.data, ctx->model.len);
 
     return ngx_cpymem(p, "\",", 2);
@@ -1377,9 +1721,20 @@ ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     const char  *reason;
 
     p = ngx_http_pagedllm_sse_head(p, ctx);
-    p = ngx_sprintf(p, "\"choices\":[{\"index\":0,\"text\":\"");
-    p = (u_char *) ngx_escape_json(p, text, len);
-    p = ngx_cpymem(p, "\",\"logprobs\":", sizeof("\",\"logprobs\":") - 1);
+
+    if (ctx->params.chat) {
+        p = ngx_sprintf(p, "\"choices\":[{\"index\":0,\"delta\":"
+                        "{\"content\":\"");
+        p = (u_char *) ngx_escape_json(p, text, len);
+        p = ngx_cpymem(p, "\"}", 2);
+
+    } else {
+        p = ngx_sprintf(p, "\"choices\":[{\"index\":0,\"text\":\"");
+        p = (u_char *) ngx_escape_json(p, text, len);
+        p = ngx_cpymem(p, "\"", 1);
+    }
+
+    p = ngx_cpymem(p, ",\"logprobs\":", sizeof(",\"logprobs\":") - 1);
 
     if (logprobs) {
         p = ngx_cpymem(p, logprobs->data, logprobs->len);
@@ -1506,6 +1861,78 @@ ngx_http_pagedllm_utf8_chars(u_char *p, size_t n)
 }
 
 
+/* {"token", "logprob", "bytes"} of one token text */
+static json_t *
+ngx_http_pagedllm_chat_entry(json_t *text, float lp)
+{
+    size_t       i, len;
+    json_t      *bytes;
+    const char  *s;
+
+    s = json_string_value(text);
+    len = json_string_length(text);
+    bytes = json_array();
+
+    for (i = 0; bytes && i < len; i++) {
+        json_array_append_new(bytes, json_integer((u_char) s[i]));
+    }
+
+    return json_pack("{s:o,s:f,s:o}", "token", text,
+                     "logprob", ngx_http_pagedllm_lp_value(lp),
+                     "bytes", bytes ? bytes : json_null());
+}
+
+
+/* OpenAI's chat logprobs of pieces [first, first + n). */
+static json_t *
+ngx_http_pagedllm_chat_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t first, ngx_uint_t n)
+{
+    json_t                      *content, *e, *top;
+    uint32_t                     start, end;
+    ngx_uint_t                   i, k;
+    pl_top_logprob_t            *t;
+    ngx_http_pagedllm_engine_t  *engine;
+
+    engine = ngx_http_pagedllm_channel_engine();
+    content = json_array();
+
+    if (engine == NULL || content == NULL) {
+        json_decref(content);
+        return NULL;
+    }
+
+    for (i = first; i < first + n; i++) {
+        start = i ? ctx->piece_end[i - 1] : 0;
+        end = ctx->piece_end[i];
+
+        e = ngx_http_pagedllm_chat_entry(
+                json_stringn((char *) ctx->text + start, end - start),
+                ctx->piece_lp[i]);
+        top = json_array();
+
+        for (k = 0; top && k < ctx->n_top; k++) {
+            t = &ctx->piece_top[i * ctx->n_top + k];
+            json_array_append_new(top, ngx_http_pagedllm_chat_entry(
+                ngx_http_pagedllm_token_text(engine->tokenizer, t->id),
+                t->logprob));
+        }
+
+        if (e == NULL || top == NULL) {
+            json_decref(e);
+            json_decref(top);
+            json_decref(content);
+            return NULL;
+        }
+
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(content, e);
+    }
+
+    return json_pack("{s:o}", "content", content);
+}
+
+
 ngx_int_t
 ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t first, ngx_uint_t n, ngx_str_t *out)
@@ -1513,7 +1940,8 @@ ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     char    *s;
     json_t  *j;
 
-    j = ngx_http_pagedllm_logprobs_obj(ctx, first, n);
+    j = ctx->params.chat ? ngx_http_pagedllm_chat_logprobs_obj(ctx, first, n)
+                         : ngx_http_pagedllm_logprobs_obj(ctx, first, n);
     if (j == NULL) {
         return NGX_ERROR;
     }
@@ -1537,6 +1965,18 @@ ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     free(s);
 
     return NGX_OK;
+}
+
+
+/* chat: the first chunk names the role */
+u_char *
+ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+{
+    p = ngx_http_pagedllm_sse_head(p, ctx);
+
+    return ngx_sprintf(p, "\"choices\":[{\"index\":0,\"delta\":"
+                       "{\"role\":\"assistant\",\"content\":\"\"},"
+                       "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 }
 
 
@@ -1570,32 +2010,46 @@ ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 ngx_buf_t *
 ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
 {
-    json_t  *j, *text, *lp;
+    json_t  *j, *text, *lp, *choice;
 
     text = json_stringn((char *) ctx->text, ctx->text_len);
     if (text == NULL) {
         return NULL;
     }
 
-    lp = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
-         ? ngx_http_pagedllm_logprobs_obj(ctx, 0, ctx->npieces) : json_null();
+    if (!(ctx->params.flags & PL_SUBMIT_LOGPROBS)) {
+        lp = json_null();
+
+    } else if (ctx->params.chat) {
+        lp = ngx_http_pagedllm_chat_logprobs_obj(ctx, 0, ctx->npieces);
+
+    } else {
+        lp = ngx_http_pagedllm_logprobs_obj(ctx, 0, ctx->npieces);
+    }
+
     if (lp == NULL) {
         json_decref(text);
         return NULL;
     }
 
-    j = json_pack("{s:s%,s:s,s:I,s:s%,s:[{s:i,s:o,s:o,s:s}],"
-                  "s:{s:I,s:I,s:I}}",
+    choice = ctx->params.chat
+             ? json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0,
+                         "message", "role", "assistant", "content", text,
+                         "logprobs", lp,
+                         "finish_reason",
+                         ngx_http_pagedllm_reason(ctx->finish_reason))
+             : json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "text", text,
+                         "logprobs", lp,
+                         "finish_reason",
+                         ngx_http_pagedllm_reason(ctx->finish_reason));
+
+    j = json_pack("{s:s%,s:s,s:I,s:s%,s:[o],s:{s:I,s:I,s:I}}",
                   "id", ctx->id.data, ctx->id.len,
-                  "object", "text_completion",
+                  "object", ctx->params.chat ? "chat.completion"
+                                             : "text_completion",
                   "created", (json_int_t) ctx->created,
                   "model", ctx->model.data, ctx->model.len,
-                  "choices",
-                      "index", 0,
-                      "text", text,
-                      "logprobs", lp,
-                      "finish_reason",
-                      ngx_http_pagedllm_reason(ctx->finish_reason),
+                  "choices", choice,
                   "usage",
                       "prompt_tokens", (json_int_t) ctx->params.n_prompt,
                       "completion_tokens",
