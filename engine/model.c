@@ -1580,10 +1580,14 @@ int
 pl_model_kv_copy_blocks(pl_model_t *m, const int32_t *src,
     const int32_t *dst, int n)
 {
-    size_t  lb = kv_layer_block_bytes(m);
+    size_t  lb;
     void   *bounce = NULL;
     int     i, l;
 
+    if (m->tp != NULL) {
+        return pl_tp_kv_copy_blocks(m->tp, src, dst, n);
+    }
+    lb = kv_layer_block_bytes(m);
     for (i = 0; i < n; i++) {
         if (!kv_block_ok(m, src[i]) || !kv_block_ok(m, dst[i])) {
             return -1;
@@ -1611,11 +1615,16 @@ int
 pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
     const int32_t *to, int n, int direction)
 {
-    size_t   lb = kv_layer_block_bytes(m), hb = 2 * lb * m->cfg.num_layers;
+    size_t   lb, hb;
     int32_t  dev;
     char    *host, *k, *v;
     int      i, l;
 
+    if (m->tp != NULL) {
+        return -1;
+    }
+    lb = kv_layer_block_bytes(m);
+    hb = 2 * lb * m->cfg.num_layers;
     for (i = 0; i < n; i++) {
         if (!kv_block_ok(m, direction == PL_KV_SWAP_OUT ? from[i] : to[i])) {
             return -1;

@@ -222,6 +222,26 @@ job_forward(pl_tp_rank_t *r, void *arg)
 }
 
 
+typedef struct {
+    const int32_t  *src;
+    const int32_t  *dst;
+    int             n;
+} pl_tp_copy_t;
+
+
+static int
+job_kv_copy(pl_tp_rank_t *r, void *arg)
+{
+    const pl_tp_copy_t  *c = arg;
+
+    if (pl_model_kv_copy_blocks(r->model, c->src, c->dst, c->n) != 0) {
+        snprintf(r->err, sizeof(r->err), "KV block copy failed");
+        return -1;
+    }
+    return 0;
+}
+
+
 /* ---- the group ---- */
 
 
@@ -432,4 +452,15 @@ pl_tp_forward(pl_tp_t *tp, const pl_batch_t *batch, float *logits,
     pl_tp_forward_t  f = { batch, logits };
 
     return run_all(tp, job_forward, &f, err, errlen);
+}
+
+
+int
+pl_tp_kv_copy_blocks(pl_tp_t *tp, const int32_t *src, const int32_t *dst,
+    int n)
+{
+    pl_tp_copy_t  c = { src, dst, n };
+    char          err[PL_TP_ERR_LEN];
+
+    return run_all(tp, job_kv_copy, &c, err, sizeof(err));
 }

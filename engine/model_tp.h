@@ -35,5 +35,7 @@ int pl_tp_kv_alloc(pl_tp_t *tp, int num_blocks, int block_size, char *err,
     size_t errlen);
 int pl_tp_forward(pl_tp_t *tp, const pl_batch_t *batch, float *logits,
     char *err, size_t errlen);
+int pl_tp_kv_copy_blocks(pl_tp_t *tp, const int32_t *src,
+    const int32_t *dst, int n);
 
 #endif /* PL_MODEL_TP_H */

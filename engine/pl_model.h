@@ -109,8 +109,10 @@ int pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
  * with a backend of be's kind (cpu: one OpenMP thread; cuda: device =
  * rank).  Every rank uses the same batch and block tables and holds its
  * KV heads' share of every block, so pl_model_kv_block_bytes() is the
- * size on each rank.  The size must divide the attention heads and the
- * KV heads; load refuses any other with the reason.
+ * size on each rank; pl_model_kv_copy_blocks() copies on every rank and
+ * pl_model_kv_swap() is refused (-1: its host blocks are sized for one
+ * rank).  The size must divide the attention heads and the KV heads;
+ * load refuses any other with the reason.
  */
 typedef struct {
     int  tensor_parallel_size;          /* 1: no tensor parallelism */

@@ -11,8 +11,8 @@
  * tokens must be identical and the logits of every step equal within
  * LOGIT_TOL.  Also: sizes that do not divide the heads are refused with
  * the reason, a bad batch is refused without stopping the ranks, the KV
- * block of a rank is 1/N of the whole, and pl_model_load() follows the
- * default options.
+ * block of a rank is 1/N of the whole, copy-on-write copies every rank's
+ * share, and pl_model_load() follows the default options.
  *
  * Tolerance.  A split model computes the same column-parallel dot
  * products as the whole one (q/k/v, gate/up, fc1, lm_head: bit for bit)
@@ -671,6 +671,65 @@ test_bad_batch(pl_backend_t *be)
 }
 
 
+/* one sequence: tokens [ctx0, ctx0 + n) of tok through table */
+static int
+run_seq(pl_model_t *m, const int32_t *tok, int ctx0, int n,
+    const int32_t *table, int nblk, float *logits)
+{
+    int32_t     pos[16], slot[16], qs[2] = { 0, n }, cl[1] = { ctx0 + n };
+    int32_t     rows[1] = { n - 1 };
+    char        err[512];
+    pl_batch_t  b;
+    int         i;
+
+    for (i = 0; i < n; i++) {
+        pos[i] = ctx0 + i;
+        slot[i] = table[pos[i] / BS] * BS + pos[i] % BS;
+    }
+    b = (pl_batch_t) {
+        .num_tokens = n, .num_seqs = 1, .token_ids = tok + ctx0,
+        .positions = pos, .slot_mapping = slot, .query_start = qs,
+        .context_lens = cl, .block_tables = table, .logits_rows = rows,
+        .max_blocks_per_seq = nblk, .max_query_len = n,
+        .max_context_len = ctx0 + n
+    };
+    if (pl_model_forward(m, &b, logits, err, sizeof(err)) != 0) {
+        diag("run_seq: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+
+/* copy-on-write on a split model copies every rank's share; swapping is
+   refused there */
+static void
+test_kv_copy(pl_backend_t *be)
+{
+    static const int32_t  tok[9] = { 11, 42, 7, 99, 3, 250, 18, 64, 5 };
+    static const int32_t  orig[3] = { 3, 7, 9 }, copy[3] = { 20, 21, 22 };
+    static float          a[MAX_VOCAB], b[MAX_VOCAB];
+    char                  err[512];
+    pl_model_t           *m = load(FIXTURES "/llama_tied", be, 4, err,
+                                   sizeof(err));
+    int32_t               host = 0, dev = 3;
+
+    if (m == NULL) {
+        ok(0, "llama_tied on 4 ranks: %s", err);
+        return;
+    }
+    ok(run_seq(m, tok, 0, 8, orig, 3, a) == 0
+       && pl_model_kv_copy_blocks(m, orig, copy, 2) == 0
+       && run_seq(m, tok, 8, 1, copy, 3, a) == 0
+       && run_seq(m, tok, 8, 1, orig, 3, b) == 0
+       && memcmp(a, b, 256 * sizeof(float)) == 0,
+       "4 ranks: a decode over copied blocks gives the original's logits");
+    ok(pl_model_kv_swap(m, &host, &dev, &host, 1, PL_KV_SWAP_OUT) != 0,
+       "4 ranks: swapping is refused");
+    pl_model_free(m);
+}
+
+
 /* pl_model_load() splits the model as the default options say */
 static void
 test_default_options(pl_backend_t *be)
@@ -715,6 +774,7 @@ main(int argc, char **argv)
     test_fixtures(be, build);
     test_refusals(be);
     test_bad_batch(be);
+    test_kv_copy(be);
     test_default_options(be);
 
     be->destroy(be);
