@@ -1,10 +1,14 @@
 
 /*
- * ngx_http_pagedllm_handler: the request side.  Routes /v1/completions and
- * /v1/models and the status location, reads and checks the body, submits
- * to the engine, and turns what the channel hands back into SSE events or
- * one JSON body.  Every request gets a cleanup handler, so whichever way
- * it ends (499 included) a running generation is aborted exactly once.
+ * ngx_http_pagedllm_handler: the request side.  Routes /v1/completions,
+ * /v1/chat/completions, /v1/models and the status location, reads and
+ * checks the body, submits to the engine, and turns what the channel hands
+ * back into SSE events or one JSON body.  Stop strings are matched here on
+ * the decoded text, across token boundaries: a match cuts the text where
+ * the stop string starts and aborts the generation, and while streaming,
+ * the tail that might still become a stop string is held back.  Every
+ * request gets a cleanup handler, so whichever way it ends (499 included)
+ * a running generation is aborted exactly once.
  */
 
 

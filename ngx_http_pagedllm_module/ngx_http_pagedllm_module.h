@@ -1,6 +1,6 @@
 
 /*
- * ngx_http_pagedllm_module: OpenAI-style completions served by
+ * ngx_http_pagedllm_module: OpenAI-style (chat) completions served by
  * pagedllm-engine through per-worker shared-memory rings.
  *
  * The module is split by concern:

@@ -1,13 +1,16 @@
 
 /*
- * ngx_http_pagedllm_openai: the OpenAI completions API on the wire.
+ * ngx_http_pagedllm_openai: the OpenAI completions and chat completions
+ * APIs on the wire.
  *
  * In: the request body is parsed with jansson and every field is checked
- * against a table of the fields we know; a field we do not support that
- * asks for something is refused by name rather than ignored.  A string
- * prompt is tokenized here, in the worker, with the engine's tokenizer.
- * Out: SSE events are formatted straight into output buffers (they are
- * per token and must be cheap); whole bodies go through jansson.
+ * against a table of the fields we know (one per endpoint); a field we do
+ * not support that asks for something is refused by name rather than
+ * ignored.  A string prompt, or a conversation rendered by the model's
+ * chat template, is tokenized here, in the worker, with the engine's
+ * tokenizer.  Out: SSE events are formatted straight into output buffers
+ * (they are per token and must be cheap); whole bodies and logprobs go
+ * through jansson.
  */
 
 
