@@ -669,7 +669,8 @@ pl_j_skip_ws(pl_jctx_t *c)
 static pl_jstr_t *
 pl_j_lex_string(pl_jctx_t *c)
 {
-    static const char  escs[] = "n\nt\tr\rb\bf\fv\v''\"\"\\\\";
+    static const char  from[] = "ntrbfv'\"\\";
+    static const char  to[] = "\n\t\r\b\f\v'\"\\";
     char               q = c->src[c->pos++];
     pl_jbuf_t          b = { NULL, 0, 0 };
     pl_jstr_t         *s;
@@ -680,11 +681,9 @@ pl_j_lex_string(pl_jctx_t *c)
 
         if (ch == '\\' && c->pos < c->end) {
             ch = c->src[c->pos++];
-            for (e = escs; *e && *e != ch; e += 2) {
-                /* find the escape letter */
-            }
-            if (*e) {
-                ch = e[1];
+            e = (ch != '\0') ? strchr(from, ch) : NULL;
+            if (e != NULL) {
+                ch = to[e - from];
             } else if (ch == 'u' || ch == 'x') {
                 char      hex[8];
                 size_t    k = (ch == 'u') ? 4 : 2;
@@ -1441,7 +1440,8 @@ pl_j_parse_if(pl_jctx_t *c)
 static pl_jn_t *
 pl_j_target(pl_jctx_t *c)
 {
-    pl_jn_t  *n = pl_j_node(c, E_NAME), *m;
+    pl_jn_t   *n = pl_j_node(c, E_NAME), *m;
+    pl_jtok_t  next;
 
     n->name = pl_j_expect_name(c);
     if (pl_j_accept(c, T_OP, ".")) {
@@ -1450,9 +1450,8 @@ pl_j_target(pl_jctx_t *c)
         m->name = pl_j_expect_name(c);
         return m;
     }
-    if (pl_j_peek(c).type == T_OP && pl_j_is((pl_jtok_t[]) { pl_j_peek(c) },
-                                             T_OP, ","))
-    {
+    next = pl_j_peek(c);
+    if (pl_j_is(&next, T_OP, ",")) {
         m = pl_j_node(c, E_LIST);
         m->b = n;
         while (pl_j_accept(c, T_OP, ",")) {
@@ -1529,11 +1528,17 @@ pl_j_parse_macro(pl_jctx_t *c)
 {
     static const char *const  ends[] = { "endmacro" };
     pl_jn_t                  *n = pl_j_node(c, S_MACRO);
+    pl_jn_t                  *p;
     pl_jtok_t                 end;
 
     n->name = pl_j_expect_name(c);
     pl_j_expect(c, T_OP, "(");
     n->a = pl_j_args(c, ")", 1);
+    for (p = n->a; p != NULL; p = p->next) {
+        if (p->kind != E_NAME && p->kind != E_KWARG) {
+            pl_j_fail(c, "macro %s: parameters must be names", n->name->s);
+        }
+    }
     pl_j_stmt_end(c);
     n->b = pl_j_block(c, ends, 1, &end);
     pl_j_accept(c, T_NAME, n->name->s);
@@ -2456,13 +2461,11 @@ pl_j_call_macro(pl_jctx_t *c, const pl_jn_t *def, const pl_jargs_t *a)
     }
     f = pl_j_frame(c, c->globals);
     for (p = def->a; p != NULL; p = p->next, i++) {
-        const pl_jstr_t  *name = (p->kind == E_KWARG) ? p->name : p->name;
-
-        v = pl_j_arg(a, i, name->s);
+        v = pl_j_arg(a, i, p->name->s);
         if (v.type == JV_UNDEF && p->kind == E_KWARG) {
             v = pl_j_eval(c, f, p->a);
         }
-        pl_jdict_set(c, f->vars, (pl_jstr_t *) name, v);
+        pl_jdict_set(c, f->vars, p->name, v);
     }
     for (k = 0; k < a->nkw; k++) {
         if (pl_jdict_find(f->vars, a->kwname[k]->s, a->kwname[k]->n) == NULL)
@@ -2789,9 +2792,8 @@ pl_j_list_filter(pl_jctx_t *c, const char *t, const pl_jv_t *v)
     size_t       i;
 
     if (strcmp(t, "first") == 0 || strcmp(t, "last") == 0) {
-        if (v->type == JV_STR || l->n == 0) {
-            return l->n ? l->v[t[0] == 'f' ? 0 : l->n - 1]
-                        : pl_jv_of(JV_UNDEF);
+        if (l->n == 0) {
+            return pl_jv_of(JV_UNDEF);
         }
         return l->v[t[0] == 'f' ? 0 : l->n - 1];
     }

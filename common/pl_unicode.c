@@ -304,6 +304,19 @@ pl_uc_encode(const pl_cpbuf_t *b, size_t *outlen)
     return out;
 }
 
+static int
+pl_uc_is_ascii(const uint8_t *s, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; i < len; i++) {
+        if (s[i] >= 0x80) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 char *
 pl_uc_normalize(pl_uc_form_t form, const char *in, size_t len,
     size_t *outlen)
@@ -314,10 +327,7 @@ pl_uc_normalize(pl_uc_form_t form, const char *in, size_t len,
     char           *out;
     size_t          i;
 
-    for (i = 0; i < len && s[i] < 0x80; i++) {
-        /* scan for the first non-ASCII byte */
-    }
-    if (i == len) {
+    if (pl_uc_is_ascii(s, len)) {
         out = malloc(len + 1);
         if (out != NULL) {
             memcpy(out, in, len);
