@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "pl_model.h"
 
 #define PL_EXIT_USAGE  2
 
@@ -51,6 +52,10 @@ static const char  usage_text[] =
 "                                 (contiguous reservation per request of\n"
 "                                 max-model-len, prompt + next power of two\n"
 "                                 of max_tokens, prompt + max_tokens)\n"
+"  --tensor-parallel-size N       split the model over N ranks: threads\n"
+"                                 on the CPU, GPUs 0..N-1 with cuda; N\n"
+"                                 must divide the attention and KV heads\n"
+"                                 (default 1; not with swap preemption)\n"
 "  --log-level LEVEL              error, warn, info or debug (default info)\n"
 "  --help                         this text\n";
 
@@ -58,7 +63,8 @@ enum {
     OPT_MODEL = 256, OPT_LISTEN, OPT_DEVICE, OPT_NAME, OPT_THREADS,
     OPT_BLOCK_SIZE, OPT_KV_MB, OPT_GPU_UTIL, OPT_NUM_BLOCKS, OPT_MAX_SEQS,
     OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_HELP,
-    OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY
+    OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY,
+    OPT_TP_SIZE
 };
 
 static const struct option  options[] = {
@@ -83,8 +89,11 @@ static const struct option  options[] = {
       OPT_PREEMPTION_MODE },
     { "swap-space",              required_argument, NULL, OPT_SWAP_SPACE },
     { "kv-policy",               required_argument, NULL, OPT_KV_POLICY },
+    { "tensor-parallel-size",    required_argument, NULL, OPT_TP_SIZE },
     { NULL, 0, NULL, 0 }
 };
+
+static pl_model_options_t  model_options = { 1 };
 
 
 /* in the order of pl_preempt_mode_t and pl_kv_policy_t */
@@ -231,6 +240,9 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
     case OPT_KV_POLICY:
         bad = parse_name(arg, kv_policies, 4, &cfg->kv_policy);
         break;
+    case OPT_TP_SIZE:
+        bad = parse_int(arg, 10, 1, 256, &model_options.tensor_parallel_size);
+        break;
     case OPT_LOG_LEVEL:
         bad = parse_log_level(arg);
         break;
@@ -285,7 +297,14 @@ main(int argc, char **argv)
     if (cfg.model_dir == NULL || cfg.listen_path == NULL) {
         return bad_usage("%s", "--model and --listen are required");
     }
+    if (model_options.tensor_parallel_size > 1
+        && strcmp(preemption_modes[cfg.preemption_mode], "swap") == 0)
+    {
+        return bad_usage("%s", "--preemption-mode swap does not work with "
+                         "--tensor-parallel-size above 1 yet");
+    }
 
+    pl_model_set_default_options(&model_options);
     block_signals();
 
     return pl_engine_main(&cfg);
