@@ -232,7 +232,7 @@ pl_draw(const pl_candidate_t *c, int n, float max, float t, double mass,
     int     i;
 
     for (i = 0; i < n; i++) {
-        acc += exp((c[i].logit - max) / t);
+        acc += expf((c[i].logit - max) / t);
         if (u < acc) {
             return c[i].id;
         }
@@ -249,7 +249,7 @@ pl_mass(const pl_candidate_t *c, int n, float max, float t)
     int     i;
 
     for (i = 0; i < n; i++) {
-        sum += exp((c[i].logit - max) / t);
+        sum += expf((c[i].logit - max) / t);
     }
 
     return sum;
@@ -266,7 +266,7 @@ pl_nucleus(const pl_candidate_t *c, int n, float max, float t, double want,
     int     i;
 
     for (i = 0; i < n; i++) {
-        acc += exp((c[i].logit - max) / t);
+        acc += expf((c[i].logit - max) / t);
         if (acc >= want) {
             *mass = acc;
             return i + 1;
@@ -335,12 +335,13 @@ pl_sample_filtered(pl_sampler_t *s, const pl_sampling_params_t *p,
 }
 
 
-/* Draw from softmax(w / T) over the whole row (w has no NaN). */
+/* Draw from softmax(w / T) over the whole row (w has no NaN); the row
+   is overwritten by its weights, so that exp runs once per token. */
 static int32_t
-pl_sample_full(const float *w, int n, float t, pl_rng_t *rng)
+pl_sample_full(float *w, int n, float t, pl_rng_t *rng)
 {
     int32_t  best = pl_argmax(w, n);
-    float    max = w[best];
+    float    max = w[best], inv = 1.0f / t;
     double   sum = 0, u, acc = 0;
     int      i;
 
@@ -349,13 +350,14 @@ pl_sample_full(const float *w, int n, float t, pl_rng_t *rng)
     }
 
     for (i = 0; i < n; i++) {
-        sum += exp((w[i] - max) / t);
+        w[i] = expf((w[i] - max) * inv);
+        sum += w[i];
     }
 
     u = pl_rng_uniform(rng) * sum;
 
     for (i = 0; i < n; i++) {
-        acc += exp((w[i] - max) / t);
+        acc += w[i];
         if (u < acc) {
             return i;
         }
@@ -479,7 +481,7 @@ pl_sampler_logprobs(pl_sampler_t *s, const float *logits, int32_t id, int n,
 
     for (i = 0; i < s->vocab_size; i++) {
         if (!isnan(logits[i]) && isfinite(max)) {
-            sum += exp((double) logits[i] - max);
+            sum += expf(logits[i] - max);
         }
     }
     lse = isfinite(max) ? max + log(sum) : 0;
