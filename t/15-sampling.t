@@ -199,6 +199,32 @@ ok($neg >= $plain, "a negative presence_penalty does not reduce them ($neg)");
 
 idle_ok('after everything');
 unlike($t->error_log, qr/\[(alert|crit|emerg)\]/, 'no alerts in the error log');
-
 $t->finish;
+
+# ---- defaults from generation_config.json ----
+
+# the same tiny model whose generation_config.json asks for top_k 1: a
+# request that leaves top_k out is greedy, one that turns it off is not
+my $model = PagedLLM::Test->new->dir . '/model';
+mkdir $model or die "$model: $!";
+my $tiny = "$ENV{PAGEDLLM_BUILD}/models/tiny";
+opendir my $dh, $tiny or die "$tiny: $!";
+for my $f (grep { -f "$tiny/$_" && $_ ne 'generation_config.json' } readdir $dh) {
+    symlink("$tiny/$f", "$model/$f") or die "symlink $f: $!";
+}
+open my $gc, '>', "$model/generation_config.json" or die $!;
+print $gc $J->encode({ bos_token_id => 510, eos_token_id => 511,
+                       temperature => 0.7, top_k => 1 });
+close $gc;
+
+my $d = PagedLLM::Test->new(model => $model)->start;
+my %plain = (prompt => 'Hello world', max_tokens => 24, ignore_eos => $T);
+my @def = map { $d->completion(%plain, seed => $_)->{json}{choices}[0]{text} } 1 .. 3;
+is_deeply(\@def, [ ($text) x 3 ],
+          'generation_config top_k 1 applies when the request leaves top_k out');
+my @off = map { $d->completion(%plain, seed => $_, top_k => -1)->{json}{choices}[0]{text} } 1 .. 3;
+ok(scalar(grep { $_ ne $text } @off) >= 1,
+   'and a request that sets top_k overrides it');
+$d->finish;
+
 done_testing;
