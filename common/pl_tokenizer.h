@@ -38,7 +38,7 @@ int pl_tokenizer_is_special(const pl_tokenizer_t *t, int32_t id);
  * EOS template) as Hugging Face's encode(text, add_special_tokens) does.
  * parse_special: match special added tokens in the text (when 0 they are
  * encoded as plain text).  Returns the number of ids written, -1 when the
- * text is not valid UTF-8, -2 when cap is too small.
+ * text is not valid UTF-8, -2 when cap is too small, -3 when out of memory.
  */
 int pl_tokenizer_encode(const pl_tokenizer_t *t, const char *text,
     size_t len, int add_special, int parse_special, int32_t *ids,
