@@ -24,6 +24,7 @@
 #define ATTN_TC_SEQS   (1 << 16)     /* most sequences the prefill kernel
                                         numbers tiles for */
 #define ATTN_PREFILL_MIN_QLEN  16    /* query rows that make a prefill */
+#define ATTN_MAX_SPLITS   64         /* KV splits of one row at most */
 #define ATTN_LOG2E     1.4426950408889634f
 
 typedef struct {
@@ -76,19 +77,28 @@ attn_seq_of_row(const attn_params_t &p, int r)
  * After a split block wrote its partial: the last of the (row, head
  * group)'s split blocks to arrive (atomic counter, reset for the next
  * launch) merges every split's partial into out for heads g0 .. g0+ng-1
- * of KV head kvh.  Called by all THREADS threads of the block.
+ * of KV head kvh.  The splits' (max, sum) pairs become weights in shared
+ * memory first (smem: ng * (ATTN_MAX_SPLITS + 1) floats the block no
+ * longer needs), so the accumulator loads of the final sum are independent
+ * and all in flight together.  Called by all THREADS threads of the
+ * block.
  */
 template <int THREADS>
 static __device__ __forceinline__ void
 attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
-    int *last)
+    int *last, float *smem)
 {
+    float  (*w)[ATTN_MAX_SPLITS] = (float (*)[ATTN_MAX_SPLITS]) smem;
+    float  *inv_sum = smem + ng * ATTN_MAX_SPLITS;
+    int     ns = p.num_splits;
+    int64_t           rh0 = (int64_t) row * p.n_heads + kvh * p.group + g0;
+
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
         int  *cnt = p.counters + (int64_t) row * gridDim.y + blockIdx.y;
 
-        *last = atomicAdd(cnt, 1) == p.num_splits - 1;
+        *last = atomicAdd(cnt, 1) == ns - 1;
         if (*last) {
             *cnt = 0;
         }
@@ -98,35 +108,40 @@ attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
         return;
     }
     __threadfence();
+    ng = min(ng, p.group - g0);
+    for (int i = threadIdx.x; i < ng * ns; i += THREADS) {
+        float2  e = __ldcg(&p.part_ml[(rh0 + i / ns) * ns + i % ns]);
+
+        w[i / ns][i % ns] = e.y > 0.0f ? e.x : -INFINITY;
+    }
+    __syncthreads();
+    if (threadIdx.x < ng) {
+        int    g = threadIdx.x;
+        float  mx = -FLT_MAX, sum = 0.0f;
+
+        for (int s = 0; s < ns; s++) {
+            mx = fmaxf(mx, w[g][s]);
+        }
+        for (int s = 0; s < ns; s++) {
+            float2  e = __ldcg(&p.part_ml[(rh0 + g) * ns + s]);
+
+            w[g][s] = exp2f(w[g][s] - mx);
+            sum += e.y * w[g][s];
+        }
+        inv_sum[g] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < ng * p.head_dim; i += THREADS) {
-        int            g = i / p.head_dim, d = i % p.head_dim;
-        int64_t        rh = (int64_t) row * p.n_heads + kvh * p.group + g0 + g;
-        const float2  *ml = p.part_ml + rh * p.num_splits;
-        const float   *acc = p.part_acc + rh * p.num_splits * p.head_dim + d;
-        float          mx = -FLT_MAX, v = 0.0f, sum = 0.0f;
+        int           g = i / p.head_dim, d = i % p.head_dim;
+        const float  *acc = p.part_acc + (rh0 + g) * ns * p.head_dim + d;
+        float         v = 0.0f;
 
-        if (g0 + g >= p.group) {
-            continue;
+#pragma unroll 8
+        for (int s = 0; s < ns; s++) {
+            v += __ldcg(&acc[(int64_t) s * p.head_dim]) * w[g][s];
         }
-        for (int s = 0; s < p.num_splits; s++) {
-            float2  e = __ldcg(&ml[s]);
-
-            if (e.y > 0.0f) {
-                mx = fmaxf(mx, e.x);
-            }
-        }
-        for (int s = 0; s < p.num_splits; s++) {
-            float2  e = __ldcg(&ml[s]);
-
-            if (e.y > 0.0f) {
-                float  w = exp2f(e.x - mx);
-
-                sum += e.y * w;
-                v += __ldcg(&acc[(int64_t) s * p.head_dim]) * w;
-            }
-        }
-        p.out[rh * p.head_dim + d] = __float2bfloat16_rn(sum > 0.0f
-                                                         ? v / sum : 0.0f);
+        p.out[(rh0 + g) * p.head_dim + d] = __float2bfloat16_rn(v
+                                                                * inv_sum[g]);
     }
 }
 

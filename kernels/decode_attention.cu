@@ -8,18 +8,22 @@
  * (GQA: each K and V row is read once for all of them; rows past the
  * group are zero).  The block walks its split of the context in tiles of
  * 64 tokens, gathered through the block table into shared memory with
- * 16-byte cp.async, two tiles in flight; each of the four warps takes 16
- * tokens of a tile: S = Q K^T, online softmax in base 2, O += P V.  The
+ * 16-byte cp.async, several tiles in flight; each of the four warps takes
+ * 16 tokens of a tile: S = Q K^T, online softmax in base 2 (the
+ * accumulator rescaled only when a row's max moved), O += P V.  The
  * split's block-table entries are staged in shared memory first (a page
  * of DEC_TBL at a time), so no K/V copy waits on a table load.  At the end
  * the warps' states are merged through shared memory; with several splits
  * the block writes a partial and the last one to finish merges them
  * (attn_merge_if_last).
  *
- * Splits: enough blocks for DEC_WAVES waves of the resident blocks, no
- * split under PAGEDLLM_CUDA_ATTN_SPLIT_MIN tokens (default 256), both
- * overridable from the environment for benchmarking
- * (PAGEDLLM_CUDA_ATTN_WAVES).
+ * Pipeline: DEC_STAGES tile buffers, DEC_STAGES - 1 tiles in flight while
+ * one is computed.  (One bulk copy per 256-byte token row through the
+ * copy engine measured 2.4 times slower than these cp.async.)  Splits: as
+ * many as one wave of resident blocks holds, no split under 128 tokens,
+ * at most ATTN_MAX_SPLITS.  For benchmarking,
+ * PAGEDLLM_CUDA_ATTN_STAGES (2, 3 or 4), PAGEDLLM_CUDA_ATTN_SPLIT_MIN and
+ * PAGEDLLM_CUDA_ATTN_SPLITS (a fixed count) override them.
  */
 
 #include <float.h>
@@ -31,6 +35,7 @@
 #define DEC_BN       64           /* tokens per KV tile */
 #define DEC_ROWS     16           /* query heads per block (MMA rows) */
 #define DEC_TBL      512          /* block-table entries staged at once */
+#define DEC_STAGES   3            /* KV tiles in flight + 1 */
 
 
 /* Stage table entries [b0, b0 + DEC_TBL) (those that exist) in smem. */
@@ -47,7 +52,8 @@ stage_table(int32_t *tbl, const int32_t *table, int b0, int bend)
 }
 
 
-/* Copy tile j's K and V (tokens t0 + j*BN ...) into stage st. */
+/* Copy the K and V rows of tokens [first, first + BN) into a stage with
+   16-byte cp.async (zero past t1), as one commit group. */
 template <int D>
 static __device__ __forceinline__ void
 issue_tile(const attn_params_t &p, const int32_t *tbl, int b0, int kvh,
@@ -57,7 +63,8 @@ issue_tile(const attn_params_t &p, const int32_t *tbl, int b0, int kvh,
     int64_t        kv_row = (int64_t) (p.n_heads / p.group) * D;
 
 #pragma unroll
-    for (int i = threadIdx.x; i < DEC_BN * CH; i += DEC_THREADS) {
+    for (int k = 0; k < DEC_BN * CH / DEC_THREADS; k++) {
+        int      i = threadIdx.x + k * DEC_THREADS;
         int      r = i / CH, c = i % CH, t = first + r;
         bool     valid = t < t1;
         int64_t  off = 0;
@@ -77,7 +84,7 @@ issue_tile(const attn_params_t &p, const int32_t *tbl, int b0, int kvh,
 
 
 /* One warp's 16 tokens of a tile: S, softmax, O += P V. */
-template <int D>
+template <int D, bool MASK>
 static __device__ __forceinline__ void
 warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
     const uint32_t (&qf)[D / 16][4], uint32_t ks, uint32_t vs, int first,
@@ -114,7 +121,7 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
                 int     t = first + warp * 16 + n * 8 + (lane & 3) * 2 + e;
                 float  &v = s[n][h * 2 + e];
 
-                v = t < t1 ? v * scale : -INFINITY;
+                v = !MASK || t < t1 ? v * scale : -INFINITY;
                 mx = fmaxf(mx, v);
             }
         }
@@ -123,10 +130,12 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
         corr = exp2f(m[h] - mx);
         m[h] = mx;
         l[h] *= corr;
+        if (__any_sync(0xffffffffu, corr != 1.0f)) {
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            o[n][h * 2] *= corr;
-            o[n][h * 2 + 1] *= corr;
+            for (int n = 0; n < D / 8; n++) {
+                o[n][h * 2] *= corr;
+                o[n][h * 2 + 1] *= corr;
+            }
         }
 #pragma unroll
         for (int n = 0; n < 2; n++) {
@@ -222,7 +231,40 @@ finish_block(const attn_params_t &p, float (&o)[D / 8][4], float (&m)[2],
 }
 
 
+/* shared-memory address of stage st's K tile (its V tile follows) */
 template <int D>
+static __device__ __forceinline__ uint32_t
+stage_addr(uint32_t qs, int st)
+{
+    return qs + DEC_ROWS * D * 2 + st * 2 * DEC_BN * D * 2;
+}
+
+
+/* Issue tile j of the split into stage j % STAGES (an empty group past
+   the last tile, so that group counting stays uniform); the table page is
+   restaged when the tile leaves it. */
+template <int D, int STAGES>
+static __device__ __forceinline__ void
+issue_next(const attn_params_t &p, int32_t *tbl, const int32_t *table,
+    int &b0, int bend, int kvh, int t0, int t1, int ntiles, int j,
+    uint32_t qs)
+{
+    int       first = t0 + j * DEC_BN;
+    uint32_t  ks = stage_addr<D>(qs, j % STAGES);
+
+    if (j >= ntiles) {
+        cp_async_commit();
+        return;
+    }
+    if (((min(first + DEC_BN, t1) - 1) >> p.log2_block) - b0 >= DEC_TBL) {
+        b0 = first >> p.log2_block;
+        stage_table(tbl, table, b0, bend);
+    }
+    issue_tile<D>(p, tbl, b0, kvh, first, t1, ks, ks + DEC_BN * D * 2);
+}
+
+
+template <int D, int STAGES>
 __global__ void __launch_bounds__(DEC_THREADS)
 decode_attention_kernel(const attn_params_t p)
 {
@@ -245,8 +287,6 @@ decode_attention_kernel(const attn_params_t p)
     int             b0 = t0 >> p.log2_block;
     const int32_t  *table = p.block_tables + (int64_t) seq * p.max_blocks;
     uint32_t        qs = smem_addr(dec_smem);
-    uint32_t        ks0 = qs + DEC_ROWS * D * 2;
-    uint32_t        vs0 = ks0 + 2 * DEC_BN * D * 2;
     uint32_t        qf[D / 16][4];
     float           o[D / 8][4], m[2], l[2];
 
@@ -263,10 +303,12 @@ decode_attention_kernel(const attn_params_t p)
     }
     cp_async_commit();
     stage_table(tbl, table, b0, bend);
-    if (ntiles > 0) {
-        issue_tile<D>(p, tbl, b0, kvh, t0, t1, ks0, vs0);
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; j++) {
+        issue_next<D, STAGES>(p, tbl, table, b0, bend, kvh, t0, t1, ntiles,
+                              j, qs);
     }
-    cp_async_wait<1>();
+    cp_async_wait<STAGES - 1>();
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
@@ -286,67 +328,70 @@ decode_attention_kernel(const attn_params_t p)
     l[0] = l[1] = 0.0f;
 
     for (int j = 0; j < ntiles; j++) {
-        int  next = t0 + (j + 1) * DEC_BN;
+        uint32_t  ks = stage_addr<D>(qs, j % STAGES);
+        uint32_t  vs = ks + DEC_BN * D * 2;
 
+        issue_next<D, STAGES>(p, tbl, table, b0, bend, kvh, t0, t1, ntiles,
+                              j + STAGES - 1, qs);
+        cp_async_wait<STAGES - 1>();
+        __syncthreads();
         if (j + 1 < ntiles) {
-            if (((next + DEC_BN - 1) >> p.log2_block) - b0 >= DEC_TBL) {
-                cp_async_wait<0>();
-                b0 = next >> p.log2_block;
-                stage_table(tbl, table, b0, bend);
-            }
-            issue_tile<D>(p, tbl, b0, kvh, next, t1,
-                          ks0 + ((j + 1) & 1) * DEC_BN * D * 2,
-                          vs0 + ((j + 1) & 1) * DEC_BN * D * 2);
-            cp_async_wait<1>();
+            warp_tile<D, false>(o, m, l, qf, ks, vs, t0 + j * DEC_BN, t1,
+                                p.scale_log2, warp, lane);
         } else {
-            cp_async_wait<0>();
+            warp_tile<D, true>(o, m, l, qf, ks, vs, t0 + j * DEC_BN, t1,
+                               p.scale_log2, warp, lane);
         }
         __syncthreads();
-        warp_tile<D>(o, m, l, qf, ks0 + (j & 1) * DEC_BN * D * 2,
-                     vs0 + (j & 1) * DEC_BN * D * 2, t0 + j * DEC_BN, t1,
-                     p.scale_log2, warp, lane);
-        __syncthreads();
     }
+    cp_async_wait<0>();
 
     finish_block<D>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp, lane);
     if (p.num_splits > 1) {
-        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh, &last);
+        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh, &last,
+                                        (float *) dec_smem);
     }
 }
 
 
+/*
+ * How many KV splits: as many as one wave of resident blocks holds (long
+ * splits beat short ones once the GPU is full: each split costs a partial
+ * and a share of the merge), no split under split_min tokens, partials
+ * within the scratch.
+ */
 static int
-choose_splits(pl_cuda_t *cu, int per_sm, int64_t units, int max_ctx,
-    int64_t rows_heads, int head_dim)
+choose_splits(int slots, int64_t units, int max_ctx, int64_t rows_heads,
+    int head_dim)
 {
-    static int  split_min, waves;
-    int64_t     want, most, fit;
+    static int  split_min, forced;
+    int64_t     most, fit, want = slots / units;
 
     if (split_min == 0) {
-        split_min = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 256);
-        waves = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_WAVES", 2);
+        split_min = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 128);
+        forced = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_SPLITS", 0);
     }
     if (units > ATTN_COUNTERS) {
         return 1;
     }
-    want = ((int64_t) cu->num_sms * per_sm * waves + units - 1) / units;
     most = (max_ctx + split_min - 1) / split_min;
     fit = ATTN_PARTIAL_BYTES
           / (rows_heads * (head_dim * sizeof(float) + sizeof(float2)));
+    most = most < fit ? most : fit;
+    most = most < ATTN_MAX_SPLITS ? most : ATTN_MAX_SPLITS;
+    want = forced > 0 ? forced : want;
     want = want < most ? want : most;
-    want = want < fit ? want : fit;
-    want = want < 65535 ? want : 65535;
     return want > 1 ? (int) want : 1;
 }
 
 
-template <int D>
+template <int D, int STAGES>
 static void
 launch_decode(pl_cuda_t *cu, attn_params_t p, int rows, int max_ctx)
 {
     static int  per_sm;
-    size_t      smem = (size_t) (DEC_ROWS + 4 * DEC_BN) * D * 2;
-    auto        kernel = decode_attention_kernel<D>;
+    size_t      smem = (size_t) (DEC_ROWS + STAGES * 2 * DEC_BN) * D * 2;
+    auto        kernel = decode_attention_kernel<D, STAGES>;
     int         n_kv = p.n_heads / p.group;
     int64_t     units;
 
@@ -361,7 +406,7 @@ launch_decode(pl_cuda_t *cu, attn_params_t p, int rows, int max_ctx)
     }
     p.chunks = (p.group + DEC_ROWS - 1) / DEC_ROWS;
     units = (int64_t) rows * n_kv * p.chunks;
-    p.num_splits = choose_splits(cu, per_sm, units, max_ctx,
+    p.num_splits = choose_splits(per_sm * cu->num_sms, units, max_ctx,
                                  (int64_t) rows * p.n_heads, D);
     p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
     p.split_tokens = (p.split_tokens + DEC_BN - 1) & ~(DEC_BN - 1);
@@ -374,16 +419,39 @@ launch_decode(pl_cuda_t *cu, attn_params_t p, int rows, int max_ctx)
 }
 
 
+template <int D>
+static void
+launch_stages(pl_cuda_t *cu, const attn_params_t &p, int rows, int max_ctx)
+{
+    static int  stages;
+
+    if (stages == 0) {
+        stages = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_STAGES", DEC_STAGES);
+    }
+    switch (stages) {
+    case 2:
+        launch_decode<D, 2>(cu, p, rows, max_ctx);
+        break;
+    case 4:
+        launch_decode<D, 4>(cu, p, rows, max_ctx);
+        break;
+    default:
+        launch_decode<D, 3>(cu, p, rows, max_ctx);
+        break;
+    }
+}
+
+
 int
 pl_cuda_decode_attention(pl_cuda_t *cu, const attn_params_t *p, int rows,
     int max_ctx)
 {
     if (p->head_dim == 64) {
-        launch_decode<64>(cu, *p, rows, max_ctx);
+        launch_stages<64>(cu, *p, rows, max_ctx);
         return 1;
     }
     if (p->head_dim == 128) {
-        launch_decode<128>(cu, *p, rows, max_ctx);
+        launch_stages<128>(cu, *p, rows, max_ctx);
         return 1;
     }
     return 0;

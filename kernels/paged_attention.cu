@@ -16,9 +16,10 @@
  * that every sequence is a prefill).  Other head sizes (multiples of 8 up
  * to 256) run every row on the CUDA-core kernel below.
  *
- * Work split of the CUDA-core kernel: one thread block per (row, KV head, head chunk, KV
- * split).  The block computes every query head that shares its KV head
- * (GQA, up to GT of them; more go to further chunks), so each K and V row
+ * Work split of the CUDA-core kernel: one thread block per (row, KV
+ * head, head chunk, KV split).  The block computes every query head that
+ * shares its KV head (GQA, up to GT of them; more go to further chunks),
+ * so each K and V row
  * is read once for all of them.  Its 128 threads form groups of LANES; a
  * group takes UNROLL consecutive tokens per step, each thread loading 16
  * bytes (8 dims) of every K and V row, and the next step's loads are issued
@@ -325,7 +326,8 @@ paged_attention_kernel(const attn_params_t p)
         return;
     }
 
-    attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh, &last);
+    attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh, &last,
+                                     &red[0][0][0]);
 }
 
 
@@ -348,7 +350,7 @@ choose_splits(pl_cuda_t *cu, int slots, int64_t units, int max_ctx,
     fit = ATTN_PARTIAL_BYTES
           / (rows_heads * (head_dim * sizeof(float) + sizeof(float2)));
     most = most < fit ? most : fit;
-    most = most < 1024 ? most : 1024;
+    most = most < ATTN_MAX_SPLITS ? most : ATTN_MAX_SPLITS;
     if (units > ATTN_COUNTERS) {
         return 1;
     }

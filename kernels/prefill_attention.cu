@@ -10,7 +10,8 @@
  * gathering each tile's K and V rows through the block table into shared
  * memory with 16-byte cp.async, two tiles in flight (double buffering).
  * Per KV tile a warp computes S = Q K^T (Q fragments held in registers for
- * the whole walk), masks causally, updates an online softmax in base 2,
+ * the whole walk), masks causally (only tiles that reach past the block's
+ * first row need it), updates an online softmax in base 2,
  * and accumulates O += P V with P taken straight from the S accumulators.
  * Shared-memory rows are XOR-swizzled in 16-byte chunks so ldmatrix reads
  * are free of bank conflicts.
@@ -118,6 +119,7 @@ pv_tile(float (&o)[D / 8][4], const float (&s)[PF_BN / 8][4], uint32_t vs,
  * Mask, then fold S into the running softmax of the thread's two rows
  * (lane / 4 and lane / 4 + 8 of the warp); S becomes P.
  */
+template <bool MASK>
 static __device__ __forceinline__ void
 softmax_tile(float (&s)[PF_BN / 8][4], float (&m)[2], float (&l)[2],
     float (&corr)[2], int j, const int (&pos)[2], int ctx, float scale,
@@ -134,7 +136,8 @@ softmax_tile(float (&s)[PF_BN / 8][4], float (&m)[2], float (&l)[2],
                 int     t = j * PF_BN + n * 8 + (lane & 3) * 2 + e;
                 float  &v = s[n][h * 2 + e];
 
-                v = t <= pos[h] && t < ctx ? v * scale : -INFINITY;
+                v = !MASK || (t <= pos[h] && t < ctx) ? v * scale
+                                                      : -INFINITY;
                 mx = fmaxf(mx, v);
             }
         }
@@ -248,7 +251,13 @@ prefill_attention_kernel(const attn_params_t p)
         __syncthreads();
 
         qk_tile<D>(s, qf, ks, lane);
-        softmax_tile(s, m, l, corr, j, pos, ctx, p.scale_log2, lane);
+        if ((j + 1) * PF_BN <= ctx - qlen + r0 + 1) {
+            softmax_tile<false>(s, m, l, corr, j, pos, ctx, p.scale_log2,
+                                lane);
+        } else {
+            softmax_tile<true>(s, m, l, corr, j, pos, ctx, p.scale_log2,
+                               lane);
+        }
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             o[n][0] *= corr[0];

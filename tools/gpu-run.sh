@@ -4,14 +4,23 @@
 # kernel benchmarks (make bench-gpu, ours and torch's in the same run) and
 # prints a short table last.  Logs go to $OUT (or ./gpu-out).
 #
-#     sh tools/gpu-run.sh [sweep]
+#     sh tools/gpu-run.sh [sweep] [profile]
 #
-# "sweep" also runs the attention benchmark under other split settings.
+# "sweep" also runs the decode benchmark under fixed split counts and
+# pipeline depths; "profile" runs it and the prefill one under ncu.
 # The machine has no network: when jansson's headers are missing there,
 # the Debian packages carried in .gpu-debs/ are unpacked under /tmp.
 set -u
 
 OUT=${OUT:-gpu-out}
+SWEEP=0
+PROFILE=0
+for a in "$@"; do
+    case $a in
+    sweep) SWEEP=1 ;;
+    profile) PROFILE=1 ;;
+    esac
+done
 mkdir -p "$OUT"
 B=build-gpu
 JOBS=$(nproc 2>/dev/null || echo 4)
@@ -64,12 +73,21 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
 fi
 
 make BUILD=$B -j"$JOBS" bench-gpu > "$OUT/bench.log" 2>&1 || status=1
-if [ "${1:-}" = "sweep" ]; then
-    for v in "128 2" "512 2" "256 1" "256 4"; do
+if [ $SWEEP = 1 ]; then
+    for v in "2 128" "3 128" "2 512"; do
         set -- $v
-        echo "# split_min $1 waves $2" >> "$OUT/sweep.log"
-        PAGEDLLM_CUDA_ATTN_SPLIT_MIN=$1 PAGEDLLM_CUDA_ATTN_WAVES=$2 \
-            $B/bench/gpu/attention >> "$OUT/sweep.log" 2>&1
+        echo "# stages $1 split_min $2" >> "$OUT/sweep.log"
+        PAGEDLLM_CUDA_ATTN_STAGES=$1 PAGEDLLM_CUDA_ATTN_SPLIT_MIN=$2 \
+            $B/bench/gpu/attention decode >> "$OUT/sweep.log" 2>&1
+    done
+fi
+if [ $PROFILE = 1 ] && command -v ncu >/dev/null 2>&1; then
+    for skip in 3 175; do
+        timeout 120 ncu --clock-control none -k regex:decode_attention \
+            --launch-skip $skip --launch-count 1 --section SpeedOfLight \
+            --section Occupancy --section WarpStateStats \
+            --section MemoryWorkloadAnalysis $B/bench/gpu/attention decode \
+            >> "$OUT/ncu.log" 2>&1
     done
 fi
 
@@ -79,7 +97,11 @@ grep -v '^  ok' "$OUT/test-summary.log"
 echo "---- benchmarks (median of 40 calls) ----"
 grep -E "^(ours|torch|#)" "$OUT/bench.log"
 if [ -f "$OUT/sweep.log" ]; then
-    echo "---- split sweep ----"
-    grep -E "^(# split|ours decode)" "$OUT/sweep.log"
+    echo "---- sweep ----"
+    grep -E "^(# |ours decode)" "$OUT/sweep.log"
+fi
+if [ -f "$OUT/ncu.log" ]; then
+    echo "---- ncu ----"
+    grep -E "decode_attention|prefill_attention|DRAM Through|Memory Through|Compute \(SM\)|Achieved Occ|Theoretical Occ|Duration|Warp Cycles Per Issued|Issued Ipc|Block Limit" "$OUT/ncu.log"
 fi
 exit $status

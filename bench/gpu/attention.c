@@ -325,9 +325,11 @@ bench_copy(void)
 }
 
 
+/* argv[1]: "decode" or "prefill" runs only that part */
 int
-main(void)
+main(int argc, char **argv)
 {
+    const char  *only = argc > 1 ? argv[1] : "";
     static const shape_t  shapes[] = {
         { 1, 4096, 32, 32 }, { 32, 2048, 32, 32 }, { 64, 2048, 32, 8 },
         { 256, 1024, 32, 32 }, { 8, 16384, 32, 8 },
@@ -340,11 +342,17 @@ main(void)
         fprintf(stderr, "bench: %s\n", err);
         return 1;
     }
-    bench_copy();
-    for (i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+    if (*only == '\0') {
+        bench_copy();
+    }
+    for (i = 0; strcmp(only, "prefill") != 0
+                && i < sizeof(shapes) / sizeof(shapes[0]); i++)
+    {
         bench_decode(&shapes[i]);
     }
-    bench_prefill(4096, 32);
+    if (strcmp(only, "decode") != 0) {
+        bench_prefill(4096, 32);
+    }
     BE->destroy(BE);
     return 0;
 }
