@@ -68,8 +68,13 @@ typedef struct {
 void pl_detok_init(pl_detok_t *d, const pl_tokenizer_t *t, int skip_special);
 
 /* Bytes written to out (0 is normal while a character is incomplete);
-   -1 when cap is too small (cap >= 256 always suffices). */
+   -1 when cap is too small (cap >= 256 always suffices for the Llama 3,
+   Qwen3 and Llama 2 vocabularies; pl_detok_max_bytes() is the bound for
+   any tokenizer).  After -1 the state is unchanged: retry with more room. */
 long pl_detok_push(pl_detok_t *d, int32_t id, char *out, size_t cap);
+
+/* The most bytes one pl_detok_push or pl_detok_flush can write. */
+size_t pl_detok_max_bytes(const pl_tokenizer_t *t);
 
 /* End of stream: emits any incomplete bytes as U+FFFD. */
 long pl_detok_flush(pl_detok_t *d, char *out, size_t cap);
