@@ -393,8 +393,8 @@ pl_engine_identity(pl_engine_t *e)
 static int
 pl_engine_kv_manager(pl_engine_t *e)
 {
-    size_t  block_bytes = pl_model_kv_block_bytes(e->model,
-                                                  e->cfg.block_size);
+    size_t  block_bytes = pl_model_kv_block_bytes(e->model, e->cfg.block_size)
+                          * pl_model_tp_size(e->model);
     size_t  n = 0;
 
     if (e->cfg.prefix_caching && pl_bm_enable_caching(&e->bm) != 0) {

@@ -55,7 +55,7 @@ static const char  usage_text[] =
 "  --tensor-parallel-size N       split the model over N ranks: threads\n"
 "                                 on the CPU, GPUs 0..N-1 with cuda; N\n"
 "                                 must divide the attention and KV heads\n"
-"                                 (default 1; not with swap preemption)\n"
+"                                 (default 1)\n"
 "  --log-level LEVEL              error, warn, info or debug (default info)\n"
 "  --help                         this text\n";
 
@@ -297,13 +297,6 @@ main(int argc, char **argv)
     if (cfg.model_dir == NULL || cfg.listen_path == NULL) {
         return bad_usage("%s", "--model and --listen are required");
     }
-    if (model_options.tensor_parallel_size > 1
-        && strcmp(preemption_modes[cfg.preemption_mode], "swap") == 0)
-    {
-        return bad_usage("%s", "--preemption-mode swap does not work with "
-                         "--tensor-parallel-size above 1 yet");
-    }
-
     pl_model_set_default_options(&model_options);
     block_signals();
 

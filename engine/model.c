@@ -1612,17 +1612,14 @@ pl_model_kv_copy_blocks(pl_model_t *m, const int32_t *src,
 
 
 int
-pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
-    const int32_t *to, int n, int direction)
+pl_model_kv_swap_rank(pl_model_t *m, void *host_pool, int world, int rank,
+    const int32_t *from, const int32_t *to, int n, int direction)
 {
     size_t   lb, hb;
     int32_t  dev;
     char    *host, *k, *v;
     int      i, l;
 
-    if (m->tp != NULL) {
-        return -1;
-    }
     lb = kv_layer_block_bytes(m);
     hb = 2 * lb * m->cfg.num_layers;
     for (i = 0; i < n; i++) {
@@ -1634,7 +1631,8 @@ pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
     for (i = 0; i < n; i++) {
         dev = direction == PL_KV_SWAP_OUT ? from[i] : to[i];
         host = (char *) host_pool
-               + (size_t) (direction == PL_KV_SWAP_OUT ? to[i] : from[i]) * hb;
+               + ((size_t) (direction == PL_KV_SWAP_OUT ? to[i] : from[i])
+                  * world + rank) * hb;
         for (l = 0; l < m->cfg.num_layers; l++) {
             k = (char *) m->k_cache[l] + (size_t) dev * lb;
             v = (char *) m->v_cache[l] + (size_t) dev * lb;
@@ -1649,4 +1647,22 @@ pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
     }
 
     return 0;
+}
+
+
+int
+pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
+    const int32_t *to, int n, int direction)
+{
+    if (m->tp != NULL) {
+        return pl_tp_kv_swap(m->tp, host_pool, from, to, n, direction);
+    }
+    return pl_model_kv_swap_rank(m, host_pool, 1, 0, from, to, n, direction);
+}
+
+
+int
+pl_model_tp_size(const pl_model_t *m)
+{
+    return m->tp != NULL ? pl_tp_world(m->tp) : 1;
 }

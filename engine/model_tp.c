@@ -242,6 +242,30 @@ job_kv_copy(pl_tp_rank_t *r, void *arg)
 }
 
 
+typedef struct {
+    void           *host_pool;
+    const int32_t  *from;
+    const int32_t  *to;
+    int             n;
+    int             direction;
+} pl_tp_swap_t;
+
+
+static int
+job_kv_swap(pl_tp_rank_t *r, void *arg)
+{
+    const pl_tp_swap_t  *s = arg;
+
+    if (pl_model_kv_swap_rank(r->model, s->host_pool, r->tp->world, r->rank,
+                              s->from, s->to, s->n, s->direction) != 0)
+    {
+        snprintf(r->err, sizeof(r->err), "KV block swap failed");
+        return -1;
+    }
+    return 0;
+}
+
+
 /* ---- the group ---- */
 
 
@@ -463,4 +487,22 @@ pl_tp_kv_copy_blocks(pl_tp_t *tp, const int32_t *src, const int32_t *dst,
     char          err[PL_TP_ERR_LEN];
 
     return run_all(tp, job_kv_copy, &c, err, sizeof(err));
+}
+
+
+int
+pl_tp_kv_swap(pl_tp_t *tp, void *host_pool, const int32_t *from,
+    const int32_t *to, int n, int direction)
+{
+    pl_tp_swap_t  sw = { host_pool, from, to, n, direction };
+    char          err[PL_TP_ERR_LEN];
+
+    return run_all(tp, job_kv_swap, &sw, err, sizeof(err));
+}
+
+
+int
+pl_tp_world(const pl_tp_t *tp)
+{
+    return tp->world;
 }

@@ -38,4 +38,14 @@ int pl_tp_forward(pl_tp_t *tp, const pl_batch_t *batch, float *logits,
 int pl_tp_kv_copy_blocks(pl_tp_t *tp, const int32_t *src,
     const int32_t *dst, int n);
 
+/* Swap on every rank; rank r's share of host block b sits at
+   (b * world + r) * (per-rank block bytes) in host_pool. */
+int pl_tp_kv_swap(pl_tp_t *tp, void *host_pool, const int32_t *from,
+    const int32_t *to, int n, int direction);
+int pl_tp_world(const pl_tp_t *tp);
+
+/* model.c's swap of one shard, with its stripe of the host pool */
+int pl_model_kv_swap_rank(pl_model_t *m, void *host_pool, int world,
+    int rank, const int32_t *from, const int32_t *to, int n, int direction);
+
 #endif /* PL_MODEL_TP_H */

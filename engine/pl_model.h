@@ -82,9 +82,9 @@ int pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
  * KV block moves, decided by the block manager and run before a forward
  * pass.  kv_copy_blocks copies blocks src[i] -> dst[i] (K and V, every
  * layer; copy-on-write).  kv_swap moves blocks between the cache and a
- * host pool of pl_model_kv_block_bytes() per block, each host block
- * holding layer 0's K block, layer 0's V block, layer 1's K block, and so
- * on: PL_KV_SWAP_OUT copies cache block from[i] to host block to[i],
+ * host pool of pl_model_kv_block_bytes() * pl_model_tp_size() bytes per
+ * block, each rank's share holding layer 0's K block, layer 0's V block,
+ * layer 1's K block, and so on: PL_KV_SWAP_OUT copies cache block from[i] to host block to[i],
  * PL_KV_SWAP_IN host block from[i] to cache block to[i].  Host block
  * numbers are the caller's to check.  0, or -1 when a cache block number
  * is out of range or memory for a bounce buffer is short.
@@ -96,6 +96,9 @@ int pl_model_kv_copy_blocks(pl_model_t *m, const int32_t *src,
     const int32_t *dst, int n);
 int pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
     const int32_t *to, int n, int direction);
+
+/* Ranks the model is split over (1 without tensor parallelism). */
+int pl_model_tp_size(const pl_model_t *m);
 
 /*
  * Tensor parallelism (Megatron-style): the model split over
@@ -109,9 +112,8 @@ int pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
  * with a backend of be's kind (cpu: one OpenMP thread; cuda: device =
  * rank).  Every rank uses the same batch and block tables and holds its
  * KV heads' share of every block, so pl_model_kv_block_bytes() is the
- * size on each rank; pl_model_kv_copy_blocks() copies on every rank and
- * pl_model_kv_swap() is refused (-1: its host blocks are sized for one
- * rank).  The size must divide the attention heads and the KV heads;
+ * size on each rank; pl_model_kv_copy_blocks() and pl_model_kv_swap()
+ * move blocks on every rank.  The size must divide the attention heads and the KV heads;
  * load refuses any other with the reason.
  */
 typedef struct {

@@ -3,8 +3,11 @@
  * tiny model served whole and split over two ranks gives the same greedy
  * tokens, and the same log-probabilities within LOGPROB_TOL, for a batch
  * of requests that the engine runs with chunked prefill (a small token
- * budget) and paged blocks of 4 tokens.  A size that does not divide the
- * model's KV heads stops the engine at start with the reason.
+ * budget) and paged blocks of 4 tokens.  Split over two ranks with a
+ * pool too small for the batch and swap preemption, every rank swaps its
+ * share of each block out and back and the tokens stay the same.  A size
+ * that does not divide the model's KV heads stops the engine at start
+ * with the reason.
  *
  * LOGPROB_TOL: the split model sums its row-parallel projections in a
  * different fp32 order (see t/unit/tp.c); logits move by about 1e-5 at
@@ -56,6 +59,8 @@ static char   dir[] = "/tmp/pl-engine-tp-XXXXXX";
 static char   sock_path[256];
 static char   log_path[256];
 static pid_t  engine_pid;
+static const char  *num_blocks = "2048";
+static const char  *preemption = "recompute";
 
 
 static uint64_t
@@ -142,9 +147,10 @@ start_engine(const char *build, const char *tp, int *status)
 
         dup2(log, 2);
         execl(engine, engine, "--model", model, "--listen", sock_path,
-              "--device", "cpu", "--threads", "1", "--num-blocks", "2048",
+              "--device", "cpu", "--threads", "1", "--num-blocks", num_blocks,
               "--block-size", "4", "--max-num-batched-tokens", "32",
-              "--max-num-seqs", "8",
+              "--max-num-seqs", "8", "--preemption-mode", preemption,
+              "--swap-space", "4",
               "--tensor-parallel-size", tp, "--log-level", "info",
               (char *) NULL);
         fprintf(stderr, "exec %s: %s\n", engine, strerror(errno));
@@ -335,7 +341,8 @@ collect(worker_t *w, result_t *res)
 
 /* N_REQ prompts of 5 to 60 tokens at once through an engine of tp ranks */
 static int
-serve(const char *build, const char *tp, result_t *res, double *kv_mib)
+serve(const char *build, const char *tp, result_t *res, double *kv_mib,
+    pl_stats_t *stats)
 {
     static const int  lens[N_REQ] = { 5, 60, 17, 33, 9, 41 };
     int32_t           prompt[64];
@@ -362,6 +369,10 @@ serve(const char *build, const char *tp, result_t *res, double *kv_mib)
         rc = submit(&w, (uint64_t) i, prompt, (uint32_t) lens[i]);
     }
     rc = rc == 0 ? collect(&w, res) : -1;
+    if (rc == 0 && stats != NULL) {
+        usleep(300000);     /* the engine publishes once more when idle */
+        rc = pl_stats_read(w.region, stats);
+    }
     detach(&w);
     *kv_mib = log_kv_mib();
     if (stop_engine() != 0 || rc != 0) {
@@ -393,7 +404,8 @@ build_dir(char *out, size_t len, const char *argv0)
 int
 main(int argc, char **argv)
 {
-    static result_t  one[N_REQ], two[N_REQ];
+    static result_t  one[N_REQ], two[N_REQ], swapped[N_REQ];
+    pl_stats_t       st;
     char             build[512];
     double           d = 0, mib1 = -1, mib2 = -1;
     int              i, j, same = 1, full = 1, status = 0;
@@ -408,10 +420,10 @@ main(int argc, char **argv)
     snprintf(sock_path, sizeof(sock_path), "%s/engine.sock", dir);
     snprintf(log_path, sizeof(log_path), "%s/engine.log", dir);
 
-    ok(serve(build, "1", one, &mib1) == 0, "one rank: %d requests served",
-       N_REQ);
-    ok(serve(build, "2", two, &mib2) == 0, "two ranks: %d requests served",
-       N_REQ);
+    ok(serve(build, "1", one, &mib1, NULL) == 0,
+       "one rank: %d requests served", N_REQ);
+    ok(serve(build, "2", two, &mib2, NULL) == 0,
+       "two ranks: %d requests served", N_REQ);
     ok(mib1 > 0 && fabs(mib2 * 2 - mib1) < 0.11, "two ranks: each holds "
        "half the KV cache of one (%.1f MiB, whole %.1f MiB)", mib2, mib1);
     for (i = 0; i < N_REQ; i++) {
@@ -427,6 +439,30 @@ main(int argc, char **argv)
     ok(full && same, "two ranks give one rank's greedy tokens, request by request");
     ok(full && d <= LOGPROB_TOL, "two ranks give one rank's log-probabilities "
        "within %g (max %.2g)", LOGPROB_TOL, d);
+
+    num_blocks = "32";
+    preemption = "swap";
+    memset(&st, 0, sizeof(st));
+    ok(serve(build, "2", swapped, &mib2, &st) == 0,
+       "two ranks, 32 blocks, swap preemption: %d requests served", N_REQ);
+    ok(st.preemptions_swap > 0 && st.blocks_swapped_out > 0
+       && st.blocks_swapped_in == st.blocks_swapped_out,
+       "the pool was too small: %llu swap preemptions, %llu blocks out and "
+       "%llu back", (unsigned long long) st.preemptions_swap,
+       (unsigned long long) st.blocks_swapped_out,
+       (unsigned long long) st.blocks_swapped_in);
+    same = 1;
+    for (i = 0; i < N_REQ; i++) {
+        same &= swapped[i].n == MAX_NEW
+                && memcmp(one[i].toks, swapped[i].toks,
+                          sizeof(one[i].toks)) == 0;
+    }
+    ok(same, "swapping every rank's share gives one rank's greedy tokens");
+    ok(st.kv_blocks_used == 0 && st.swap_blocks_used == 0,
+       "every device and host block came back (%u, %u in use)",
+       st.kv_blocks_used, st.swap_blocks_used);
+    num_blocks = "2048";
+    preemption = "recompute";
 
     ok(start_engine(build, "4", &status) != 0 && WIFEXITED(status)
        && WEXITSTATUS(status) == 1

@@ -701,8 +701,8 @@ run_seq(pl_model_t *m, const int32_t *tok, int ctx0, int n,
 }
 
 
-/* copy-on-write on a split model copies every rank's share; swapping is
-   refused there */
+/* copy-on-write on a split model copies every rank's share, and swapping
+   moves every rank's share out to its stripe of the host pool and back */
 static void
 test_kv_copy(pl_backend_t *be)
 {
@@ -712,7 +712,8 @@ test_kv_copy(pl_backend_t *be)
     char                  err[512];
     pl_model_t           *m = load(FIXTURES "/llama_tied", be, 4, err,
                                    sizeof(err));
-    int32_t               host = 0, dev = 3;
+    static const int32_t  slots[3] = { 0, 1, 2 }, back[3] = { 30, 31, 32 };
+    void                 *pool;
 
     if (m == NULL) {
         ok(0, "llama_tied on 4 ranks: %s", err);
@@ -724,8 +725,15 @@ test_kv_copy(pl_backend_t *be)
        && run_seq(m, tok, 8, 1, orig, 3, b) == 0
        && memcmp(a, b, 256 * sizeof(float)) == 0,
        "4 ranks: a decode over copied blocks gives the original's logits");
-    ok(pl_model_kv_swap(m, &host, &dev, &host, 1, PL_KV_SWAP_OUT) != 0,
-       "4 ranks: swapping is refused");
+    pool = calloc(3, pl_model_kv_block_bytes(m, BS) * pl_model_tp_size(m));
+    ok(pool != NULL && pl_model_tp_size(m) == 4
+       && pl_model_kv_swap(m, pool, orig, slots, 3, PL_KV_SWAP_OUT) == 0
+       && pl_model_kv_swap(m, pool, slots, back, 3, PL_KV_SWAP_IN) == 0
+       && run_seq(m, tok, 8, 1, back, 3, a) == 0
+       && memcmp(a, b, 256 * sizeof(float)) == 0,
+       "4 ranks: a decode over blocks swapped out and back in elsewhere "
+       "gives the original's logits");
+    free(pool);
     pl_model_free(m);
 }
 
