@@ -22,7 +22,7 @@
 #include "pl_tok_internal.h"
 
 typedef struct {
-    char    *out;
+    char    *out;        /* NULL: only count */
     size_t   cap;
     size_t   n;
     int      overflow;
@@ -50,7 +50,9 @@ pl_dec_text(pl_detok_t *d, pl_dec_out_t *o, const char *s, size_t n)
         o->overflow = 1;
         return;
     }
-    memcpy(o->out + o->n, s, n);
+    if (o->out != NULL) {
+        memcpy(o->out + o->n, s, n);
+    }
     o->n += n;
 }
 
@@ -298,4 +300,42 @@ pl_tokenizer_decode(const pl_tokenizer_t *t, const int32_t *ids, size_t n,
     }
     pl_dec_flush_bytes(&d, &o);
     return o.overflow ? -1 : (long) o.n;
+}
+
+/* Bound of one push's output for token id: the piece decoded from a
+   fresh state (counted, not written; no strip rules, which only remove)
+   plus 4 bytes for what an earlier incomplete character can become: a
+   U+FFFD, or the rest of a character the piece completes. */
+static size_t
+pl_dec_piece_bound(const pl_tokenizer_t *t, int32_t id)
+{
+    pl_detok_t    d;
+    pl_dec_out_t  o = { NULL, SIZE_MAX, 0, 0 };
+
+    pl_detok_init(&d, t, 0);
+    d.state[0] = 0;
+    d.n_emitted = 1;
+    pl_dec_token(&d, &o, id);
+    return 4 + o.n;
+}
+
+size_t
+pl_tok_decode_bound(const pl_tokenizer_t *t)
+{
+    size_t    max = 3, b;
+    uint32_t  id;
+
+    for (id = 0; id < t->nvocab; id++) {
+        if (t->flags[id] & PL_TOK_PRESENT) {
+            b = pl_dec_piece_bound(t, (int32_t) id);
+            max = b > max ? b : max;
+        }
+    }
+    return max;
+}
+
+size_t
+pl_detok_max_bytes(const pl_tokenizer_t *t)
+{
+    return t->max_push;
 }

@@ -143,10 +143,14 @@ struct pl_tokenizer_s {
     size_t             nsuffix;
 
     pl_tok_decoder_t   dec;
+    size_t             max_push;     /* pl_detok_max_bytes */
 };
 
 /* Id of piece s[len], -1 when absent. */
 int32_t pl_tok_lookup(const pl_tokenizer_t *t, const char *s, size_t len);
+
+/* The most bytes one streaming push can write (pl_tok_decode.c). */
+size_t pl_tok_decode_bound(const pl_tokenizer_t *t);
 
 static inline uint64_t
 pl_tok_merge_key(int32_t left, int32_t right)

@@ -1257,6 +1257,7 @@ pl_tok_load_root(pl_tok_loader_t *ld, const pl_json_t *root)
         return pl_tok_fail(ld, "ByteLevel pre-tokenizer and decoder must be "
                            "used together%s", NULL);
     }
+    ld->t->max_push = pl_tok_decode_bound(ld->t);
     return 0;
 }
 

@@ -302,6 +302,9 @@ test_sentencepiece(void)
     is_int(pl_detok_flush(&d, out, sizeof(out)), 3, "flush: U+FFFD");
     is_int(pl_detok_push(&d, 12345, out, sizeof(out)), 0,
            "stream: unknown id decodes to nothing");
+    ok(pl_detok_max_bytes(t) >= 6 && pl_detok_max_bytes(t) < 64,
+       "max bytes per push bounds the longest piece (%zu)",
+       pl_detok_max_bytes(t));
     pl_tokenizer_free(t);
 }
 

@@ -114,7 +114,7 @@ test_encode_decode(const pl_tokenizer_t *t)
     char        text[1024], full[65536], joined[65536], piece[512];
     int32_t     ids[1100];
     int         it, bad_rc = 0, overrun = 0, bad_utf8 = 0, bad_stream = 0;
-    int         encoded = 0;
+    int         encoded = 0, over_bound = 0;
     size_t      n, j, m;
     long        len, k;
     pl_detok_t  d;
@@ -146,6 +146,7 @@ test_encode_decode(const pl_tokenizer_t *t)
                 bad_utf8++;
                 break;
             }
+            over_bound += ((size_t) k > pl_detok_max_bytes(t));
             memcpy(joined + n, piece, (size_t) k);
             n += (size_t) k;
         }
@@ -157,6 +158,7 @@ test_encode_decode(const pl_tokenizer_t *t)
     is_int(overrun, 0, "encode never writes past cap");
     is_int(bad_utf8, 0, "decode and pushes always produce valid UTF-8");
     is_int(bad_stream, 0, "pushes concatenate to the full decode");
+    is_int(over_bound, 0, "no push writes more than pl_detok_max_bytes()");
 }
 
 static void
