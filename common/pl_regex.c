@@ -23,6 +23,7 @@
 
 #define PL_RE_MAX_REPEAT  1000
 #define PL_RE_MAX_CODE    200000
+#define PL_RE_MAX_DEPTH   100
 #define PL_RE_INF         UINT32_MAX
 #define PL_RE_BMP_WORDS   (65536 / 32)
 #define PL_RE_CAT(x)      ((uint32_t) 1 << PL_UC_##x)
@@ -115,6 +116,7 @@ typedef struct {
     char           *err;
     size_t          errlen;
     int             failed;
+    int             depth;
 } pl_re_parser_t;
 
 typedef struct {
@@ -554,8 +556,13 @@ pl_re_class_atom(pl_re_parser_t *ps, pl_re_items_t *l, uint32_t *cp)
         if (ps->p + 1 < ps->end && ps->p[1] == ':') {
             return pl_re_fail(ps, "POSIX bracket classes are not supported");
         }
+        if (ps->depth >= PL_RE_MAX_DEPTH) {
+            return pl_re_fail(ps, "classes nested too deeply");
+        }
         ps->p++;
+        ps->depth++;
         idx = pl_re_parse_class(ps);
+        ps->depth--;
         if (idx < 0) {
             return -1;
         }
@@ -645,6 +652,9 @@ pl_re_parse_group(pl_re_parser_t *ps)
     int      saved_fold = ps->fold, look = -1;
     int32_t  inner, n;
 
+    if (ps->depth >= PL_RE_MAX_DEPTH) {
+        return pl_re_fail(ps, "groups nested too deeply");
+    }
     if (ps->p < ps->end && *ps->p == '?') {
         ps->p++;
         if (ps->p == ps->end) {
@@ -680,7 +690,9 @@ pl_re_parse_group(pl_re_parser_t *ps)
             return pl_re_fail(ps, "unsupported group syntax (?...)");
         }
     }
+    ps->depth++;
     inner = pl_re_parse_alt(ps);
+    ps->depth--;
     ps->fold = saved_fold;
     if (inner < 0) {
         return -1;

@@ -161,6 +161,16 @@ test_regex(void)
     check_re_refused("(a*)*", "empty");
     check_re_refused("(ab", "missing )");
     check_re_refused("[a-", "unterminated");
+    {
+        char  deep[512];
+
+        memset(deep, '(', 300);
+        strcpy(deep + 300, "a");
+        check_re_refused(deep, "nested too deeply");
+        memset(deep, '[', 300);
+        strcpy(deep + 300, "a");
+        check_re_refused(deep, "nested too deeply");
+    }
 }
 
 static void
