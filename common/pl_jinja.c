@@ -1763,7 +1763,18 @@ pl_j_num(const pl_jv_t *v)
 }
 
 static int
+pl_j_equal_at(const pl_jv_t *a, const pl_jv_t *b, int depth);
+
+static int
 pl_j_equal(const pl_jv_t *a, const pl_jv_t *b)
+{
+    return pl_j_equal_at(a, b, 0);
+}
+
+/* Deep equality; below PL_J_MAX_DEPTH levels containers compare by
+   identity, so a list that contains itself cannot recurse forever. */
+static int
+pl_j_equal_at(const pl_jv_t *a, const pl_jv_t *b, int depth)
 {
     size_t     i;
     pl_jv_t   *o;
@@ -1772,9 +1783,10 @@ pl_j_equal(const pl_jv_t *a, const pl_jv_t *b)
         return pl_j_num(a) == pl_j_num(b);
     }
     if (a->type != b->type) {
-        return (a->type == JV_UNDEF || a->type == JV_NONE)
-               && (b->type == JV_UNDEF || b->type == JV_NONE)
-               && a->type == b->type;
+        return 0;
+    }
+    if (depth > PL_J_MAX_DEPTH && (a->type == JV_LIST || a->type == JV_DICT)) {
+        return a->u.l == b->u.l;
     }
     switch (a->type) {
     case JV_BOOL:
@@ -1787,7 +1799,7 @@ pl_j_equal(const pl_jv_t *a, const pl_jv_t *b)
             return 0;
         }
         for (i = 0; i < a->u.l->n; i++) {
-            if (!pl_j_equal(&a->u.l->v[i], &b->u.l->v[i])) {
+            if (!pl_j_equal_at(&a->u.l->v[i], &b->u.l->v[i], depth + 1)) {
                 return 0;
             }
         }
@@ -1798,7 +1810,7 @@ pl_j_equal(const pl_jv_t *a, const pl_jv_t *b)
         }
         for (i = 0; i < a->u.d->n; i++) {
             o = pl_jdict_find(b->u.d, a->u.d->k[i]->s, a->u.d->k[i]->n);
-            if (o == NULL || !pl_j_equal(&a->u.d->v[i], o)) {
+            if (o == NULL || !pl_j_equal_at(&a->u.d->v[i], o, depth + 1)) {
                 return 0;
             }
         }

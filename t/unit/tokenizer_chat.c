@@ -154,6 +154,10 @@ test_refusals(void)
                 "attribute set on a non-namespace");
     check_error("{% for a, b in [1] %}{% endfor %}", NULL, "unpack",
                 "unpacking a non-list");
+    check_error("{% set l = [] %}{% set _ = l.append(l) %}{{ l }}", NULL,
+                "nested too deeply", "printing a list that contains itself");
+    check("{% set l = [] %}{% set _ = l.append(l) %}{{ l == l }}", NULL,
+          "true", "comparing a list that contains itself terminates");
 }
 
 static void
