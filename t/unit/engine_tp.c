@@ -7,7 +7,8 @@
  * pool too small for the batch and swap preemption, every rank swaps its
  * share of each block out and back and the tokens stay the same.  A size
  * that does not divide the model's KV heads stops the engine at start
- * with the reason.
+ * with the reason.  On the CPU unless PAGEDLLM_TEST_DEVICE names another
+ * device (cuda: rank r on GPU r, NCCL between them).
  *
  * LOGPROB_TOL: the split model sums its row-parallel projections in a
  * different fp32 order (see t/unit/tp.c); logits move by about 1e-5 at
@@ -59,6 +60,7 @@ static char   dir[] = "/tmp/pl-engine-tp-XXXXXX";
 static char   sock_path[256];
 static char   log_path[256];
 static pid_t  engine_pid;
+static const char  *device = "cpu";
 static const char  *num_blocks = "2048";
 static const char  *preemption = "recompute";
 
@@ -147,7 +149,7 @@ start_engine(const char *build, const char *tp, int *status)
 
         dup2(log, 2);
         execl(engine, engine, "--model", model, "--listen", sock_path,
-              "--device", "cpu", "--threads", "1", "--num-blocks", num_blocks,
+              "--device", device, "--threads", "1", "--num-blocks", num_blocks,
               "--block-size", "4", "--max-num-batched-tokens", "32",
               "--max-num-seqs", "8", "--preemption-mode", preemption,
               "--swap-space", "4",
@@ -416,6 +418,9 @@ main(int argc, char **argv)
     {
         printf("Bail out! no build folder or temporary folder\n");
         return 1;
+    }
+    if (getenv("PAGEDLLM_TEST_DEVICE") != NULL) {
+        device = getenv("PAGEDLLM_TEST_DEVICE");
     }
     snprintf(sock_path, sizeof(sock_path), "%s/engine.sock", dir);
     snprintf(log_path, sizeof(log_path), "%s/engine.log", dir);
