@@ -18,10 +18,12 @@
  * (attn_merge_if_last).
  *
  * Pipeline: DEC_STAGES tile buffers, DEC_STAGES - 1 tiles in flight while
- * one is computed.  (One bulk copy per 256-byte token row through the
- * copy engine measured 2.4 times slower than these cp.async.)  Splits: as
- * many as one wave of resident blocks holds, no split under 128 tokens,
- * at most ATTN_MAX_SPLITS.  For benchmarking,
+ * one is computed, one barrier per tile (a stage is refilled only after
+ * every warp has passed the barrier that follows its last use).  One bulk
+ * copy per 256-byte token row through the copy engine measured 2.4 times
+ * slower than these cp.async.  Splits: as many as one wave of resident
+ * blocks holds, no split under 128 tokens, at most ATTN_MAX_SPLITS.  For
+ * benchmarking,
  * PAGEDLLM_CUDA_ATTN_STAGES (2, 3 or 4), PAGEDLLM_CUDA_ATTN_SPLIT_MIN and
  * PAGEDLLM_CUDA_ATTN_SPLITS (a fixed count) override them.
  */
@@ -90,7 +92,7 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
     const uint32_t (&qf)[D / 16][4], uint32_t ks, uint32_t vs, int first,
     int t1, float scale, int warp, int lane)
 {
-    float     s[2][4];
+    float     s[2][4], s2[2][4];
     uint32_t  a[4];
     int       mi = lane >> 3;
 
@@ -99,6 +101,7 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             s[n][e] = 0.0f;
+            s2[n][e] = 0.0f;
         }
     }
 #pragma unroll
@@ -107,8 +110,15 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
 
         ldsm_x4(b, ks + swz<D>(warp * 16 + (mi >> 1) * 8 + (lane & 7),
                                kk * 2 + (mi & 1)));
-        mma_bf16(s[0], qf[kk], b[0], b[1]);
-        mma_bf16(s[1], qf[kk], b[2], b[3]);
+        mma_bf16(kk & 1 ? s2[0] : s[0], qf[kk], b[0], b[1]);
+        mma_bf16(kk & 1 ? s2[1] : s[1], qf[kk], b[2], b[3]);
+    }
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[n][e] += s2[n][e];
+        }
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -331,10 +341,10 @@ decode_attention_kernel(const attn_params_t p)
         uint32_t  ks = stage_addr<D>(qs, j % STAGES);
         uint32_t  vs = ks + DEC_BN * D * 2;
 
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
         issue_next<D, STAGES>(p, tbl, table, b0, bend, kvh, t0, t1, ntiles,
                               j + STAGES - 1, qs);
-        cp_async_wait<STAGES - 1>();
-        __syncthreads();
         if (j + 1 < ntiles) {
             warp_tile<D, false>(o, m, l, qf, ks, vs, t0 + j * DEC_BN, t1,
                                 p.scale_log2, warp, lane);
@@ -342,7 +352,6 @@ decode_attention_kernel(const attn_params_t p)
             warp_tile<D, true>(o, m, l, qf, ks, vs, t0 + j * DEC_BN, t1,
                                p.scale_log2, warp, lane);
         }
-        __syncthreads();
     }
     cp_async_wait<0>();
 

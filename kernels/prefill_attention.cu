@@ -8,7 +8,8 @@
  * four warps of 16 rows each.  The block walks the sequence's context in
  * KV tiles of 64 tokens, up to the last position its rows may see,
  * gathering each tile's K and V rows through the block table into shared
- * memory with 16-byte cp.async, two tiles in flight (double buffering).
+ * memory with 16-byte cp.async, the next tile in flight while one is
+ * computed (double buffering, one barrier per tile).
  * Per KV tile a warp computes S = Q K^T (Q fragments held in registers for
  * the whole walk), masks causally (only tiles that reach past the block's
  * first row need it), updates an online softmax in base 2,
@@ -239,16 +240,14 @@ prefill_attention_kernel(const attn_params_t p)
         uint32_t  vs = vs0 + (j & 1) * PF_BN * D * 2;
         float     s[PF_BN / 8][4], corr[2];
 
+        cp_async_wait<0>();
+        __syncthreads();
         if (j + 1 < ntiles) {
             load_kv_tile<D>(p, table, kvh, ctx, j + 1,
                             ks0 + ((j + 1) & 1) * PF_BN * D * 2,
                             vs0 + ((j + 1) & 1) * PF_BN * D * 2);
             cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
         }
-        __syncthreads();
 
         qk_tile<D>(s, qf, ks, lane);
         if ((j + 1) * PF_BN <= ctx - qlen + r0 + 1) {
@@ -266,7 +265,6 @@ prefill_attention_kernel(const attn_params_t p)
             o[n][3] *= corr[1];
         }
         pv_tile<D>(o, s, vs, lane);
-        __syncthreads();
     }
 
 #pragma unroll
