@@ -5,6 +5,7 @@
 #   make bench      serving benchmark: engine + nginx under pagedllm-load
 #   make CUDA=0     build without the CUDA backend
 #   make BUILD=dir  build into another folder
+#   make NCCL_HOME=dir  use the NCCL in dir (else the one the compiler finds)
 
 BUILD    ?= build
 CC       ?= gcc
@@ -31,9 +32,16 @@ KERNEL_SRCS := $(filter-out kernels/nocuda.c,$(KERNEL_SRCS))
 LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublas -lcudart -lstdc++
 CFLAGS      += -DPL_HAVE_CUDA=1
-ifneq ($(wildcard $(CUDA_HOME)/lib64/libnccl.so*),)
-LDLIBS      += -lnccl
+# NCCL: Debian's or the toolkit's (found by its header), or NCCL_HOME=DIR
+# for a copy with DIR/include/nccl.h and DIR/lib/libnccl.so.2 (pip's)
+ifneq ($(NCCL_HOME),)
+NVFLAGS     += -DPL_HAVE_NCCL=1 -I$(NCCL_HOME)/include
+LDLIBS      += -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib -l:libnccl.so.2
+else ifneq ($(shell printf '\#include <nccl.h>\n' \
+                | $(CC) -E -I$(CUDA_HOME)/include -x c - >/dev/null 2>&1 \
+                && echo 1),)
 NVFLAGS     += -DPL_HAVE_NCCL=1
+LDLIBS      += -lnccl
 endif
 else
 CUDA_SRCS   :=
