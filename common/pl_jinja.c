@@ -29,6 +29,7 @@
 #define PL_J_MAX_OUTPUT    (16 * 1024 * 1024)
 #define PL_J_MAX_RANGE     100000
 #define PL_J_MAX_CALLS     64
+#define PL_J_MAX_STEPS     1000000
 
 /* ---- arena ---- */
 
@@ -169,6 +170,7 @@ typedef struct {
     pl_jframe_t   *globals;
     int            calls;
     int            loopctl;   /* 1 break, 2 continue */
+    long           steps;     /* loop iterations so far */
     pl_jbuf_t     *bufs[PL_J_MAX_CALLS + 2];
     int            nbufs;
 } pl_jctx_t;
@@ -3078,21 +3080,31 @@ pl_j_assign(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *target, pl_jv_t v)
 
 static void
 pl_j_loop_vars(pl_jctx_t *c, pl_jdict_t *loop, const pl_jlist_t *items,
-    size_t i)
+    size_t i, size_t n)
 {
-    size_t  n = items->n;
+    static const char *const  names[] = {
+        "index", "index0", "revindex", "revindex0", "first", "last",
+        "length", "previtem", "nextitem"
+    };
+    pl_jv_t                   v[9];
+    size_t                    k;
 
-    pl_jdict_setc(c, loop, "index", pl_jv_int((long long) i + 1));
-    pl_jdict_setc(c, loop, "index0", pl_jv_int((long long) i));
-    pl_jdict_setc(c, loop, "revindex", pl_jv_int((long long) (n - i)));
-    pl_jdict_setc(c, loop, "revindex0", pl_jv_int((long long) (n - i - 1)));
-    pl_jdict_setc(c, loop, "first", pl_jv_bool(i == 0));
-    pl_jdict_setc(c, loop, "last", pl_jv_bool(i + 1 == n));
-    pl_jdict_setc(c, loop, "length", pl_jv_int((long long) n));
-    pl_jdict_setc(c, loop, "previtem", i > 0 ? items->v[i - 1]
-                                             : pl_jv_of(JV_UNDEF));
-    pl_jdict_setc(c, loop, "nextitem", i + 1 < n ? items->v[i + 1]
-                                                 : pl_jv_of(JV_UNDEF));
+    v[0] = pl_jv_int((long long) i + 1);
+    v[1] = pl_jv_int((long long) i);
+    v[2] = pl_jv_int((long long) (n - i));
+    v[3] = pl_jv_int((long long) (n - i - 1));
+    v[4] = pl_jv_bool(i == 0);
+    v[5] = pl_jv_bool(i + 1 == n);
+    v[6] = pl_jv_int((long long) n);
+    v[7] = i > 0 ? items->v[i - 1] : pl_jv_of(JV_UNDEF);
+    v[8] = i + 1 < n ? items->v[i + 1] : pl_jv_of(JV_UNDEF);
+    for (k = 0; k < 9; k++) {
+        if (loop->n < 9) {
+            pl_jdict_setc(c, loop, names[k], v[k]);
+        } else {
+            loop->v[k] = v[k];
+        }
+    }
 }
 
 static void
@@ -3101,7 +3113,7 @@ pl_j_exec_for(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
     pl_jv_t       it = pl_j_eval(c, f, n->a), loopv;
     pl_jlist_t   *src = pl_j_iterable(c, &it), *items = src;
     pl_jframe_t  *lf = pl_j_frame(c, f);
-    size_t        i;
+    size_t        i, count;
 
     if (n->d != NULL) {
         pl_jv_t  kept = pl_jv_list(c);
@@ -3117,14 +3129,18 @@ pl_j_exec_for(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
         }
         items = kept.u.l;
     }
-    if (items->n == 0) {
+    count = items->n;
+    if (count == 0) {
         pl_j_exec(c, f, n->e);
         return;
     }
-    for (i = 0; i < items->n; i++) {
-        loopv = pl_jv_dict(c);
-        pl_j_loop_vars(c, loopv.u.d, items, i);
-        pl_jdict_setc(c, lf->vars, "loop", loopv);
+    loopv = pl_jv_dict(c);
+    pl_jdict_setc(c, lf->vars, "loop", loopv);
+    for (i = 0; i < count; i++) {
+        if (++c->steps > PL_J_MAX_STEPS) {
+            pl_j_fail(c, "more than %d loop iterations", PL_J_MAX_STEPS);
+        }
+        pl_j_loop_vars(c, loopv.u.d, items, i, count);
         pl_j_assign(c, lf, n->c, items->v[i]);
         pl_j_exec(c, lf, n->b);
         if (c->loopctl == 1) {

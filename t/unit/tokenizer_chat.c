@@ -158,6 +158,11 @@ test_refusals(void)
                 "nested too deeply", "printing a list that contains itself");
     check("{% set l = [] %}{% set _ = l.append(l) %}{{ l == l }}", NULL,
           "true", "comparing a list that contains itself terminates");
+    check("{% set l = [1] %}{% for x in l %}{% set _ = l.append(x) %}{% endfor %}"
+          "{{ l | length }}", NULL, "2", "a loop runs over the items it started with");
+    check_error("{% for i in range(10000) %}{% for j in range(10000) %}"
+                "{% endfor %}{% endfor %}", NULL, "loop iterations",
+                "loop work is bounded");
 }
 
 static void
