@@ -30,6 +30,8 @@
 #define PL_J_MAX_RANGE     100000
 #define PL_J_MAX_CALLS     64
 #define PL_J_MAX_STEPS     1000000
+#define PL_J_MAX_ITEMS     1000000
+#define PL_J_MAX_MEMORY    (256 << 20)
 
 /* ---- arena ---- */
 
@@ -44,6 +46,7 @@ struct pl_ja_chunk_s {
 
 typedef struct {
     pl_ja_chunk_t  *head;
+    size_t          total;
 } pl_ja_t;
 
 static void
@@ -56,6 +59,7 @@ pl_ja_free(pl_ja_t *a)
         free(c);
     }
     a->head = NULL;
+    a->total = 0;
 }
 
 /* ---- values ---- */
@@ -201,6 +205,11 @@ pl_j_alloc(pl_jctx_t *c, size_t size)
     if (ch == NULL || ch->size - ch->used < size) {
         size_t  csize = size > PL_JA_CHUNK ? size : PL_JA_CHUNK;
 
+        if (a->total + csize > PL_J_MAX_MEMORY) {
+            pl_j_fail(c, "template needs more than %d MB",
+                      PL_J_MAX_MEMORY >> 20);
+        }
+        a->total += csize;
         ch = malloc(sizeof(pl_ja_chunk_t) + csize);
         if (ch == NULL) {
             pl_j_fail(c, "out of memory");
@@ -302,6 +311,9 @@ pl_jv_dict(pl_jctx_t *c)
 static void
 pl_jlist_push(pl_jctx_t *c, pl_jlist_t *l, pl_jv_t v)
 {
+    if (l->n >= PL_J_MAX_ITEMS) {
+        pl_j_fail(c, "list longer than %d items", PL_J_MAX_ITEMS);
+    }
     if (l->n == l->cap) {
         size_t    cap = l->cap ? l->cap * 2 : 8;
         pl_jv_t  *nv = pl_j_alloc(c, cap * sizeof(pl_jv_t));
@@ -3210,7 +3222,7 @@ pl_jinja_render(const pl_jinja_t *tpl, const json_t *vars, size_t *outlen,
     char *err, size_t errlen)
 {
     pl_jctx_t   c;
-    pl_ja_t     arena = { NULL };
+    pl_ja_t     arena = { NULL, 0 };
     pl_jbuf_t   out = { NULL, 0, 0 };
     const char *k;
     json_t     *v;

@@ -160,6 +160,11 @@ test_refusals(void)
           "true", "comparing a list that contains itself terminates");
     check("{% set l = [1] %}{% for x in l %}{% set _ = l.append(x) %}{% endfor %}"
           "{{ l | length }}", NULL, "2", "a loop runs over the items it started with");
+    check_error("{% set s = '' %}{% for i in range(100000) %}"
+                "{% set s = s ~ 'xxxxxxxxxxxxxxxxxxxx' %}{% endfor %}", NULL,
+                "more than 256 MB", "template memory is bounded");
+    check_error("{% set l = [1] %}{% for i in range(40) %}{% set l = l + l %}"
+                "{% endfor %}", NULL, "list longer", "list growth is bounded");
     check_error("{% for i in range(10000) %}{% for j in range(10000) %}"
                 "{% endfor %}{% endfor %}", NULL, "loop iterations",
                 "loop work is bounded");
