@@ -86,6 +86,8 @@ static ngx_int_t ngx_http_pagedllm_check_ring(ngx_http_pagedllm_channel_t *ch,
 static ngx_int_t ngx_http_pagedllm_identity(ngx_http_pagedllm_channel_t *ch);
 static ngx_int_t ngx_http_pagedllm_load_tokenizer(
     ngx_http_pagedllm_channel_t *ch, const char *path, uint64_t hash);
+static ngx_int_t ngx_http_pagedllm_vocab_fits(
+    ngx_http_pagedllm_channel_t *ch, const char *path, pl_tokenizer_t *tok);
 static ngx_int_t ngx_http_pagedllm_file_hash(ngx_log_t *log,
     const char *path, uint64_t *hash);
 static void ngx_http_pagedllm_load_chat(ngx_http_pagedllm_channel_t *ch,
@@ -679,7 +681,7 @@ ngx_http_pagedllm_load_tokenizer(ngx_http_pagedllm_channel_t *ch,
     if (ch->engine.tokenizer && hash == ch->tokenizer_hash
         && ngx_strcmp(path, ch->tokenizer_path) == 0)
     {
-        return NGX_OK;
+        return ngx_http_pagedllm_vocab_fits(ch, path, ch->engine.tokenizer);
     }
 
     if (ngx_http_pagedllm_file_hash(ch->log, path, &got) != NGX_OK) {
@@ -702,11 +704,7 @@ ngx_http_pagedllm_load_tokenizer(ngx_http_pagedllm_channel_t *ch,
         return NGX_ERROR;
     }
 
-    if (pl_tokenizer_vocab_size(tok) != ch->engine.vocab_size) {
-        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
-                      "pagedllm: tokenizer \"%s\" has %uD tokens, the engine "
-                      "%uD: not serving", path, pl_tokenizer_vocab_size(tok),
-                      ch->engine.vocab_size);
+    if (ngx_http_pagedllm_vocab_fits(ch, path, tok) != NGX_OK) {
         pl_tokenizer_free(tok);
         return NGX_ERROR;
     }
@@ -720,6 +718,40 @@ ngx_http_pagedllm_load_tokenizer(ngx_http_pagedllm_channel_t *ch,
     ngx_http_pagedllm_load_chat(ch, path);
 
     return ngx_http_pagedllm_find_specials(ch);
+}
+
+
+/*
+ * Checkpoints often pad the model's vocabulary beyond the tokenizer's
+ * (Qwen2 and Qwen3: 151936 embedding rows, 151669 tokens).  Padding ids
+ * never come out of encoding, and a sampled one decodes to nothing, so
+ * such a model is served.  A tokenizer with more ids than the model would
+ * hand the engine ids it cannot embed: that one is refused.
+ */
+static ngx_int_t
+ngx_http_pagedllm_vocab_fits(ngx_http_pagedllm_channel_t *ch,
+    const char *path, pl_tokenizer_t *tok)
+{
+    uint32_t  n;
+
+    n = pl_tokenizer_vocab_size(tok);
+
+    if (n > ch->engine.vocab_size) {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
+                      "pagedllm: tokenizer \"%s\" has %uD tokens, more than "
+                      "the engine's vocabulary of %uD: not serving",
+                      path, n, ch->engine.vocab_size);
+        return NGX_ERROR;
+    }
+
+    if (n < ch->engine.vocab_size) {
+        ngx_log_error(NGX_LOG_NOTICE, ch->log, 0,
+                      "pagedllm: tokenizer \"%s\" has %uD tokens, the "
+                      "engine's vocabulary %uD: ids from %uD on decode to "
+                      "nothing", path, n, ch->engine.vocab_size, n);
+    }
+
+    return NGX_OK;
 }
 
 

@@ -2,8 +2,10 @@
  * mktinymodel: writes the bundled tiny Llama model, a complete Hugging Face
  * folder, deterministically (the same bytes on every run and machine).
  *
- *     mktinymodel OUTDIR
+ *     mktinymodel [--vocab-size N] OUTDIR
  *
+ * --vocab-size pads the model's vocabulary (config.json, embedding and
+ * lm_head rows) beyond the tokenizer's 512 ids, as real checkpoints do.
  * OUTDIR receives config.json, generation_config.json, tokenizer.json,
  * tokenizer_config.json and model.safetensors (bf16).  The weights are
  * random (splitmix64 and a sum of uniforms, no libm, so every machine draws
@@ -38,6 +40,9 @@
 #define EOS         "<|end_of_text|>"
 #define MAX_WORDS   4096
 #define MAX_WORD    64
+#define MAX_VOCAB   65536
+
+static int  vocab_size = VOCAB;
 
 static const char  corpus[] =
     "The quick brown fox jumps over the lazy dog, and then the dog "
@@ -254,13 +259,14 @@ write_weights(const char *dir)
 
     json_object_set_new(w.header, "__metadata__",
                         json_pack("{s:s}", "format", "pt"));
-    add_tensor(&w, "model.embed_tokens.weight", VOCAB, HIDDEN, 1.0, 0.0);
+    add_tensor(&w, "model.embed_tokens.weight", vocab_size, HIDDEN, 1.0,
+               0.0);
     for (l = 0; l < LAYERS; l++) {
         add_layer(&w, l);
     }
     add_tensor(&w, "model.norm.weight", 0, HIDDEN, 0.1, 1.0);
     /* logits with a standard deviation of about 2 */
-    add_tensor(&w, "lm_head.weight", VOCAB, HIDDEN, 0.25, 0.0);
+    add_tensor(&w, "lm_head.weight", vocab_size, HIDDEN, 0.25, 0.0);
 
     hdr = json_dumps(w.header, JSON_COMPACT);
     hlen = strlen(hdr);
@@ -635,7 +641,7 @@ write_configs(const char *dir)
                          "rms_norm_eps", 1e-5, "rope_scaling",
                          "rope_theta", 10000.0,
                          "tie_word_embeddings", 0,
-                         "torch_dtype", "bfloat16", "vocab_size", VOCAB));
+                         "torch_dtype", "bfloat16", "vocab_size", vocab_size));
     write_json(dir, "generation_config.json",
                json_pack("{s:b, s:i, s:i}", "_from_model_config", 1,
                          "bos_token_id", BOS_ID, "eos_token_id", EOS_ID));
@@ -645,14 +651,26 @@ write_configs(const char *dir)
 int
 main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: mktinymodel OUTDIR\n");
+    const char  *dir = argv[argc - 1];
+    char        *end;
+    long         n;
+
+    if (argc == 4 && strcmp(argv[1], "--vocab-size") == 0) {
+        n = strtol(argv[2], &end, 10);
+        if (*end != '\0' || n < VOCAB || n > MAX_VOCAB) {
+            fprintf(stderr, "mktinymodel: --vocab-size must be %d..%d\n",
+                    VOCAB, MAX_VOCAB);
+            return 2;
+        }
+        vocab_size = (int) n;
+    } else if (argc != 2) {
+        fprintf(stderr, "usage: mktinymodel [--vocab-size N] OUTDIR\n");
         return 2;
     }
-    make_dirs(argv[1]);
-    write_configs(argv[1]);
-    write_tokenizer(argv[1]);
-    write_tokenizer_config(argv[1]);
-    write_weights(argv[1]);
+    make_dirs(dir);
+    write_configs(dir);
+    write_tokenizer(dir);
+    write_tokenizer_config(dir);
+    write_weights(dir);
     return 0;
 }
