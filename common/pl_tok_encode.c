@@ -80,6 +80,7 @@ typedef struct {
     int                    rc;
     int                    last_unk;
     pl_bpe_sym_t          *sym;
+    const uint8_t         *word;       /* the piece being merged */
     size_t                 capsym;
     pl_piece_t            *pieces;
     size_t                 npieces;
@@ -160,9 +161,9 @@ pl_enc_emit(pl_enc_t *w, int32_t id)
 
 /* ---- BPE ---- */
 
-static int
-pl_bpe_lookup(const pl_tokenizer_t *t, int32_t a, int32_t b, uint32_t *rank,
-    int32_t *merged)
+int
+pl_tok_merge_find(const pl_tokenizer_t *t, int32_t a, int32_t b,
+    uint32_t *rank, int32_t *merged)
 {
     uint64_t               key = pl_tok_merge_key(a, b);
     size_t                 i;
@@ -203,8 +204,16 @@ pl_bpe_pair(pl_enc_t *w, int32_t i, int32_t n)
 {
     pl_bpe_sym_t  *s = &w->sym[i];
 
-    if (i + 1 >= n
-        || !pl_bpe_lookup(w->t, s->id, s[1].id, &s->rank, &s->merged))
+    if (i + 1 >= n) {
+        s->rank = UINT32_MAX;
+    } else if (w->t->byte_pairs != NULL && s->len == 1 && s[1].len == 1) {
+        const pl_tok_pair_t  *p = &w->t->byte_pairs[
+            (unsigned) w->word[s->off] << 8 | w->word[s[1].off]];
+
+        s->rank = p->rank;
+        s->merged = p->id;
+    } else if (!pl_tok_merge_find(w->t, s->id, s[1].id, &s->rank,
+                                  &s->merged))
     {
         s->rank = UINT32_MAX;
     }
@@ -268,7 +277,7 @@ pl_heap_push(pl_enc_t *w, int32_t left)
     size_t                 i;
 
     if (right < 0
-        || !pl_bpe_lookup(t, w->sym[left].id, w->sym[right].id, &rank,
+        || !pl_tok_merge_find(t, w->sym[left].id, w->sym[right].id, &rank,
                           &merged)
         || pl_enc_grow(w, (void **) &w->heap, &w->capheap, w->nheap + 1,
                        sizeof(pl_bpe_cand_t)) != 0)
@@ -334,7 +343,7 @@ pl_bpe_heap(pl_enc_t *w)
         {
             continue;
         }
-        if (!pl_bpe_lookup(t, c.lid, c.rid, &rank, &merged)) {
+        if (!pl_tok_merge_find(t, c.lid, c.rid, &rank, &merged)) {
             continue;
         }
         pl_bpe_merge_at(w, c.left, merged);
@@ -448,6 +457,7 @@ pl_bpe_word(pl_enc_t *w, const uint8_t *s, size_t len)
         }
     }
     n = pl_bpe_symbols(w, s, len);
+    w->word = s;
     if (n <= 0) {
         return;
     }

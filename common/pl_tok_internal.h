@@ -83,6 +83,11 @@ typedef struct {
 } pl_tok_decoder_t;
 
 typedef struct {
+    uint32_t  rank;             /* UINT32_MAX: no merge */
+    int32_t   id;
+} pl_tok_pair_t;
+
+typedef struct {
     uint64_t  key;              /* (left << 32 | right) + 1; 0: empty */
     uint32_t  rank;
     int32_t   id;
@@ -127,6 +132,8 @@ struct pl_tokenizer_s {
     int                byte_level;   /* ByteLevel pre-tokenizer present */
     int32_t            byte_ids[256];     /* byte-level char of each byte */
     int32_t            fallback_ids[256]; /* <0xXX> pieces */
+    pl_tok_pair_t     *byte_pairs;   /* byte-level: merges of two bytes, */
+                                     /* indexed by first << 8 | second */
 
     pl_tok_added_t    *added;        /* sorted by first byte, longest first */
     size_t             nadded;
@@ -148,6 +155,10 @@ struct pl_tokenizer_s {
 
 /* Id of piece s[len], -1 when absent. */
 int32_t pl_tok_lookup(const pl_tokenizer_t *t, const char *s, size_t len);
+
+/* Rank and result of merging pieces a and b (pl_tok_encode.c). */
+int pl_tok_merge_find(const pl_tokenizer_t *t, int32_t a, int32_t b,
+    uint32_t *rank, int32_t *merged);
 
 /* The most bytes one streaming push can write (pl_tok_decode.c). */
 size_t pl_tok_decode_bound(const pl_tokenizer_t *t);

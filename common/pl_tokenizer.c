@@ -1239,6 +1239,33 @@ pl_tok_read_file(const char *path, size_t *len, char *err, size_t errlen)
     return buf;
 }
 
+/* Byte-level BPE starts every word from single bytes, so the merges of
+   two bytes get a dense table that stays in cache. */
+static int
+pl_tok_byte_pairs(pl_tok_loader_t *ld)
+{
+    pl_tokenizer_t  *t = ld->t;
+    unsigned         a, b;
+
+    t->byte_pairs = malloc(65536 * sizeof(pl_tok_pair_t));
+    if (t->byte_pairs == NULL) {
+        return pl_tok_fail(ld, "out of memory%s", NULL);
+    }
+    for (a = 0; a < 256; a++) {
+        for (b = 0; b < 256; b++) {
+            pl_tok_pair_t  *p = &t->byte_pairs[a << 8 | b];
+
+            if (!pl_tok_merge_find(t, t->byte_ids[a], t->byte_ids[b],
+                                   &p->rank, &p->id))
+            {
+                p->rank = UINT32_MAX;
+                p->id = -1;
+            }
+        }
+    }
+    return 0;
+}
+
 static int
 pl_tok_load_root(pl_tok_loader_t *ld, const pl_json_t *root)
 {
@@ -1258,7 +1285,7 @@ pl_tok_load_root(pl_tok_loader_t *ld, const pl_json_t *root)
                            "used together%s", NULL);
     }
     ld->t->max_push = pl_tok_decode_bound(ld->t);
-    return 0;
+    return ld->t->byte_level ? pl_tok_byte_pairs(ld) : 0;
 }
 
 pl_tokenizer_t *
@@ -1321,6 +1348,7 @@ pl_tokenizer_free(pl_tokenizer_t *t)
     free(t->suffix);
     free(t->added);
     free(t->merges);
+    free(t->byte_pairs);
     free(t->hash);
     free(t->piece_off);
     free(t->piece_len);
