@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      2u
+#define PL_PROTO_VERSION      3u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
@@ -35,6 +35,7 @@
 #define PL_MAX_LOGPROBS       20      /* top entries per token */
 #define PL_MAX_LOGIT_BIAS     1024    /* pairs per SUBMIT */
 #define PL_MAX_STOP_IDS       256     /* stop token ids per SUBMIT */
+#define PL_MAX_SEQS           16      /* n and best_of per SUBMIT */
 
 /* record types: worker -> engine */
 #define PL_REC_SUBMIT         1
@@ -160,6 +161,8 @@ typedef struct {
     uint32_t   logprobs;        /* top-N with PL_SUBMIT_LOGPROBS, <= 20 */
     uint32_t   n_logit_bias;    /* <= PL_MAX_LOGIT_BIAS */
     uint32_t   n_stop_ids;      /* <= PL_MAX_STOP_IDS */
+    uint32_t   n;               /* sequences returned; 0 = 1 */
+    uint32_t   best_of;         /* sequences generated, >= n; 0 = n */
 } pl_rec_submit_t;
 
 
@@ -177,13 +180,16 @@ typedef struct {
 /*
  * followed by int32_t ids[n]; with PL_TOKENS_LOGPROBS then float
  * logprob[n] (of each token) and, for each token in turn, n_top
- * pl_top_logprob_t (the most likely ids first).
+ * pl_top_logprob_t (the most likely ids first).  index: which of the
+ * request's n sequences (choices) the tokens belong to.
  */
 typedef struct {
     uint64_t   req_id;
     uint32_t   n;
     uint16_t   flags;
     uint16_t   n_top;           /* <= PL_MAX_LOGPROBS */
+    uint32_t   index;           /* < the request's n */
+    uint32_t   reserved;
 } pl_rec_tokens_t;
 
 
@@ -197,8 +203,8 @@ typedef struct {
     uint64_t   req_id;
     uint32_t   reason;
     uint32_t   prompt_tokens;
-    uint32_t   completion_tokens;
-    uint32_t   reserved;
+    uint32_t   completion_tokens;   /* of this sequence */
+    uint32_t   index;           /* the sequence; any for ABORT, ERROR */
 } pl_rec_finish_t;
 
 

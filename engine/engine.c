@@ -11,7 +11,7 @@
  *   2. accept and attach workers, note the ones that went away;
  *   3. drain every submission ring: SUBMIT becomes a sequence in the
  *      scheduler (or an ERROR + FINISH when it is invalid), ABORT removes
- *      its sequence and frees its blocks at once;
+ *      its sequences and frees their blocks at once;
  *   4. close the connections found dead or corrupt, freeing their
  *      requests' blocks;
  *   5. plan one iteration, execute the KV block moves it needs (copies,
@@ -26,6 +26,14 @@
  *
  * Connections are only ever closed in step 4, so no sequence disappears
  * between planning an iteration and sampling its result.
+ *
+ * Parallel sampling: a request with n (or best_of) > 1 is one sequence
+ * until its prompt has run; at its first sample it forks into best_of
+ * members sharing the prompt's blocks, each drawing its first token from
+ * the same logits with its own random stream, then sampling, stopping
+ * and freeing its blocks on its own.  The request is over when all have
+ * finished.  With best_of > n nothing is sent until then: the n members
+ * with the highest cumulative log-probability go out as choices 0..n-1.
  */
 
 #include <errno.h>
@@ -53,6 +61,9 @@
 #define PL_IDLE_TIMEOUT_MS   200
 #define PL_MAX_QUEUED        65536
 #define PL_MIB               (1024.0 * 1024.0)
+
+_Static_assert(PL_MAX_SEQS == PL_SEQ_GROUP_MAX,
+               "the protocol's n and best_of limit is the group's");
 
 typedef struct {
     pl_engine_config_t         cfg;
@@ -560,30 +571,82 @@ pl_conn_unlink(pl_conn_t *c, pl_seq_t *s)
 }
 
 
-/* End a request: out of the scheduler (blocks freed) and out of the live
-   index; its remaining output and FINISH go out with the next flush. */
+/* best_of > n: the n members with the highest cumulative logprob (the
+   lower index on ties) become choices 0..n-1. */
+static void
+pl_engine_rank(pl_seq_t *l)
+{
+    pl_seq_t  *m;
+    int        i, j, rank;
+
+    for (i = 0; i < l->n_members; i++) {
+        m = l->members[i];
+        rank = 0;
+        for (j = 0; j < l->n_members; j++) {
+            if (l->members[j]->cum_logprob > m->cum_logprob
+                || (l->members[j]->cum_logprob == m->cum_logprob && j < i))
+            {
+                rank++;
+            }
+        }
+        m->out_index = rank < l->n_return ? rank : -1;
+    }
+}
+
+
+/* End sequence s: out of the scheduler (blocks freed); once its whole
+   group has ended, the request leaves the live index.  Its remaining
+   output and FINISH go out with the next flush. */
 static void
 pl_engine_finish(pl_engine_t *e, pl_seq_t *s, int reason)
 {
+    pl_seq_t  *l = s->leader;
+
     if (s->state != PL_SEQ_FINISHED) {
         pl_sched_remove(&e->sched, s);
     }
 
-    if (s->finish_reason == 0) {
-        pl_seq_index_remove(&s->conn->live, s);
+    if (s->finish_reason != 0) {
+        return;
     }
 
     s->finish_reason = reason;
+    if (reason == PL_FINISH_ABORT || reason == PL_FINISH_ERROR) {
+        l->fail_reason = l->fail_reason ? l->fail_reason : reason;
+    }
+
+    if (++l->n_finished == l->n_members) {
+        pl_seq_index_remove(&l->conn->live, l);
+        if (l->best_of > l->n_return && l->fail_reason == 0) {
+            pl_engine_rank(l);
+        }
+    }
+}
+
+
+/* End every member of s's request that is still running with reason. */
+static void
+pl_engine_end_group(pl_engine_t *e, pl_seq_t *s, int reason)
+{
+    pl_seq_t  *l = s->leader;
+    int        i;
+
+    for (i = 0; i < l->n_members; i++) {
+        pl_engine_finish(e, l->members[i], reason);
+    }
 }
 
 
 static void
 pl_engine_fail(pl_engine_t *e, pl_seq_t *s, uint32_t status, const char *msg)
 {
-    free(s->error);
-    s->error = strdup(msg);
-    s->error_status = status;
-    pl_engine_finish(e, s, PL_FINISH_ERROR);
+    pl_seq_t  *l = s->leader;
+
+    if (l->error == NULL) {
+        l->error = strdup(msg);
+        l->error_status = status;
+    }
+    pl_engine_end_group(e, s, PL_FINISH_ERROR);
 }
 
 
@@ -657,6 +720,43 @@ pl_engine_check_room(pl_engine_t *e, pl_conn_t *c, uint64_t req_id,
 }
 
 
+/* n and best_of (0: the default) within their limits, and the whole
+   group, each member at its longest, within the KV cache (so the oldest
+   group can always finish). */
+static const char *
+pl_engine_check_group(pl_engine_t *e, const pl_rec_submit_t *r, char *buf,
+    size_t len)
+{
+    uint32_t  n = r->n ? r->n : 1;
+    uint32_t  best_of = r->best_of ? r->best_of : n;
+    int       blocks;
+
+    if (n > PL_MAX_SEQS) {
+        snprintf(buf, len, "n must be in [1, %d]", PL_MAX_SEQS);
+        return buf;
+    }
+    if (best_of < n || best_of > PL_MAX_SEQS) {
+        snprintf(buf, len, "best_of must be in [n, %d]", PL_MAX_SEQS);
+        return buf;
+    }
+    if ((int) best_of > e->cfg.max_num_seqs) {
+        snprintf(buf, len, "best_of (or n) %u exceeds the engine's "
+                 "--max-num-seqs %d", best_of, e->cfg.max_num_seqs);
+        return buf;
+    }
+
+    blocks = pl_bm_blocks_for(&e->bm, (int) (r->n_prompt + r->max_tokens));
+    if (best_of > 1 && (int64_t) blocks * best_of > e->num_blocks) {
+        snprintf(buf, len, "%u sequences of %u tokens (prompt plus "
+                 "max_tokens) do not fit the KV cache of %d blocks", best_of,
+                 r->n_prompt + r->max_tokens, e->num_blocks);
+        return buf;
+    }
+
+    return NULL;
+}
+
+
 /* What is wrong with this SUBMIT, or NULL; status gets the HTTP status. */
 static const char *
 pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
@@ -698,6 +798,9 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
     }
 
     why = pl_engine_check_sampling(e, m, buf, len);
+    if (why == NULL) {
+        why = pl_engine_check_group(e, r, buf, len);
+    }
     if (why) {
         return why;
     }
@@ -771,6 +874,8 @@ pl_engine_reject(pl_conn_t *c, uint64_t req_id, uint32_t status,
 
     s->error_status = status;
     s->finish_reason = PL_FINISH_ERROR;
+    s->fail_reason = PL_FINISH_ERROR;
+    s->n_finished = 1;
     s->state = PL_SEQ_FINISHED;
     pl_conn_append(c, s);
 }
@@ -804,9 +909,12 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
     }
 
     s->ignore_eos = (r->flags & PL_SUBMIT_IGNORE_EOS) != 0;
-    pl_rng_seed(&s->rng, (r->flags & PL_SUBMIT_HAS_SEED)
-                         ? r->seed : e->seed_counter++);
+    s->seed = (r->flags & PL_SUBMIT_HAS_SEED) ? r->seed : e->seed_counter++;
+    pl_rng_seed(&s->rng, s->seed);
     s->arrival = ++e->arrivals;
+    s->n_return = r->n ? (int) r->n : 1;
+    s->best_of = r->best_of ? (int) r->best_of : s->n_return;
+    s->out_index = s->best_of > s->n_return ? -1 : 0;
 
     pl_conn_append(c, s);
     pl_sched_add(&e->sched, s);
@@ -815,8 +923,9 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
     e->totals.prompt_tokens_total += r->n_prompt;
 
     pl_log(PL_LOG_DEBUG, "worker %u request %llu: %u prompt tokens, "
-           "max_tokens %u", c->worker_id, (unsigned long long) r->req_id,
-           r->n_prompt, r->max_tokens);
+           "max_tokens %u, n %d, best_of %d", c->worker_id,
+           (unsigned long long) r->req_id, r->n_prompt, r->max_tokens,
+           s->n_return, s->best_of);
 }
 
 
@@ -831,8 +940,7 @@ pl_engine_abort(pl_engine_t *e, pl_conn_t *c, uint64_t req_id)
         return;
     }
 
-    pl_engine_finish(e, s, PL_FINISH_ABORT);
-    s->n_sent = pl_seq_generated(s);
+    pl_engine_end_group(e, s, PL_FINISH_ABORT);
 
     pl_log(PL_LOG_DEBUG, "worker %u request %llu aborted", c->worker_id,
            (unsigned long long) req_id);
@@ -986,6 +1094,25 @@ pl_engine_socket_event(pl_engine_t *e, pl_conn_t *c, uint32_t events)
 }
 
 
+/* Free request l's sequences, taking any still scheduled out first;
+   whether any was. */
+static int
+pl_engine_free_group(pl_engine_t *e, pl_seq_t *l)
+{
+    int  i, live = 0;
+
+    for (i = l->n_members - 1; i >= 0; i--) {
+        if (l->members[i]->state != PL_SEQ_FINISHED) {
+            pl_sched_remove(&e->sched, l->members[i]);
+            live = 1;
+        }
+        pl_seq_free(l->members[i]);
+    }
+
+    return live;
+}
+
+
 static void
 pl_engine_close(pl_engine_t *e, pl_conn_t *c)
 {
@@ -994,11 +1121,7 @@ pl_engine_close(pl_engine_t *e, pl_conn_t *c)
 
     for (s = c->seqs_head; s; s = next) {
         next = s->conn_next;
-        if (s->state != PL_SEQ_FINISHED) {
-            pl_sched_remove(&e->sched, s);
-            aborted++;
-        }
-        pl_seq_free(s);
+        aborted += pl_engine_free_group(e, s);
     }
 
     if (aborted) {
@@ -1147,20 +1270,18 @@ pl_engine_logprobs_room(pl_seq_t *s)
 }
 
 
-/* Sample s's next token from its row of logits and append it; -1 (the
-   request failed) when its logprobs have no memory. */
+/* Sample s's next token from its row of logits and append it (keeping
+   its cumulative logprob when best_of ranks the group); -1 when its
+   logprobs have no memory. */
 static int
 pl_engine_sample(pl_engine_t *e, pl_seq_t *s, const float *logits)
 {
     pl_history_t    h = { s->tokens, s->n_prompt, s->n_tokens };
-    pl_logprobs_t  *lp = NULL;
+    pl_logprobs_t  *lp = NULL, chosen;
     int32_t         t;
 
     if (s->sampling.logprobs) {
         if (pl_engine_logprobs_room(s) != 0) {
-            free(s->error);
-            s->error = strdup("the engine is out of memory");
-            s->error_status = 503;
             return -1;
         }
         lp = &s->logprobs[pl_seq_generated(s)];
@@ -1169,7 +1290,80 @@ pl_engine_sample(pl_engine_t *e, pl_seq_t *s, const float *logits)
     t = pl_sample(&e->sampler, logits, &s->sampling, &h, &s->rng, lp);
     pl_seq_append(s, t);
 
+    if (s->leader->best_of > s->leader->n_return) {
+        if (lp == NULL) {
+            pl_sampler_logprobs(&e->sampler, logits, t, 0, &chosen);
+            lp = &chosen;
+        }
+        s->cum_logprob += lp->logprob;
+    }
+
     return 0;
+}
+
+
+/* Fork leader l, whose prompt has just run, into its best_of members. */
+static int
+pl_engine_fork(pl_engine_t *e, pl_seq_t *l)
+{
+    pl_seq_t  *c;
+
+    while (l->n_members < l->best_of) {
+        c = pl_seq_fork(l, l->n_members);
+        if (c == NULL) {
+            return -1;
+        }
+        if (pl_bm_fork(&e->bm, &l->blocks, &c->blocks) != 0) {
+            pl_seq_free(c);
+            return -1;
+        }
+        l->members[l->n_members++] = c;
+        pl_sched_fork(&e->sched, c);
+    }
+
+    return 0;
+}
+
+
+/* s's next token from logits; s finishes when it stops. */
+static void
+pl_engine_step(pl_engine_t *e, pl_seq_t *s, const float *logits)
+{
+    int  reason;
+
+    if (pl_engine_sample(e, s, logits) != 0) {
+        pl_engine_fail(e, s, 503, "the engine is out of memory");
+        return;
+    }
+    e->totals.generation_tokens_total++;
+
+    reason = pl_engine_stop_reason(e, s, s->tokens[s->n_tokens - 1]);
+    if (reason) {
+        pl_engine_finish(e, s, reason);
+    }
+}
+
+
+/* Sample s's row of logits: once for s, or, at a request's first
+   sample, once for each member of the group it forks into. */
+static void
+pl_engine_sample_row(pl_engine_t *e, pl_seq_t *s, const float *logits)
+{
+    int  i;
+
+    if (s->n_members >= s->best_of) {
+        pl_engine_step(e, s, logits);
+        return;
+    }
+
+    if (pl_engine_fork(e, s) != 0) {
+        pl_engine_fail(e, s, 503, "the engine is out of memory");
+        return;
+    }
+
+    for (i = 0; i < s->n_members && s->fail_reason == 0; i++) {
+        pl_engine_step(e, s->members[i], logits);
+    }
 }
 
 
@@ -1177,9 +1371,8 @@ static void
 pl_engine_iterate(pl_engine_t *e)
 {
     pl_scheduler_t  *sc = &e->sched;
-    pl_seq_t        *done[sc->max_num_seqs];
-    int              reason[sc->max_num_seqs];
-    int              i, n, n_done = 0;
+    pl_seq_t        *planned[sc->max_num_seqs];
+    int              i, n;
     pl_seq_t        *s;
     char             err[512];
 
@@ -1206,28 +1399,17 @@ pl_engine_iterate(pl_engine_t *e)
     pl_sched_complete(sc);
     e->totals.iterations++;
 
+    /* finishing a sequence voids the plan: walk a copy of it */
     for (i = 0; i < n; i++) {
-        s = sc->entries[i].seq;
-        if (s->n_computed < s->n_tokens) {
-            continue;               /* a prompt chunk: nothing to sample */
-        }
-
-        if (pl_engine_sample(e, s, pl_runner_logits(&e->runner, i)) != 0) {
-            reason[n_done] = PL_FINISH_ERROR;
-            done[n_done++] = s;
-            continue;
-        }
-        e->totals.generation_tokens_total++;
-
-        reason[n_done] = pl_engine_stop_reason(e, s,
-                                               s->tokens[s->n_tokens - 1]);
-        if (reason[n_done]) {
-            done[n_done++] = s;
-        }
+        planned[i] = sc->entries[i].seq;
     }
 
-    for (i = 0; i < n_done; i++) {
-        pl_engine_finish(e, done[i], reason[i]);
+    for (i = 0; i < n; i++) {
+        s = planned[i];
+        if (s->state == PL_SEQ_FINISHED || s->n_computed < s->n_tokens) {
+            continue;       /* its request failed, or a prompt chunk */
+        }
+        pl_engine_sample_row(e, s, pl_runner_logits(&e->runner, i));
     }
 }
 
@@ -1235,25 +1417,20 @@ pl_engine_iterate(pl_engine_t *e)
 /* ---- output ---- */
 
 
-/* Send what s has pending; -1 when the ring filled up. */
+/* Send member s's pending tokens, and its FINISH once it stopped
+   normally; -1 when the ring filled up. */
 static int
 pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
 {
     int       want_lp = s->logprobs != NULL;
     uint32_t  n_top = want_lp ? (uint32_t) s->sampling.logprobs - 1 : 0;
     uint32_t  max = pl_ipc_max_tokens_per_record(c, want_lp, n_top), n;
-
-    if (s->error && !s->error_sent) {
-        if (pl_ipc_send_error(c, s->req_id, s->error_status, s->error) != 0) {
-            return -1;
-        }
-        s->error_sent = 1;
-    }
+    uint32_t  index = (uint32_t) s->out_index;
 
     while (s->n_prompt + s->n_sent < s->n_tokens) {
         n = (uint32_t) (s->n_tokens - s->n_prompt - s->n_sent);
         n = n < max ? n : max;
-        if (pl_ipc_send_tokens(c, s->req_id,
+        if (pl_ipc_send_tokens(c, s->req_id, index,
                                s->tokens + s->n_prompt + s->n_sent, n,
                                want_lp ? s->logprobs + s->n_sent : NULL,
                                n_top) != 0)
@@ -1263,8 +1440,11 @@ pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
         s->n_sent += (int) n;
     }
 
-    if (s->finish_reason && !s->finish_sent) {
-        if (pl_ipc_send_finish(c, s->req_id, (uint32_t) s->finish_reason,
+    if ((s->finish_reason == PL_FINISH_STOP
+         || s->finish_reason == PL_FINISH_LENGTH) && !s->finish_sent)
+    {
+        if (pl_ipc_send_finish(c, s->req_id, index,
+                               (uint32_t) s->finish_reason,
                                (uint32_t) s->n_prompt,
                                (uint32_t) pl_seq_generated(s)) != 0)
         {
@@ -1277,11 +1457,57 @@ pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
 }
 
 
+/*
+ * Send what request l has pending: its ERROR first, then each returned
+ * member's tokens and FINISH (nothing while best_of still ranks), and
+ * after an abort or error one FINISH of that reason for the request.
+ * 1 when everything is out, 0 when more is to come, -1 when the ring
+ * filled up.
+ */
+static int
+pl_engine_flush_group(pl_conn_t *c, pl_seq_t *l)
+{
+    int  i, all = l->n_finished == l->n_members;
+
+    if (l->error && !l->error_sent) {
+        if (pl_ipc_send_error(c, l->req_id, l->error_status, l->error) != 0) {
+            return -1;
+        }
+        l->error_sent = 1;
+    }
+
+    for (i = 0; i < l->n_members && l->fail_reason != PL_FINISH_ABORT; i++) {
+        if (l->members[i]->out_index >= 0
+            && pl_engine_flush_seq(c, l->members[i]) != 0)
+        {
+            return -1;
+        }
+    }
+
+    if (!all) {
+        return 0;
+    }
+
+    if (l->fail_reason) {
+        if (!l->fail_sent
+            && pl_ipc_send_finish(c, l->req_id, 0, (uint32_t) l->fail_reason,
+                                  (uint32_t) l->n_prompt, 0) != 0)
+        {
+            return -1;
+        }
+        l->fail_sent = 1;
+    }
+
+    return 1;
+}
+
+
 static void
 pl_engine_flush(pl_engine_t *e)
 {
     pl_conn_t  *c;
     pl_seq_t   *s, *next;
+    int         rc;
 
     e->output_stuck = 0;
 
@@ -1292,13 +1518,14 @@ pl_engine_flush(pl_engine_t *e)
 
         for (s = c->seqs_head; s; s = next) {
             next = s->conn_next;
-            if (pl_engine_flush_seq(c, s) != 0) {
+            rc = pl_engine_flush_group(c, s);
+            if (rc < 0) {
                 e->output_stuck = 1;
                 break;
             }
-            if (s->finish_sent) {
+            if (rc > 0) {
                 pl_conn_unlink(c, s);
-                pl_seq_free(s);
+                pl_engine_free_group(e, s);
             }
         }
 

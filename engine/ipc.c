@@ -530,10 +530,10 @@ pl_ipc_pack_logprobs(uint8_t *out, const int32_t *ids, uint32_t n,
 
 
 int
-pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, const int32_t *ids,
-    uint32_t n, const pl_logprobs_t *lp, uint32_t n_top)
+pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
+    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top)
 {
-    pl_rec_tokens_t  r = { req_id, n, 0, 0 };
+    pl_rec_tokens_t  r = { req_id, n, 0, 0, index, 0 };
     uint32_t         size;
     uint8_t         *buf;
     int              rc;
@@ -561,11 +561,11 @@ pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, const int32_t *ids,
 
 
 int
-pl_ipc_send_finish(pl_conn_t *c, uint64_t req_id, uint32_t reason,
-    uint32_t prompt_tokens, uint32_t completion_tokens)
+pl_ipc_send_finish(pl_conn_t *c, uint64_t req_id, uint32_t index,
+    uint32_t reason, uint32_t prompt_tokens, uint32_t completion_tokens)
 {
     pl_rec_finish_t  r = { req_id, reason, prompt_tokens, completion_tokens,
-                           0 };
+                           index };
 
     return pl_ipc_write(c, PL_REC_FINISH, &r, sizeof(r), NULL, 0);
 }

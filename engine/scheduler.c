@@ -27,6 +27,15 @@
  * max_model_len tokens fits the whole pool, the oldest one always
  * finishes: nothing starves.
  *
+ * A sequence group (one request's parallel samples) is the unit of all
+ * of this: its members share an arrival number, so they sit side by side
+ * at the same place in every queue; preemption takes the whole group
+ * (swapped out together, so blocks shared inside it move once, or all
+ * sent back to recompute), swapped groups come back whole, and a waiting
+ * group is admitted whole or not at all.  A request that will fork counts
+ * as its best_of sequences against the sequence cap from admission on, so
+ * the fork never overflows it.
+ *
  * The Orca policies reserve a request's whole KV at admission, as one
  * contiguous run of blocks; a running request then never needs another
  * block and is never preempted.
@@ -156,6 +165,42 @@ pl_sched_add(pl_scheduler_t *sc, pl_seq_t *s)
 }
 
 
+void
+pl_sched_fork(pl_scheduler_t *sc, pl_seq_t *child)
+{
+    child->state = PL_SEQ_FINISHED;
+    pl_sched_move(sc, child, PL_SEQ_RUNNING);
+}
+
+
+/* The members of s's group in s's state, into g; their count. */
+static int
+pl_sched_group(pl_seq_t *s, pl_seq_t **g)
+{
+    pl_seq_t  *l = s->leader;
+    int        i, n = 0;
+
+    for (i = 0; i < l->n_members; i++) {
+        if (l->members[i]->state == s->state) {
+            g[n++] = l->members[i];
+        }
+    }
+
+    return n;
+}
+
+
+/* Seats the group of s (n members in its state) takes: best_of while it
+   has not forked yet. */
+static int
+pl_sched_seats(const pl_seq_t *s, int n)
+{
+    const pl_seq_t  *l = s->leader;
+
+    return l->n_members < l->best_of ? l->best_of : n;
+}
+
+
 static void
 pl_sched_unplan(pl_scheduler_t *sc, pl_seq_t *s)
 {
@@ -183,23 +228,33 @@ pl_sched_remove(pl_scheduler_t *sc, pl_seq_t *s)
 }
 
 
+/* Preempt the running group of s, every member. */
 static void
 pl_sched_preempt(pl_scheduler_t *sc, pl_seq_t *s)
 {
-    pl_block_table_t  *group[1] = { &s->blocks };
+    pl_seq_t          *g[PL_SEQ_GROUP_MAX];
+    pl_block_table_t  *tables[PL_SEQ_GROUP_MAX];
+    int                i, n = pl_sched_group(s, g);
 
-    pl_sched_unplan(sc, s);
+    for (i = 0; i < n; i++) {
+        pl_sched_unplan(sc, g[i]);
+        tables[i] = &g[i]->blocks;
+    }
 
     if (sc->preemption_mode == PL_PREEMPT_SWAP
-        && pl_bm_swap_out(sc->bm, group, 1) == 0)
+        && pl_bm_swap_out(sc->bm, tables, n) == 0)
     {
-        pl_sched_move(sc, s, PL_SEQ_SWAPPED);
+        for (i = 0; i < n; i++) {
+            pl_sched_move(sc, g[i], PL_SEQ_SWAPPED);
+        }
         sc->preempted_swap++;
 
     } else {
-        pl_bm_free_table(sc->bm, &s->blocks);
-        s->n_computed = 0;
-        pl_sched_move(sc, s, PL_SEQ_WAITING);
+        for (i = 0; i < n; i++) {
+            pl_bm_free_table(sc->bm, &g[i]->blocks);
+            g[i]->n_computed = 0;
+            pl_sched_move(sc, g[i], PL_SEQ_WAITING);
+        }
         sc->preempted_recompute++;
     }
 
@@ -253,7 +308,8 @@ pl_sched_take(pl_scheduler_t *sc, pl_seq_t *s, int n)
 /*
  * Plan up to `want` tokens of running sequence s (fewer when shrink is set
  * and blocks are short), preempting newer sequences while it cannot get
- * any.  Returns the tokens planned, or 0 when s itself was preempted.
+ * any.  Returns the tokens planned, or 0 when s's own group (the newest)
+ * was preempted.
  */
 static int
 pl_sched_running(pl_scheduler_t *sc, pl_seq_t *s, int want, int shrink)
@@ -267,7 +323,7 @@ pl_sched_running(pl_scheduler_t *sc, pl_seq_t *s, int want, int shrink)
             return n;
         }
 
-        if (sc->running.tail == s) {
+        if (sc->running.tail->leader == s->leader) {
             pl_sched_preempt(sc, s);
             return 0;
         }
@@ -323,30 +379,49 @@ pl_sched_chunks(pl_scheduler_t *sc)
 }
 
 
+/* Plan what fits of the budget for running s, if anything. */
+static void
+pl_sched_start(pl_scheduler_t *sc, pl_seq_t *s)
+{
+    int  want = pl_sched_budget_for(sc, s);
+
+    want = want > 0 ? pl_sched_fit(sc, s, want, 1) : 0;
+    if (want > 0) {
+        pl_sched_take(sc, s, want);
+    }
+}
+
+
 /* Bring swapped groups back, oldest first, while they fit with a spare
-   block for their next token and the budget and cap allow. */
+   block for each member's next token and the budget and cap allow. */
 static void
 pl_sched_resume(pl_scheduler_t *sc)
 {
-    pl_seq_t          *s;
-    pl_block_table_t  *group[1];
-    int                want, n;
+    pl_seq_t          *s, *g[PL_SEQ_GROUP_MAX];
+    pl_block_table_t  *tables[PL_SEQ_GROUP_MAX];
+    int                i, n, need;
 
-    while ((s = sc->swapped.head) != NULL
-           && sc->running.n < sc->max_num_seqs)
-    {
-        want = pl_sched_budget_for(sc, s);
-        group[0] = &s->blocks;
-        if (want <= 0 || s->blocks.n + 1 > pl_bm_num_free(sc->bm)
-            || pl_bm_swap_in(sc->bm, group, 1) != 0)
+    while ((s = sc->swapped.head) != NULL) {
+        n = pl_sched_group(s, g);
+        need = n;
+        for (i = 0; i < n; i++) {
+            tables[i] = &g[i]->blocks;
+            need += g[i]->blocks.n;
+        }
+
+        if (sc->running.n + pl_sched_seats(s, n) > sc->max_num_seqs
+            || pl_sched_budget_for(sc, s) <= 0
+            || need > pl_bm_num_free(sc->bm)
+            || pl_bm_swap_in(sc->bm, tables, n) != 0)
         {
             return;
         }
 
-        pl_sched_move(sc, s, PL_SEQ_RUNNING);
-        n = pl_sched_fit(sc, s, want, 1);
-        if (n > 0) {
-            pl_sched_take(sc, s, n);
+        for (i = 0; i < n; i++) {
+            pl_sched_move(sc, g[i], PL_SEQ_RUNNING);
+        }
+        for (i = 0; i < n; i++) {
+            pl_sched_start(sc, g[i]);
         }
     }
 }
@@ -403,28 +478,67 @@ pl_sched_allocate(pl_scheduler_t *sc, pl_seq_t *s, int chunk)
 }
 
 
+/* Admit waiting s: blocks for its cached prefix and first chunk, and
+   that chunk planned when the budget has room.  0, or -1 (no blocks). */
+static int
+pl_sched_admit_one(pl_scheduler_t *sc, pl_seq_t *s)
+{
+    int  want = pl_sched_budget_for(sc, s);
+    int  reused = pl_sched_allocate(sc, s, want > 0 ? want : 0);
+
+    if (reused < 0) {
+        return -1;
+    }
+
+    s->n_computed = reused;
+    pl_sched_move(sc, s, PL_SEQ_RUNNING);
+
+    want = pl_sched_budget_for(sc, s);
+    if (want > 0) {
+        pl_sched_plan(sc, s, want);
+    }
+
+    return 0;
+}
+
+
+/* Admit the waiting head's whole group, or (blocks short) none of it. */
+static int
+pl_sched_admit_group(pl_scheduler_t *sc, pl_seq_t *s)
+{
+    pl_seq_t  *g[PL_SEQ_GROUP_MAX];
+    int        i, j, n = pl_sched_group(s, g);
+
+    if (sc->running.n + pl_sched_seats(s, n) > sc->max_num_seqs) {
+        return -1;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (pl_sched_admit_one(sc, g[i]) != 0) {
+            for (j = 0; j < i; j++) {
+                pl_sched_unplan(sc, g[j]);
+                pl_bm_free_table(sc->bm, &g[j]->blocks);
+                g[j]->n_computed = 0;
+                pl_sched_move(sc, g[j], PL_SEQ_WAITING);
+            }
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
 static void
 pl_sched_admit(pl_scheduler_t *sc)
 {
     pl_seq_t  *s;
-    int        want, reused;
 
     while ((s = sc->waiting.head) != NULL
-           && sc->running.n < sc->max_num_seqs)
+           && pl_sched_budget_for(sc, s) > 0
+           && pl_sched_admit_group(sc, s) == 0)
     {
-        want = pl_sched_budget_for(sc, s);
-        if (want <= 0) {
-            return;
-        }
-
-        reused = pl_sched_allocate(sc, s, want);
-        if (reused < 0) {
-            return;
-        }
-
-        s->n_computed = reused;
-        pl_sched_move(sc, s, PL_SEQ_RUNNING);
-        pl_sched_plan(sc, s, pl_sched_budget_for(sc, s));
+        /* void */
     }
 }
 

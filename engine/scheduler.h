@@ -8,9 +8,8 @@
  * recompute.  It reserves blocks through the block manager, which logs the
  * copies and swaps the runner must execute, and never touches tensors.
  *
- * A group is one sequence here: the protocol has no parallel sampling, so
- * every request is a group of one (the block manager's fork and group swap
- * are ready for more).
+ * The unit of admission, preemption and swapping is the sequence group
+ * (a request's parallel samples), never one of its members alone.
  */
 
 #ifndef PL_SCHEDULER_H
@@ -82,6 +81,10 @@ void pl_sched_destroy(pl_scheduler_t *sc);
 
 /* Queue a new sequence (arrival must be set, and larger than any before). */
 void pl_sched_add(pl_scheduler_t *sc, pl_seq_t *s);
+
+/* Start child, just forked from a running leader (same arrival, blocks
+   shared through pl_bm_fork), as a running member of its group. */
+void pl_sched_fork(pl_scheduler_t *sc, pl_seq_t *child);
 
 /* Take s out of whatever queue it is in and free its blocks; its state
    becomes FINISHED.  Any plan from pl_sched_step() is void afterwards. */

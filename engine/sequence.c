@@ -6,6 +6,10 @@
  * no copy either: it only sets n_computed back to 0 and the prompt plus the
  * tokens generated so far are run again as one long prompt.
  *
+ * A fork copies the leader's tokens and sampling parameters (the logit
+ * bias and stop ids are owned by each sequence, so any member may be
+ * freed first); the block table is the block manager's to share.
+ *
  * The index is a chained hash over req_id with a power-of-two bucket
  * count that doubles when the load passes 1, so lookups stay O(1) however
  * many requests a worker keeps in flight.
@@ -44,6 +48,68 @@ pl_seq_create(uint64_t req_id, const int32_t *prompt, int n_prompt,
     s->n_tokens = n_prompt;
     s->max_tokens = max_tokens;
     s->state = PL_SEQ_WAITING;
+    s->leader = s;
+    s->members[0] = s;
+    s->n_members = 1;
+    s->n_return = 1;
+    s->best_of = 1;
+
+    return s;
+}
+
+
+static void *
+pl_seq_dup(const void *p, size_t size)
+{
+    void  *q;
+
+    if (size == 0) {
+        return NULL;
+    }
+
+    q = malloc(size);
+    if (q) {
+        memcpy(q, p, size);
+    }
+
+    return q;
+}
+
+
+pl_seq_t *
+pl_seq_fork(const pl_seq_t *leader, int index)
+{
+    const pl_sampling_params_t  *p = &leader->sampling;
+    pl_seq_t                    *s;
+
+    s = pl_seq_create(leader->req_id, leader->tokens, leader->n_tokens,
+                      leader->cap - leader->n_tokens);
+    if (s == NULL) {
+        return NULL;
+    }
+
+    s->n_prompt = leader->n_prompt;
+    s->max_tokens = leader->max_tokens;
+    s->n_computed = leader->n_computed;
+    s->ignore_eos = leader->ignore_eos;
+    s->arrival = leader->arrival;
+    s->conn = leader->conn;
+    s->index = index;
+    s->out_index = leader->best_of > leader->n_return ? -1 : index;
+    s->leader = (pl_seq_t *) leader;
+    s->members[0] = s;
+    s->sampling = *p;
+    s->sampling.bias = pl_seq_dup(p->bias, p->n_bias * sizeof(*p->bias));
+    s->sampling.stop_ids = pl_seq_dup(p->stop_ids,
+                                      p->n_stop_ids * sizeof(int32_t));
+    pl_rng_seed(&s->rng, pl_seq_stream_seed(leader->seed, index));
+
+    if ((p->n_bias && s->sampling.bias == NULL)
+        || (p->n_stop_ids && s->sampling.stop_ids == NULL))
+    {
+        pl_seq_free(s);
+        return NULL;
+    }
 
     return s;
 }

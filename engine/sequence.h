@@ -2,8 +2,14 @@
  * sequence: one request's generation state inside the engine (its tokens,
  * how many of them have KV in the cache, its blocks, sampling parameters,
  * random generator, and what of its output the worker has not received
- * yet), plus a small table that finds a worker's live sequences by the
+ * yet), plus a small table that finds a worker's live requests by the
  * request id the worker chose.
+ *
+ * A request is a sequence group: its first sequence (the leader) is the
+ * one the worker's list and the index know, and it holds the group; the
+ * others are forked from it once its prompt has been run (parallel
+ * sampling n, best_of), share its prompt's blocks and each sample and
+ * finish on their own.
  */
 
 #ifndef PL_SEQUENCE_H
@@ -20,6 +26,8 @@ typedef enum {
     PL_SEQ_SWAPPED,         /* its blocks are in the host pool */
     PL_SEQ_FINISHED         /* out of the scheduler; output may be unsent */
 } pl_seq_state_t;
+
+#define PL_SEQ_GROUP_MAX  16       /* sequences of one request */
 
 struct pl_conn_s;
 typedef struct pl_seq_s  pl_seq_t;
@@ -51,6 +59,21 @@ struct pl_seq_s {
     char                  *error;         /* ERROR message to send first */
     uint32_t               error_status;
     int                    error_sent;
+
+    /* the group: index and out_index on every member, the rest on the
+       leader only */
+    int                    index;         /* 0 = the leader */
+    int                    out_index;     /* choice sent as; -1: not sent */
+    double                 cum_logprob;   /* of its sampled tokens */
+    pl_seq_t              *leader;        /* itself for the leader */
+    pl_seq_t              *members[PL_SEQ_GROUP_MAX];  /* [0] = leader */
+    int                    n_members;     /* created so far */
+    int                    n_return;      /* n: sequences sent back */
+    int                    best_of;       /* sequences generated */
+    int                    n_finished;
+    int                    fail_reason;   /* ABORT or ERROR of the request */
+    int                    fail_sent;
+    uint64_t               seed;          /* member i draws from (seed, i) */
 
     pl_seq_t              *prev;          /* scheduler queue */
     pl_seq_t              *next;
@@ -85,14 +108,18 @@ pl_seq_append(pl_seq_t *s, int32_t token)
     s->tokens[s->n_tokens++] = token;
 }
 
-/* Output the worker has not been sent yet. */
-static inline int
-pl_seq_has_output(const pl_seq_t *s)
+/* The seed of member i's random stream in a group seeded with seed:
+   member 0 draws from seed itself. */
+static inline uint64_t
+pl_seq_stream_seed(uint64_t seed, int i)
 {
-    return (s->error != NULL && !s->error_sent)
-           || s->n_prompt + s->n_sent < s->n_tokens
-           || (s->finish_reason != 0 && !s->finish_sent);
+    return i == 0 ? seed : seed ^ (0x9e3779b97f4a7c15ull * (uint64_t) i);
 }
+
+/* Copy of leader (right after its prompt has been run) as group member
+   index: tokens, sampling parameters, computed count; not its blocks or
+   scheduler state.  NULL when out of memory. */
+pl_seq_t *pl_seq_fork(const pl_seq_t *leader, int index);
 
 /* Live sequences of one worker by req_id (chained hash, grows). */
 typedef struct {
