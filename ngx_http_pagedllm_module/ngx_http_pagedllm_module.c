@@ -7,6 +7,7 @@
  *     pagedllm_reattach_interval 1s;      (http) retry while detached
  *     location /v1/ { pagedllm; }         /v1/completions, /v1/models
  *     location = /pagedllm/status { pagedllm_status; }
+ *     location = /metrics { pagedllm_metrics; }   Prometheus text format
  *     pagedllm_max_unsent 1m;             unsent output before an abort
  *     pagedllm_retry_after 1s;            Retry-After of a 503
  *     pagedllm_timeout 300s;              engine silence before a 504
@@ -21,6 +22,8 @@ static char *ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_pagedllm(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pagedllm_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_pagedllm_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static void *ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_pagedllm_init_main_conf(ngx_conf_t *cf, void *conf);
@@ -68,6 +71,13 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("pagedllm_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_pagedllm_metrics,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("pagedllm_max_unsent"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_size_slot,
@@ -95,7 +105,7 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
 
 static ngx_http_module_t  ngx_http_pagedllm_module_ctx = {
     NULL,                                  /* preconfiguration */
-    NULL,                                  /* postconfiguration */
+    ngx_http_pagedllm_metrics_init,        /* postconfiguration */
 
     ngx_http_pagedllm_create_main_conf,    /* create main configuration */
     ngx_http_pagedllm_init_main_conf,      /* init main configuration */
@@ -190,6 +200,18 @@ ngx_http_pagedllm_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+static char *
+ngx_http_pagedllm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_pagedllm_metrics_handler;
+
+    return NGX_CONF_OK;
+}
+
+
 static void *
 ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf)
 {
@@ -204,6 +226,7 @@ ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     pmcf->engine = { 0, NULL };
+     *     pmcf->metrics = NULL;
      */
 
     pmcf->attach_timeout = NGX_CONF_UNSET_MSEC;

@@ -9,6 +9,7 @@
  *                                rings, doorbell, request table, re-attach
  *   ngx_http_pagedllm_handler.c  request handlers, streaming, cleanup
  *   ngx_http_pagedllm_openai.c   OpenAI JSON in (validation) and out
+ *   ngx_http_pagedllm_metrics.c  Prometheus metrics, HTTP outcome counters
  */
 
 
@@ -35,6 +36,7 @@ typedef struct {
     ngx_str_t                     engine;        /* socket path, NUL-ended */
     ngx_msec_t                    attach_timeout;
     ngx_msec_t                    reattach_interval;
+    ngx_shm_zone_t               *metrics;       /* HTTP outcome counters */
 } ngx_http_pagedllm_main_conf_t;
 
 
@@ -174,6 +176,10 @@ ngx_int_t ngx_http_pagedllm_channel_stats(pl_stats_t *stats);
 /* handler */
 ngx_int_t ngx_http_pagedllm_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_pagedllm_status_handler(ngx_http_request_t *r);
+
+/* metrics */
+ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
 
 /* handler: called by the channel while it drains the completion ring */
 ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,

@@ -2095,8 +2095,8 @@ ngx_http_pagedllm_status_json(ngx_pool_t *pool,
         return ngx_http_pagedllm_json_buf(pool, j);
     }
 
-    j = json_pack("{s:s,s:s%,s:s,s:I,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I,s:I},"
-                  "s:I,s:I,s:I,s:I,s:I}",
+    j = json_pack("{s:s,s:s%,s:s,s:I,s:{s:I,s:I,s:I},"
+                  "s:{s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I}",
                   "engine", "attached",
                   "model", engine->model.data, engine->model.len,
                   "device", s->device,
@@ -2109,6 +2109,7 @@ ngx_http_pagedllm_status_json(ngx_pool_t *pool,
                       "total", (json_int_t) s->kv_blocks_total,
                       "used", (json_int_t) s->kv_blocks_used,
                       "free", (json_int_t) s->kv_blocks_free,
+                      "cached", (json_int_t) s->kv_blocks_cached,
                       "block_size", (json_int_t) s->block_size,
                   "iterations", (json_int_t) s->iterations,
                   "requests_total", (json_int_t) s->requests_total,
@@ -2116,6 +2117,27 @@ ngx_http_pagedllm_status_json(ngx_pool_t *pool,
                   "generation_tokens_total",
                   (json_int_t) s->generation_tokens_total,
                   "preemptions_total", (json_int_t) s->preemptions_total);
+
+    if (j != NULL
+        && json_object_update_new(j,
+               json_pack("{s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I}}",
+                   "swap_blocks",
+                       "total", (json_int_t) s->swap_blocks_total,
+                       "used", (json_int_t) s->swap_blocks_used,
+                   "prefix_cache",
+                       "queries", (json_int_t) s->prefix_cache_queries,
+                       "hits", (json_int_t) s->prefix_cache_hits,
+                   "preemptions",
+                       "recompute", (json_int_t) s->preemptions_recompute,
+                       "swap", (json_int_t) s->preemptions_swap,
+                   "blocks_swapped",
+                       "out", (json_int_t) s->blocks_swapped_out,
+                       "in", (json_int_t) s->blocks_swapped_in))
+           != 0)
+    {
+        json_decref(j);
+        j = NULL;
+    }
 
     return ngx_http_pagedllm_json_buf(pool, j);
 }

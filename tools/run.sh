@@ -67,6 +67,10 @@ http {
         location = /pagedllm/status {
             pagedllm_status;
         }
+
+        location = /metrics {
+            pagedllm_metrics;
+        }
     }
 }
 EOF
@@ -117,6 +121,7 @@ pagedllm is up on http://127.0.0.1:$port (Ctrl-C stops it)
 
   curl -N http://127.0.0.1:$port/v1/completions -d '{"prompt":"Hello","max_tokens":16,"ignore_eos":true,"stream":true}'
   curl http://127.0.0.1:$port/pagedllm/status
+  curl http://127.0.0.1:$port/metrics
 
 EOF
 

@@ -1,0 +1,409 @@
+
+/*
+ * ngx_http_pagedllm_metrics: the engine's counters and the API's HTTP
+ * outcomes in Prometheus text exposition format 0.0.4.
+ *
+ *     location = /metrics { pagedllm_metrics; }
+ *
+ * Engine series come from the pl_stats_t the engine publishes into this
+ * worker's region; they are left out while the worker is detached, and
+ * pagedllm_engine_attached says which it is (the answer is 200 either
+ * way, so a scrape of a detached worker still succeeds).  HTTP responses
+ * by status class and client aborts are counted by a log phase handler
+ * for every request served by a "pagedllm" location, in a small shared
+ * memory zone: every worker adds to the same counters, so any worker's
+ * scrape reports all of them, and they survive a reload.
+ */
+
+
+#include "ngx_http_pagedllm_module.h"
+
+
+#define NGX_HTTP_PAGEDLLM_METRICS_ZONE   8    /* pages */
+#define NGX_HTTP_PAGEDLLM_METRICS_SIZE   16384
+
+
+typedef struct {
+    ngx_atomic_t                  responses[5];  /* 1xx .. 5xx */
+    ngx_atomic_t                  client_aborts;
+} ngx_http_pagedllm_counters_t;
+
+
+/* One sample of pl_stats_t; a family is a run of entries with one name. */
+typedef struct {
+    const char                   *name;
+    const char                   *type;
+    const char                   *help;
+    const char                   *labels;        /* NULL: none */
+    size_t                        offset;
+    unsigned                      wide:1;        /* uint64_t, else uint32_t */
+} ngx_http_pagedllm_metric_t;
+
+
+static ngx_int_t ngx_http_pagedllm_metrics_zone_init(ngx_shm_zone_t *zone,
+    void *data);
+static ngx_int_t ngx_http_pagedllm_metrics_log(ngx_http_request_t *r);
+static ngx_http_pagedllm_counters_t *ngx_http_pagedllm_counters(
+    ngx_http_request_t *r);
+static u_char *ngx_http_pagedllm_metrics_engine(u_char *p, u_char *last,
+    ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats);
+static u_char *ngx_http_pagedllm_metrics_http(u_char *p, u_char *last,
+    ngx_http_pagedllm_counters_t *c);
+static u_char *ngx_http_pagedllm_metric_head(u_char *p, u_char *last,
+    const char *name, const char *type, const char *help);
+static u_char *ngx_http_pagedllm_label_value(u_char *p, u_char *last,
+    u_char *s, size_t len);
+
+
+#define ngx_http_pagedllm_stat(name, type, help, labels, field)              \
+    { name, type, help, labels, offsetof(pl_stats_t, field),                 \
+      sizeof(((pl_stats_t *) 0)->field) == 8 }
+
+
+static ngx_http_pagedllm_metric_t  ngx_http_pagedllm_metrics[] = {
+
+    ngx_http_pagedllm_stat("pagedllm_workers", "gauge",
+        "nginx workers attached to the engine.", NULL, workers),
+
+    ngx_http_pagedllm_stat("pagedllm_requests_running", "gauge",
+        "Requests holding KV blocks on the device.", NULL, running),
+
+    ngx_http_pagedllm_stat("pagedllm_requests_waiting", "gauge",
+        "Requests queued for their first KV blocks.", NULL, waiting),
+
+    ngx_http_pagedllm_stat("pagedllm_requests_swapped", "gauge",
+        "Requests whose KV blocks are swapped out to host memory.", NULL,
+        swapped),
+
+    ngx_http_pagedllm_stat("pagedllm_kv_blocks", "gauge",
+        "Device KV cache blocks by state; cached blocks hold a prefix-cache "
+        "entry and are also counted as used or free.", "state=\"used\"",
+        kv_blocks_used),
+    ngx_http_pagedllm_stat("pagedllm_kv_blocks", NULL, NULL,
+        "state=\"free\"", kv_blocks_free),
+    ngx_http_pagedllm_stat("pagedllm_kv_blocks", NULL, NULL,
+        "state=\"cached\"", kv_blocks_cached),
+
+    ngx_http_pagedllm_stat("pagedllm_kv_blocks_capacity", "gauge",
+        "Device KV cache blocks in all.", NULL, kv_blocks_total),
+
+    ngx_http_pagedllm_stat("pagedllm_kv_block_size", "gauge",
+        "Tokens per KV block.", NULL, block_size),
+
+    ngx_http_pagedllm_stat("pagedllm_swap_blocks_used", "gauge",
+        "Host blocks holding swapped-out KV.", NULL, swap_blocks_used),
+
+    ngx_http_pagedllm_stat("pagedllm_swap_blocks_capacity", "gauge",
+        "Host blocks for swapping in all.", NULL, swap_blocks_total),
+
+    ngx_http_pagedllm_stat("pagedllm_iterations_total", "counter",
+        "Model iterations run.", NULL, iterations),
+
+    ngx_http_pagedllm_stat("pagedllm_requests_total", "counter",
+        "Requests the engine accepted.", NULL, requests_total),
+
+    ngx_http_pagedllm_stat("pagedllm_prompt_tokens_total", "counter",
+        "Prompt tokens of accepted requests.", NULL, prompt_tokens_total),
+
+    ngx_http_pagedllm_stat("pagedllm_generation_tokens_total", "counter",
+        "Tokens generated.", NULL, generation_tokens_total),
+
+    ngx_http_pagedllm_stat("pagedllm_preemptions_total", "counter",
+        "Requests preempted for lack of KV blocks, by mode.",
+        "mode=\"recompute\"", preemptions_recompute),
+    ngx_http_pagedllm_stat("pagedllm_preemptions_total", NULL, NULL,
+        "mode=\"swap\"", preemptions_swap),
+
+    ngx_http_pagedllm_stat("pagedllm_prefix_cache_queries_total", "counter",
+        "Full prompt blocks looked up in the prefix cache.", NULL,
+        prefix_cache_queries),
+
+    ngx_http_pagedllm_stat("pagedllm_prefix_cache_hits_total", "counter",
+        "Full prompt blocks found in the prefix cache and reused.", NULL,
+        prefix_cache_hits),
+
+    ngx_http_pagedllm_stat("pagedllm_swapped_blocks_total", "counter",
+        "KV blocks moved between device and host by swap preemption.",
+        "direction=\"out\"", blocks_swapped_out),
+    ngx_http_pagedllm_stat("pagedllm_swapped_blocks_total", NULL, NULL,
+        "direction=\"in\"", blocks_swapped_in),
+};
+
+
+ngx_int_t
+ngx_http_pagedllm_metrics_init(ngx_conf_t *cf)
+{
+    ngx_str_t                       name = ngx_string("pagedllm_metrics");
+    ngx_http_handler_pt            *h;
+    ngx_http_core_main_conf_t      *cmcf;
+    ngx_http_pagedllm_main_conf_t  *pmcf;
+
+    pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_pagedllm_module);
+
+    pmcf->metrics = ngx_shared_memory_add(cf, &name,
+                                     NGX_HTTP_PAGEDLLM_METRICS_ZONE
+                                     * ngx_pagesize,
+                                     &ngx_http_pagedllm_module);
+    if (pmcf->metrics == NULL) {
+        return NGX_ERROR;
+    }
+
+    pmcf->metrics->init = ngx_http_pagedllm_metrics_zone_init;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_pagedllm_metrics_log;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_metrics_zone_init(ngx_shm_zone_t *zone, void *data)
+{
+    ngx_slab_pool_t               *shpool;
+    ngx_http_pagedllm_counters_t  *c;
+
+    if (data) {
+        zone->data = data;
+        return NGX_OK;
+    }
+
+    shpool = (ngx_slab_pool_t *) zone->shm.addr;
+
+    if (zone->shm.exists) {
+        zone->data = shpool->data;
+        return NGX_OK;
+    }
+
+    c = ngx_slab_calloc(shpool, sizeof(ngx_http_pagedllm_counters_t));
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+
+    shpool->data = c;
+    zone->data = c;
+
+    return NGX_OK;
+}
+
+
+/* Counts the outcome of every request a "pagedllm" location served. */
+static ngx_int_t
+ngx_http_pagedllm_metrics_log(ngx_http_request_t *r)
+{
+    ngx_uint_t                     status;
+    ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_pagedllm_counters_t  *c;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    c = ngx_http_pagedllm_counters(r);
+
+    if (clcf->handler != ngx_http_pagedllm_handler || c == NULL) {
+        return NGX_OK;
+    }
+
+    status = r->err_status ? r->err_status : r->headers_out.status;
+
+    if (status >= 100 && status < 600) {
+        (void) ngx_atomic_fetch_add(&c->responses[status / 100 - 1], 1);
+    }
+
+    if (r->connection->error || status == NGX_HTTP_CLIENT_CLOSED_REQUEST) {
+        (void) ngx_atomic_fetch_add(&c->client_aborts, 1);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_http_pagedllm_counters_t *
+ngx_http_pagedllm_counters(ngx_http_request_t *r)
+{
+    ngx_http_pagedllm_main_conf_t  *pmcf;
+
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_pagedllm_module);
+
+    return pmcf->metrics ? pmcf->metrics->data : NULL;
+}
+
+
+ngx_int_t
+ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                      rc;
+    ngx_buf_t                     *b;
+    pl_stats_t                     stats;
+    ngx_chain_t                    out;
+    ngx_http_pagedllm_counters_t  *c;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_pagedllm_channel_stats(&stats);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
+
+    b = ngx_create_temp_buf(r->pool, NGX_HTTP_PAGEDLLM_METRICS_SIZE);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b->last = ngx_http_pagedllm_metrics_engine(b->last, b->end,
+                  rc == NGX_OK ? ngx_http_pagedllm_channel_engine() : NULL,
+                  &stats);
+
+    c = ngx_http_pagedllm_counters(r);
+
+    if (c) {
+        b->last = ngx_http_pagedllm_metrics_http(b->last, b->end, c);
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    ngx_str_set(&r->headers_out.content_type,
+                "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.content_length_n = b->last - b->pos;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b->last_buf = (r == r->main);
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static u_char *
+ngx_http_pagedllm_metrics_engine(u_char *p, u_char *last,
+    ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats)
+{
+    u_char                      *field;
+    uint64_t                     v;
+    ngx_uint_t                   i;
+    ngx_http_pagedllm_metric_t  *m;
+
+    p = ngx_http_pagedllm_metric_head(p, last, "pagedllm_engine_attached",
+            "gauge", "1 when this worker is attached to pagedllm-engine.");
+    p = ngx_slprintf(p, last, "pagedllm_engine_attached %d\n",
+                     engine ? 1 : 0);
+
+    if (engine == NULL) {
+        return p;
+    }
+
+    p = ngx_http_pagedllm_metric_head(p, last, "pagedllm_model_info",
+            "gauge", "The model the engine serves, on which device.");
+    p = ngx_slprintf(p, last, "pagedllm_model_info{model=\"");
+    p = ngx_http_pagedllm_label_value(p, last, engine->model.data,
+                                      engine->model.len);
+    p = ngx_slprintf(p, last, "\",device=\"");
+    p = ngx_http_pagedllm_label_value(p, last, (u_char *) stats->device,
+                                      ngx_strlen(stats->device));
+    p = ngx_slprintf(p, last, "\"} 1\n");
+
+    for (i = 0; i < sizeof(ngx_http_pagedllm_metrics)
+                    / sizeof(ngx_http_pagedllm_metric_t); i++)
+    {
+        m = &ngx_http_pagedllm_metrics[i];
+        field = (u_char *) stats + m->offset;
+
+        if (m->type) {
+            p = ngx_http_pagedllm_metric_head(p, last, m->name, m->type,
+                                              m->help);
+        }
+
+        v = m->wide ? *(uint64_t *) field : *(uint32_t *) field;
+
+        p = m->labels
+            ? ngx_slprintf(p, last, "%s{%s} %uL\n", m->name, m->labels, v)
+            : ngx_slprintf(p, last, "%s %uL\n", m->name, v);
+    }
+
+    return p;
+}
+
+
+static u_char *
+ngx_http_pagedllm_metrics_http(u_char *p, u_char *last,
+    ngx_http_pagedllm_counters_t *c)
+{
+    ngx_uint_t  i;
+
+    p = ngx_http_pagedllm_metric_head(p, last,
+            "pagedllm_http_responses_total", "counter",
+            "Responses of the API locations by status class, all workers.");
+
+    for (i = 0; i < 5; i++) {
+        p = ngx_slprintf(p, last,
+                         "pagedllm_http_responses_total{code=\"%uixx\"} %uA\n",
+                         i + 1, c->responses[i]);
+    }
+
+    p = ngx_http_pagedllm_metric_head(p, last, "pagedllm_client_aborts_total",
+            "counter", "API requests whose client closed the connection or "
+            "reset the stream before the end, all workers.");
+
+    return ngx_slprintf(p, last, "pagedllm_client_aborts_total %uA\n",
+                        c->client_aborts);
+}
+
+
+static u_char *
+ngx_http_pagedllm_metric_head(u_char *p, u_char *last, const char *name,
+    const char *type, const char *help)
+{
+    return ngx_slprintf(p, last, "# HELP %s %s\n# TYPE %s %s\n",
+                        name, help, name, type);
+}
+
+
+/* A label value: backslash, double quote and newline escaped. */
+static u_char *
+ngx_http_pagedllm_label_value(u_char *p, u_char *last, u_char *s, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; i < len && last - p >= 2; i++) {
+
+        switch (s[i]) {
+
+        case '\\':
+        case '"':
+            *p++ = '\\';
+            *p++ = s[i];
+            break;
+
+        case '\n':
+            *p++ = '\\';
+            *p++ = 'n';
+            break;
+
+        default:
+            *p++ = s[i];
+        }
+    }
+
+    return p;
+}
