@@ -12,6 +12,13 @@ for pkg in nginx nginx-dev libjansson-dev make gcc perl curl; do
 done
 
 if [ "${1:-}" = "--test" ]; then
+    # unicode-data: the tokenizer's tables are checked against it
+    for pkg in unicode-data openssl; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null \
+             | grep -q "install ok installed"; then
+            need="$need $pkg"
+        fi
+    done
     for pkg in nodejs npm; do
         if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1
         then
