@@ -1,0 +1,148 @@
+#!/usr/bin/perl
+# The API over HTTP/2 cleartext (listen ... http2, curl with prior
+# knowledge): completions streamed and not, SSE events that arrive while
+# the generation still runs, [DONE] last, a request body larger than
+# HTTP/2's initial flow-control window, and a client that is killed
+# mid-stream: its generation is aborted and its KV blocks freed.
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use IO::Select;
+use JSON::PP;
+use POSIX qw(WNOHANG);
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use PagedLLM::Test;
+
+my $J = $PagedLLM::Test::JSON;
+my $h2 = PagedLLM::Test::free_port();
+my $t = PagedLLM::Test->new(http => <<"EOF")->start;
+    server {
+        listen 127.0.0.1:$h2 http2;
+
+        location /v1/ {
+            pagedllm;
+        }
+    }
+EOF
+my $base = "http://127.0.0.1:$h2";
+my $dir = $t->dir;
+my %head;
+
+# curl's output as a pipe: { pid, fh, buf }
+sub curl_start {
+    my (@args) = @_;
+    my $pid = open(my $fh, '-|', 'curl', '-sS', '-N', '--http2-prior-knowledge',
+                   '-D', "$dir/h2.head", @args)
+        // die "curl: $!\n";
+    return { pid => $pid, fh => $fh, buf => '' };
+}
+
+# Reads SSE events until $want have arrived, curl exits or $deadline.
+sub curl_events {
+    my ($c, $want, $deadline) = @_;
+    my $sel = IO::Select->new($c->{fh});
+    while (1) {
+        my @ev = $c->{buf} =~ /data: ([^\n]*)\n\n/g;
+        return \@ev if ($want && @ev >= $want) || $c->{eof};
+        my $left = $deadline - time;
+        return \@ev if $left <= 0 || !$sel->can_read($left);
+        my $n = sysread($c->{fh}, $c->{buf}, 65536, length $c->{buf});
+        $c->{eof} = 1 unless $n;
+    }
+}
+
+sub curl_finish {
+    my ($c) = @_;
+    close $c->{fh};
+    return $? >> 8;
+}
+
+# The response head curl saw: its first line and lowercased headers.
+sub head_line {
+    open my $fh, '<', "$dir/h2.head" or return '';
+    my ($l, @h) = map { s/\s+$//r } <$fh>;
+    %head = map { /^([^:]+):\s*(.*)$/ ? (lc $1, $2) : () } @h;
+    return $l // '';
+}
+
+# non-streaming
+my $c = curl_start("$base/v1/completions", '-H', 'Content-Type: application/json',
+                   '-d', $J->encode({ prompt => 'Hello over h2', max_tokens => 8,
+                                      temperature => 0,
+                                      ignore_eos => JSON::PP::true }));
+curl_events($c, 0, time + 30);
+is(curl_finish($c), 0, 'h2 completion: curl succeeds');
+is(head_line(), 'HTTP/2 200', 'h2 completion: HTTP/2 200');
+my $body = eval { $J->decode($c->{buf}) } // {};
+is($body->{usage}{completion_tokens}, 8, 'h2 completion: 8 tokens');
+my $h1 = $t->completion(prompt => 'Hello over h2', max_tokens => 8,
+                        temperature => 0, ignore_eos => JSON::PP::true);
+is($body->{choices}[0]{text}, $h1->{json}{choices}[0]{text},
+   'h2 completion: the same text as over HTTP/1.1');
+
+# streaming, to the end
+$c = curl_start("$base/v1/completions", '-d',
+                $J->encode({ prompt => 'Hello over h2', max_tokens => 8,
+                             temperature => 0, stream => JSON::PP::true,
+                             ignore_eos => JSON::PP::true }));
+my $ev = curl_events($c, 0, time + 30);
+is(curl_finish($c), 0, 'h2 stream: curl succeeds');
+is(head_line(), 'HTTP/2 200', 'h2 stream: HTTP/2 200');
+like($head{'content-type'}, qr{^text/event-stream}, 'h2 stream: SSE');
+is(scalar @$ev, 9, 'h2 stream: 8 token events and [DONE]');
+is($ev->[-1], '[DONE]', 'h2 stream: [DONE] last');
+my @text = map { (eval { $J->decode($_) } // {})->{choices}[0]{text} // '' }
+           @$ev[0 .. $#$ev - 1];
+is(join('', @text), $h1->{json}{choices}[0]{text},
+   'h2 stream: the events spell the same text');
+is($c->{buf} =~ s/^(data: [^\n]*\n\n)+//r, '', 'h2 stream: nothing but events');
+
+# a body of 200 KB (JSON padded with spaces), past the 64 KB window
+my $big = '{"prompt":"Hello over h2","max_tokens":3,"ignore_eos":true'
+          . (' ' x 200_000) . '}';
+open my $bf, '>', "$dir/big.json" or die;
+print $bf $big;
+close $bf;
+$c = curl_start("$base/v1/completions", '--data-binary', "\@$dir/big.json");
+curl_events($c, 0, time + 30);
+is(curl_finish($c), 0, 'h2 200 KB body: curl succeeds');
+is(head_line(), 'HTTP/2 200', 'h2 200 KB body: 200');
+is((eval { $J->decode($c->{buf}) } // {})->{usage}{completion_tokens}, 3,
+   'h2 200 KB body: served');
+
+# events arrive while the generation runs; killing curl aborts it
+my $ctx = $t->request(GET => '/v1/models')->{json}{data}[0]{max_model_len};
+my $long = $ctx - 20;
+my $before = $t->status->{json};
+$c = curl_start("$base/v1/completions", '-d',
+                $J->encode({ prompt => 'Go on and on', max_tokens => $long,
+                             stream => JSON::PP::true,
+                             ignore_eos => JSON::PP::true }));
+$ev = curl_events($c, 3, time + 30);
+ok(@$ev >= 3, 'h2 long stream: the first events arrived');
+my $busy = $t->status->{json};
+ok($busy->{requests}{running} + $busy->{requests}{waiting} >= 1
+       && $busy->{kv_blocks}{used} >= 1,
+   'h2 long stream: events arrive while the request still runs');
+
+kill 'KILL', $c->{pid};
+close $c->{fh};
+
+my $st = $t->wait_status(sub {
+    $_[0]{requests}{running} == 0 && $_[0]{requests}{waiting} == 0
+        && $_[0]{kv_blocks}{used} == 0
+}, 10)->{json};
+is($st->{kv_blocks}{used}, 0, 'h2 client killed: no KV block used');
+is($st->{requests}{running}, 0, 'h2 client killed: nothing running');
+ok($st->{generation_tokens_total} - $before->{generation_tokens_total} < $long,
+   'h2 client killed: the generation stopped early');
+
+my $after = $t->completion(prompt => 'Still here', max_tokens => 2);
+is($after->{status}, 200, 'still serving after the h2 client left');
+
+$t->finish;
+done_testing;
