@@ -4,7 +4,7 @@
 set -eu
 
 need=""
-for pkg in nginx nginx-dev libjansson-dev make gcc perl curl; do
+for pkg in nginx nginx-dev libjansson-dev make gcc perl curl openssl; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null \
          | grep -q "install ok installed"; then
         need="$need $pkg"

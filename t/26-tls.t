@@ -1,0 +1,162 @@
+#!/usr/bin/perl
+# The API over TLS (a self-signed certificate made with openssl at test
+# time, verified by curl): HTTP/2 through ALPN and HTTP/1.1, completions
+# streamed and not, SSE events that arrive while the generation still
+# runs, [DONE] last, and a client killed mid-stream over TLS + HTTP/2:
+# its generation is aborted and its KV blocks freed.
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use IO::Select;
+use JSON::PP;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+use PagedLLM::Test;
+
+my $J = $PagedLLM::Test::JSON;
+my $tls = PagedLLM::Test::free_port();
+my $probe = PagedLLM::Test->new;
+my $dir = $probe->dir;
+my %head;
+
+# a self-signed certificate for 127.0.0.1, and another one nobody uses
+for my $name ('', 'other-') {
+    system("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1"
+           . " -nodes -days 2 -subj /CN=127.0.0.1"
+           . " -addext subjectAltName=IP:127.0.0.1"
+           . " -keyout $dir/${name}key.pem -out $dir/${name}cert.pem"
+           . " 2>/dev/null") == 0
+        or die "openssl could not make a certificate\n";
+}
+
+my $t = PagedLLM::Test->new(http => <<"EOF")->start;
+    server {
+        listen 127.0.0.1:$tls ssl http2;
+        ssl_certificate $dir/cert.pem;
+        ssl_certificate_key $dir/key.pem;
+
+        location /v1/ {
+            pagedllm;
+        }
+    }
+EOF
+my $base = "https://127.0.0.1:$tls";
+
+# curl's output as a pipe: { pid, fh, buf }
+sub curl_start {
+    my (@args) = @_;
+    my $pid = open(my $fh, '-|', 'curl', '-sS', '-N', '--cacert',
+                   "$dir/cert.pem", '-D', "$dir/tls.head", @args)
+        // die "curl: $!\n";
+    return { pid => $pid, fh => $fh, buf => '' };
+}
+
+# Reads SSE events until $want have arrived, curl exits or $deadline.
+sub curl_events {
+    my ($c, $want, $deadline) = @_;
+    my $sel = IO::Select->new($c->{fh});
+    while (1) {
+        my @ev = $c->{buf} =~ /data: ([^\n]*)\n\n/g;
+        return \@ev if ($want && @ev >= $want) || $c->{eof};
+        my $left = $deadline - time;
+        return \@ev if $left <= 0 || !$sel->can_read($left);
+        my $n = sysread($c->{fh}, $c->{buf}, 65536, length $c->{buf});
+        $c->{eof} = 1 unless $n;
+    }
+}
+
+sub curl_finish {
+    my ($c) = @_;
+    close $c->{fh};
+    return $? >> 8;
+}
+
+# The response head curl saw: its first line and lowercased headers.
+sub head_line {
+    open my $fh, '<', "$dir/tls.head" or return '';
+    my ($l, @h) = map { s/\s+$//r } <$fh>;
+    %head = map { /^([^:]+):\s*(.*)$/ ? (lc $1, $2) : () } @h;
+    return $l // '';
+}
+
+sub curl_run {
+    my (@args) = @_;
+    my $c = curl_start(@args);
+    $c->{events} = curl_events($c, 0, time + 30);
+    $c->{rc} = curl_finish($c);
+    $c->{head} = head_line();
+    return $c;
+}
+
+my %greedy = (prompt => 'Hello over TLS', max_tokens => 8, temperature => 0,
+              ignore_eos => JSON::PP::true);
+my $h1 = $t->completion(%greedy);
+is($h1->{status}, 200, 'plain HTTP/1.1 reference completion');
+my $text = $h1->{json}{choices}[0]{text};
+
+# the certificate is checked: trusting another one, curl refuses (60)
+system("curl -s --cacert $dir/other-cert.pem $base/v1/models"
+       . " >/dev/null 2>&1");
+is($? >> 8, 60, 'TLS: curl verifies the certificate');
+my $c;
+
+for my $proto (['--http2', 'HTTP/2 200'], ['--http1.1', 'HTTP/1.1 200 OK']) {
+    my ($flag, $line) = @$proto;
+
+    $c = curl_run($flag, "$base/v1/completions", '-d', $J->encode(\%greedy));
+    is($c->{rc}, 0, "TLS $flag completion: curl succeeds");
+    is($c->{head}, $line, "TLS $flag completion: $line");
+    is((eval { $J->decode($c->{buf}) } // {})->{choices}[0]{text}, $text,
+       "TLS $flag completion: the same text as plain HTTP/1.1");
+
+    $c = curl_run($flag, "$base/v1/completions", '-d',
+                  $J->encode({ %greedy, stream => JSON::PP::true }));
+    my $ev = $c->{events};
+    is($c->{rc}, 0, "TLS $flag stream: curl succeeds");
+    is($c->{head}, $line, "TLS $flag stream: $line");
+    like($head{'content-type'}, qr{^text/event-stream}, "TLS $flag stream: SSE");
+    is(scalar @$ev, 9, "TLS $flag stream: 8 token events and [DONE]");
+    is($ev->[-1], '[DONE]', "TLS $flag stream: [DONE] last");
+    is(join('', map { (eval { $J->decode($_) } // {})->{choices}[0]{text}
+                      // '' } @$ev[0 .. $#$ev - 1]),
+       $text, "TLS $flag stream: the events spell the same text");
+    is($c->{buf} =~ s/^(data: [^\n]*\n\n)+//r, '',
+       "TLS $flag stream: nothing but events");
+}
+
+# events arrive while the generation runs; killing curl aborts it
+my $ctx = $t->request(GET => '/v1/models')->{json}{data}[0]{max_model_len};
+my $long = $ctx - 20;
+my $before = $t->status->{json};
+$c = curl_start('--http2', "$base/v1/completions", '-d',
+                $J->encode({ prompt => 'Go on and on', max_tokens => $long,
+                             stream => JSON::PP::true,
+                             ignore_eos => JSON::PP::true }));
+my $ev = curl_events($c, 3, time + 30);
+ok(@$ev >= 3, 'TLS long stream: the first events arrived');
+my $busy = $t->status->{json};
+ok($busy->{requests}{running} + $busy->{requests}{waiting} >= 1
+       && $busy->{kv_blocks}{used} >= 1,
+   'TLS long stream: events arrive while the request still runs');
+
+kill 'KILL', $c->{pid};
+close $c->{fh};
+
+my $st = $t->wait_status(sub {
+    $_[0]{requests}{running} == 0 && $_[0]{requests}{waiting} == 0
+        && $_[0]{kv_blocks}{used} == 0
+}, 10)->{json};
+is($st->{kv_blocks}{used}, 0, 'TLS client killed: no KV block used');
+is($st->{requests}{running}, 0, 'TLS client killed: nothing running');
+ok($st->{generation_tokens_total} - $before->{generation_tokens_total} < $long,
+   'TLS client killed: the generation stopped early');
+
+is($t->completion(prompt => 'Still here', max_tokens => 2)->{status}, 200,
+   'still serving after the TLS client left');
+
+$t->finish;
+$probe->finish;
+done_testing;
