@@ -176,7 +176,8 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
 
 /*
  * Merge the four warps' states; rows < ng end in out (one split) or in the
- * split's partial.  Shared memory of the tiles is reused for the sums.
+ * split's partial (rows past ng are padding and never leave registers).
+ * Shared memory of the tiles is reused for the sums.
  */
 template <int D>
 static __device__ __forceinline__ void
@@ -203,6 +204,9 @@ finish_block(const attn_params_t &p, float (&o)[D / 8][4], float (&m)[2],
         int    r = (lane >> 2) + h * 8;
         float  mx = -FLT_MAX, f;
 
+        if (r >= ng) {
+            continue;
+        }
         for (int w = 0; w < 4; w++) {
             mx = fmaxf(mx, ml[w][r].x);
         }

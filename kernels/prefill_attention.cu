@@ -161,8 +161,21 @@ softmax_tile(float (&s)[PF_BN / 8][4], float (&m)[2], float (&l)[2],
 }
 
 
+/*
+ * Shared memory: [stage 1 K, V | stage 0 K, V], Q at the start of stage 1:
+ * Q is read into registers before stage 1 is first filled, so three
+ * blocks fit on a multiprocessor.
+ */
 template <int D>
-__global__ void __launch_bounds__(PF_THREADS, 2)
+static __device__ __forceinline__ uint32_t
+pf_stage(uint32_t qs, int st)
+{
+    return st == 1 ? qs : qs + 2 * PF_BN * D * 2;
+}
+
+
+template <int D>
+__global__ void __launch_bounds__(PF_THREADS, 3)
 prefill_attention_kernel(const attn_params_t p)
 {
     extern __shared__ __align__(128) unsigned char pf_smem[];
@@ -173,8 +186,6 @@ prefill_attention_kernel(const attn_params_t p)
     int             h = blockIdx.y, kvh = h / p.group;
     int             warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint32_t        qs = smem_addr(pf_smem);
-    uint32_t        ks0 = qs + PF_BM * D * 2;
-    uint32_t        vs0 = ks0 + 2 * PF_BN * D * 2;
     const int32_t  *table;
     uint32_t        qf[D / 16][4];
     float           o[D / 8][4], m[2], l[2];
@@ -210,7 +221,8 @@ prefill_attention_kernel(const attn_params_t p)
                           + h) * D + c * 8, valid);
     }
     cp_async_commit();
-    load_kv_tile<D>(p, table, kvh, ctx, 0, ks0, vs0);
+    load_kv_tile<D>(p, table, kvh, ctx, 0, pf_stage<D>(qs, 0),
+                    pf_stage<D>(qs, 0) + PF_BN * D * 2);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -236,16 +248,16 @@ prefill_attention_kernel(const attn_params_t p)
     }
 
     for (int j = 0; j < ntiles; j++) {
-        uint32_t  ks = ks0 + (j & 1) * PF_BN * D * 2;
-        uint32_t  vs = vs0 + (j & 1) * PF_BN * D * 2;
+        uint32_t  ks = pf_stage<D>(qs, j & 1);
+        uint32_t  vs = ks + PF_BN * D * 2;
         float     s[PF_BN / 8][4], corr[2];
 
         cp_async_wait<0>();
         __syncthreads();
         if (j + 1 < ntiles) {
             load_kv_tile<D>(p, table, kvh, ctx, j + 1,
-                            ks0 + ((j + 1) & 1) * PF_BN * D * 2,
-                            vs0 + ((j + 1) & 1) * PF_BN * D * 2);
+                            pf_stage<D>(qs, (j + 1) & 1),
+                            pf_stage<D>(qs, (j + 1) & 1) + PF_BN * D * 2);
             cp_async_commit();
         }
 
@@ -331,7 +343,7 @@ static void
 launch_prefill(pl_cuda_t *cu, const attn_params_t &p, int rows)
 {
     static int  ready;
-    size_t      smem = (size_t) (PF_BM + 4 * PF_BN) * D * 2;
+    size_t      smem = (size_t) 4 * PF_BN * D * 2;
     unsigned    tiles = (unsigned) ((rows + PF_BM - 1) / PF_BM + p.num_seqs);
 
     if (!ready) {
