@@ -182,6 +182,17 @@ is($j->{preemptions_total},
 is($t->request(POST => '/metrics', '{}')->{status}, 405, 'POST /metrics: 405');
 is($t->request(HEAD => '/metrics')->{status}, 200, 'HEAD /metrics: 200');
 
+# a reload keeps the HTTP counters (the shared zone is reused)
+kill 'HUP', $t->{pids}{nginx};
+my $deadline = time + 10;
+sleep 0.05 until (() = $t->error_log =~ /worker process \d+ exited with code 0/g)
+                 >= 2 || time > $deadline;
+ok((() = $t->error_log =~ /worker process \d+ exited with code 0/g) >= 2,
+   'reload: the old workers exited');
+$m = wait_metrics(sub { ($_[0]{pagedllm_engine_attached} // 0) == 1 }, 10);
+is($m->{v}{'pagedllm_http_responses_total{code="2xx"}'}, 8,
+   'after a reload: the new workers report the same counts');
+
 # engine gone: still 200, attached 0, no engine series, HTTP counters kept
 $t->stop_engine;
 $m = wait_metrics(sub { ($_[0]{pagedllm_engine_attached} // 1) == 0 });
