@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pl_ops.h"
 #include "tap.h"
@@ -33,7 +34,8 @@ pair_seed(void)
     const char  *s = getenv("PAGEDLLM_TEST_SEED");
 
     pair_rng = s != NULL ? strtoull(s, NULL, 10)
-                         : (uint64_t) time(NULL) * 2654435761u + 1;
+                         : ((uint64_t) time(NULL) << 20 ^ (uint64_t) getpid())
+                           * 2654435761u + 1;
     diag("seed %llu (set PAGEDLLM_TEST_SEED to repeat)",
          (unsigned long long) pair_rng);
 }
