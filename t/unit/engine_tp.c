@@ -13,6 +13,12 @@
  * LOGPROB_TOL: the split model sums its row-parallel projections in a
  * different fp32 order (see t/unit/tp.c); logits move by about 1e-5 at
  * most, and a log-softmax moves by at most twice that.
+ * LOGPROB_TOL_BF16, on devices with bf16 activations (cuda): every
+ * activation is rounded to an 8-bit significand (a relative step of
+ * 2^-8), NCCL adds the partial sums in bf16, and the tiny model's logits
+ * reach about 10, so one rounding moves a logit by up to ~0.04 and the
+ * two runs' log-softmax apart by up to about twice that (0.033 measured
+ * on two H200s, 2026-11-29).  The greedy tokens must still be identical.
  */
 
 #include <errno.h>
@@ -36,7 +42,8 @@
 #define MAX_NEW      20
 #define WAIT_MS      60000
 #define RECBUF       (1 << 16)
-#define LOGPROB_TOL  1e-4
+#define LOGPROB_TOL       1e-4
+#define LOGPROB_TOL_BF16  0.1
 
 typedef struct {
     int32_t   toks[MAX_NEW];
@@ -409,7 +416,7 @@ main(int argc, char **argv)
     static result_t  one[N_REQ], two[N_REQ], swapped[N_REQ];
     pl_stats_t       st;
     char             build[512];
-    double           d = 0, mib1 = -1, mib2 = -1;
+    double           d = 0, mib1 = -1, mib2 = -1, tol = LOGPROB_TOL;
     int              i, j, same = 1, full = 1, status = 0;
 
     (void) argc;
@@ -421,6 +428,7 @@ main(int argc, char **argv)
     }
     if (getenv("PAGEDLLM_TEST_DEVICE") != NULL) {
         device = getenv("PAGEDLLM_TEST_DEVICE");
+        tol = strcmp(device, "cpu") == 0 ? LOGPROB_TOL : LOGPROB_TOL_BF16;
     }
     snprintf(sock_path, sizeof(sock_path), "%s/engine.sock", dir);
     snprintf(log_path, sizeof(log_path), "%s/engine.log", dir);
@@ -442,8 +450,8 @@ main(int argc, char **argv)
     }
     ok(full, "every request got %d tokens and one FINISH on both", MAX_NEW);
     ok(full && same, "two ranks give one rank's greedy tokens, request by request");
-    ok(full && d <= LOGPROB_TOL, "two ranks give one rank's log-probabilities "
-       "within %g (max %.2g)", LOGPROB_TOL, d);
+    ok(full && d <= tol, "two ranks give one rank's log-probabilities "
+       "within %g (max %.2g)", tol, d);
 
     num_blocks = "32";
     preemption = "swap";
