@@ -259,6 +259,8 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
     rec.logprobs = p->logprobs;
     rec.n_logit_bias = (uint32_t) p->n_bias;
     rec.n_stop_ids = (uint32_t) p->n_stop_ids;
+    rec.n = p->n;
+    rec.best_of = p->best_of;
 
     if (pl_ring_write(&ch->sub, PL_REC_SUBMIT, &rec, sizeof(rec), body,
                       (uint32_t) size)
@@ -1204,7 +1206,7 @@ ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch, uint32_t len)
         || rec.n_top > PL_MAX_LOGPROBS
         || ((rec.flags & PL_TOKENS_LOGPROBS) != 0)
            != ((ctx->params.flags & PL_SUBMIT_LOGPROBS) != 0)
-        || ngx_http_pagedllm_on_tokens(ctx, (int32_t *) p, rec.n,
+        || ngx_http_pagedllm_on_tokens(ctx, rec.index, (int32_t *) p, rec.n,
                (rec.flags & PL_TOKENS_LOGPROBS)
                ? (float *) (p + rec.n * sizeof(int32_t)) : NULL,
                (pl_top_logprob_t *) (p + rec.n * (sizeof(int32_t)
@@ -1239,16 +1241,24 @@ ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
         return;
     }
 
+    if ((rec.reason == PL_FINISH_STOP || rec.reason == PL_FINISH_LENGTH)
+        && ngx_http_pagedllm_on_finish(ctx, rec.index, rec.reason) == NGX_OK)
+    {
+        /* one choice ended; the request, once all have (or it was cut) */
+        if (ctx->finished && ctx->state == NGX_HTTP_PAGEDLLM_RUNNING) {
+            ngx_rbtree_delete(&ch->tree, &ctx->node);
+            ctx->state = NGX_HTTP_PAGEDLLM_DONE;
+        }
+
+        ngx_http_pagedllm_mark(ch, ctx);
+        return;
+    }
+
     ngx_rbtree_delete(&ch->tree, &ctx->node);
     ctx->state = NGX_HTTP_PAGEDLLM_DONE;
     ctx->finished = 1;
 
     switch (rec.reason) {
-
-    case PL_FINISH_STOP:
-    case PL_FINISH_LENGTH:
-        ctx->finish_reason = rec.reason;
-        break;
 
     default:
         ctx->finish_reason = PL_FINISH_ERROR;

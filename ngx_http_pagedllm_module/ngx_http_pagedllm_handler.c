@@ -3,10 +3,14 @@
  * ngx_http_pagedllm_handler: the request side.  Routes /v1/completions,
  * /v1/chat/completions, /v1/models and the status location, reads and
  * checks the body, submits to the engine, and turns what the channel hands
- * back into SSE events or one JSON body.  Stop strings are matched here on
- * the decoded text, across token boundaries: a match cuts the text where
- * the stop string starts and aborts the generation, and while streaming,
- * the tail that might still become a stop string is held back.  Every
+ * back into SSE events or one JSON body.  A request has n choices (parallel
+ * sampling), each with its own detokenizer, text, stop-string matching
+ * and finish_reason; streamed events carry their choice's index, and the
+ * request ends when every choice has.  Stop strings are matched here on
+ * the decoded text, across token boundaries: a match cuts the choice's
+ * text where the stop string starts and ends that choice (the generation
+ * is aborted once no choice is left), and while streaming, the tail that
+ * might still become a stop string is held back.  Every
  * request gets a cleanup handler, so whichever way it ends (499 included)
  * a running generation is aborted exactly once.
  */
@@ -43,23 +47,34 @@ static u_char *ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len);
 static ngx_int_t ngx_http_pagedllm_start(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 static ngx_int_t ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r);
+static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_engine_t *engine);
+static void ngx_http_pagedllm_choice_end(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch);
 static ngx_int_t ngx_http_pagedllm_text_reserve(ngx_http_pagedllm_ctx_t *ctx,
-    size_t more);
-static void ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx);
+    ngx_http_pagedllm_choice_t *ch, size_t more);
+static void ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch);
 static ngx_int_t ngx_http_pagedllm_pieces_reserve(
-    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n);
-static ngx_uint_t ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
-    size_t len);
-static void ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx);
-static ngx_uint_t ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx);
-static ngx_int_t ngx_http_pagedllm_piece_logprobs(
-    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n, ngx_str_t **out);
-static void ngx_http_pagedllm_consume(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t n);
+static ngx_uint_t ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, size_t len);
+static void ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx);
+static ngx_uint_t ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch);
+static ngx_int_t ngx_http_pagedllm_piece_logprobs(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t n, ngx_str_t **out);
+static void ngx_http_pagedllm_consume(ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t n, ngx_uint_t n_top);
 static size_t ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t emit, ngx_str_t *lpj);
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t emit, ngx_str_t *lpj);
 static u_char *ngx_http_pagedllm_stream_events(u_char *p,
-    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t emit, ngx_str_t *lpj);
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t emit, ngx_str_t *lpj);
+static u_char *ngx_http_pagedllm_stream_end(u_char *p,
+    ngx_http_pagedllm_ctx_t *ctx);
 static ngx_chain_t *ngx_http_pagedllm_out_buf(ngx_http_pagedllm_ctx_t *ctx,
     size_t size);
 static void ngx_http_pagedllm_flush_whole(ngx_http_pagedllm_ctx_t *ctx);
@@ -433,9 +448,10 @@ ngx_http_pagedllm_completions(ngx_http_request_t *r)
         return;
     }
 
-    pl_detok_init(&ctx->detok, engine->tokenizer, 1);
-    ctx->n_top = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
-                 ? ctx->params.logprobs : 0;
+    if (ngx_http_pagedllm_choices(ctx, engine) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
 
     rc = ngx_http_pagedllm_channel_submit(ctx);
 
@@ -456,6 +472,31 @@ ngx_http_pagedllm_completions(ngx_http_request_t *r)
     if (rc != NGX_OK) {
         ngx_http_finalize_request(r, rc);
     }
+}
+
+
+/* One output state per choice, each with its own detokenizer. */
+static ngx_int_t
+ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_engine_t *engine)
+{
+    ngx_uint_t  i;
+
+    ctx->choices = ngx_pcalloc(ctx->request->pool,
+                       ctx->params.n * sizeof(ngx_http_pagedllm_choice_t));
+    if (ctx->choices == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < ctx->params.n; i++) {
+        ctx->choices[i].index = i;
+        pl_detok_init(&ctx->choices[i].detok, engine->tokenizer, 1);
+    }
+
+    ctx->n_top = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
+                 ? ctx->params.logprobs : 0;
+
+    return NGX_OK;
 }
 
 
@@ -583,48 +624,65 @@ ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r)
 
 
 ngx_int_t
-ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, const int32_t *ids,
-    ngx_uint_t n, const float *lp, const pl_top_logprob_t *top,
-    ngx_uint_t n_top)
+ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
+    const int32_t *ids, ngx_uint_t n, const float *lp,
+    const pl_top_logprob_t *top, ngx_uint_t n_top)
 {
     long                          len;
     ngx_uint_t                    i;
     ngx_http_pagedllm_engine_t   *engine;
+    ngx_http_pagedllm_choice_t   *ch;
 
     engine = ngx_http_pagedllm_channel_engine();
 
-    if (ctx->finished || (lp && n_top != ctx->n_top)
-        || ngx_http_pagedllm_pieces_reserve(ctx, n) != NGX_OK)
+    if (ctx->finished) {
+        return NGX_OK;
+    }
+
+    if (index >= ctx->params.n) {
+        return NGX_ERROR;
+    }
+
+    ch = &ctx->choices[index];
+
+    if (ch->finished) {
+        return NGX_OK;              /* cut at a stop string: ignored */
+    }
+
+    if ((lp && n_top != ctx->n_top)
+        || ngx_http_pagedllm_pieces_reserve(ctx, ch, n) != NGX_OK)
     {
-        return ctx->finished ? NGX_OK : NGX_ERROR;
+        return NGX_ERROR;
     }
 
     for (i = 0; i < n; i++) {
         if (ids[i] < 0 || (uint32_t) ids[i] >= engine->vocab_size
-            || ngx_http_pagedllm_text_reserve(ctx, NGX_HTTP_PAGEDLLM_DETOK_MAX)
+            || ngx_http_pagedllm_text_reserve(ctx, ch,
+                                              NGX_HTTP_PAGEDLLM_DETOK_MAX)
                != NGX_OK)
         {
             return NGX_ERROR;
         }
 
-        len = pl_detok_push(&ctx->detok, ids[i], (char *) ctx->text
-                            + ctx->text_len, NGX_HTTP_PAGEDLLM_DETOK_MAX);
+        len = pl_detok_push(&ch->detok, ids[i], (char *) ch->text
+                            + ch->text_len, NGX_HTTP_PAGEDLLM_DETOK_MAX);
         if (len < 0) {
             return NGX_ERROR;
         }
 
-        ctx->text_len += len;
-        ctx->completion_tokens++;
+        ch->text_len += len;
+        ch->completion_tokens++;
 
         if (lp) {
-            ctx->piece_lp[ctx->npieces] = lp[i];
-            ngx_memcpy(ctx->piece_top + ctx->npieces * n_top, top + i * n_top,
+            ch->piece_lp[ch->npieces] = lp[i];
+            ngx_memcpy(ch->piece_top + ch->npieces * n_top, top + i * n_top,
                        n_top * sizeof(pl_top_logprob_t));
         }
 
-        ctx->piece_end[ctx->npieces++] = (uint32_t) ctx->text_len;
+        ch->piece_end[ch->npieces++] = (uint32_t) ch->text_len;
 
-        if (ctx->params.n_stop && ngx_http_pagedllm_stop_check(ctx, len)) {
+        if (ctx->params.n_stop && ngx_http_pagedllm_stop_check(ctx, ch, len))
+        {
             return NGX_OK;
         }
     }
@@ -633,19 +691,85 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, const int32_t *ids,
 }
 
 
+/*
+ * The engine ended choice index normally (STOP or LENGTH).  A choice
+ * already cut at a stop string keeps that ending.  NGX_ERROR when the
+ * index names no choice.
+ */
+ngx_int_t
+ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
+    uint32_t reason)
+{
+    ngx_http_pagedllm_choice_t  *ch;
+
+    if (index >= ctx->params.n) {
+        return NGX_ERROR;
+    }
+
+    ch = &ctx->choices[index];
+
+    if (ctx->finished || ch->engine_done) {
+        return ch->engine_done ? NGX_ERROR : NGX_OK;
+    }
+
+    ch->engine_done = 1;
+
+    if (!ch->finished) {
+        ch->finish_reason = reason;
+        ngx_http_pagedllm_finish_text(ctx, ch);
+        ngx_http_pagedllm_choice_end(ctx, ch);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Choice ch has ended.  Once every choice has, the request is over; if
+ * the engine is still generating for one of them (cut at a stop string
+ * here), the request is aborted there, which frees its blocks.
+ */
+static void
+ngx_http_pagedllm_choice_end(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
+{
+    ngx_uint_t  i, live;
+
+    ch->finished = 1;
+
+    if (++ctx->n_finished < ctx->params.n) {
+        return;
+    }
+
+    live = 0;
+
+    for (i = 0; i < ctx->params.n; i++) {
+        live |= !ctx->choices[i].engine_done;
+    }
+
+    if (live) {
+        ngx_http_pagedllm_channel_cancel(ctx);
+    }
+
+    ctx->finished = 1;
+    ctx->finish_reason = PL_FINISH_STOP;
+}
+
+
 /* Room for n more pieces (and their logprobs). */
 static ngx_int_t
-ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n)
+ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t n)
 {
     void               *pe, *lp, *top;
     ngx_uint_t          cap;
     ngx_pool_t         *pool = ctx->request->pool;
 
-    if (ctx->npieces + n <= ctx->pieces_cap) {
+    if (ch->npieces + n <= ch->pieces_cap) {
         return NGX_OK;
     }
 
-    cap = ngx_max(ctx->pieces_cap * 2, ctx->npieces + n);
+    cap = ngx_max(ch->pieces_cap * 2, ch->npieces + n);
     cap = ngx_max(cap, 16);
 
     pe = ngx_palloc(pool, cap * sizeof(uint32_t));
@@ -656,68 +780,67 @@ ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n)
         return NGX_ERROR;
     }
 
-    if (ctx->npieces) {
-        ngx_memcpy(pe, ctx->piece_end, ctx->npieces * sizeof(uint32_t));
-        ngx_memcpy(lp, ctx->piece_lp, ctx->npieces * sizeof(float));
-        ngx_memcpy(top, ctx->piece_top,
-                   ctx->npieces * ctx->n_top * sizeof(pl_top_logprob_t));
+    if (ch->npieces) {
+        ngx_memcpy(pe, ch->piece_end, ch->npieces * sizeof(uint32_t));
+        ngx_memcpy(lp, ch->piece_lp, ch->npieces * sizeof(float));
+        ngx_memcpy(top, ch->piece_top,
+                   ch->npieces * ctx->n_top * sizeof(pl_top_logprob_t));
     }
 
-    ctx->piece_end = pe;
-    ctx->piece_lp = lp;
-    ctx->piece_top = top;
-    ctx->pieces_cap = cap;
+    ch->piece_end = pe;
+    ch->piece_lp = lp;
+    ch->piece_top = top;
+    ch->pieces_cap = cap;
 
     return NGX_OK;
 }
 
 
 /*
- * The last token added len bytes: look for the earliest stop string that
- * ends in them.  On a match the text is cut where the stop string starts,
- * the pieces after the cut are dropped, and the generation ends with
- * "stop" (the engine gets an ABORT, which frees its blocks).
+ * The last token of ch added len bytes: look for the earliest stop string
+ * that ends in them.  On a match the text is cut where the stop string
+ * starts, the pieces after the cut are dropped, and the choice ends with
+ * "stop".
  */
 static ngx_uint_t
-ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx, size_t len)
+ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, size_t len)
 {
     u_char      *m;
     size_t       from, cut;
     ngx_str_t   *st;
     ngx_uint_t   i;
 
-    cut = ctx->text_len + 1;
+    cut = ch->text_len + 1;
 
     for (i = 0; i < ctx->params.n_stop; i++) {
         st = &ctx->params.stop[i];
 
-        from = ctx->text_len - len;
+        from = ch->text_len - len;
         from = from >= st->len - 1 ? from - (st->len - 1) : 0;
 
-        m = memmem(ctx->text + from, ctx->text_len - from, st->data,
+        m = memmem(ch->text + from, ch->text_len - from, st->data,
                    st->len);
-        if (m && (size_t) (m - ctx->text) < cut) {
-            cut = m - ctx->text;
+        if (m && (size_t) (m - ch->text) < cut) {
+            cut = m - ch->text;
         }
     }
 
-    if (cut > ctx->text_len) {
+    if (cut > ch->text_len) {
         return 0;
     }
 
-    ctx->text_len = cut;
+    ch->text_len = cut;
 
-    while (ctx->npieces > 1 && ctx->piece_end[ctx->npieces - 2] >= cut) {
-        ctx->npieces--;
+    while (ch->npieces > 1 && ch->piece_end[ch->npieces - 2] >= cut) {
+        ch->npieces--;
     }
 
-    ctx->piece_end[ctx->npieces - 1] = (uint32_t) cut;
+    ch->piece_end[ch->npieces - 1] = (uint32_t) cut;
 
-    ngx_http_pagedllm_channel_cancel(ctx);
-
-    ctx->finished = 1;
-    ctx->stopped = 1;
-    ctx->finish_reason = PL_FINISH_STOP;
+    ch->stopped = 1;
+    ch->finish_reason = PL_FINISH_STOP;
+    ngx_http_pagedllm_choice_end(ctx, ch);
 
     return 1;
 }
@@ -745,16 +868,17 @@ ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t status,
 
 
 static ngx_int_t
-ngx_http_pagedllm_text_reserve(ngx_http_pagedllm_ctx_t *ctx, size_t more)
+ngx_http_pagedllm_text_reserve(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, size_t more)
 {
     u_char  *p;
     size_t   cap;
 
-    if (ctx->text_len + more <= ctx->text_cap) {
+    if (ch->text_len + more <= ch->text_cap) {
         return NGX_OK;
     }
 
-    cap = ngx_max(ctx->text_cap * 2, ctx->text_len + more);
+    cap = ngx_max(ch->text_cap * 2, ch->text_len + more);
     cap = ngx_max(cap, 1024);
 
     p = ngx_pnalloc(ctx->request->pool, cap);
@@ -762,16 +886,16 @@ ngx_http_pagedllm_text_reserve(ngx_http_pagedllm_ctx_t *ctx, size_t more)
         return NGX_ERROR;
     }
 
-    if (ctx->text_len) {
-        ngx_memcpy(p, ctx->text, ctx->text_len);
+    if (ch->text_len) {
+        ngx_memcpy(p, ch->text, ch->text_len);
     }
 
-    if (ctx->text) {
-        ngx_pfree(ctx->request->pool, ctx->text);
+    if (ch->text) {
+        ngx_pfree(ctx->request->pool, ch->text);
     }
 
-    ctx->text = p;
-    ctx->text_cap = cap;
+    ch->text = p;
+    ch->text_cap = cap;
 
     return NGX_OK;
 }
@@ -788,8 +912,6 @@ ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx)
             ngx_del_timer(&ctx->timer);
         }
 
-        ngx_http_pagedllm_finish_text(ctx);
-
     } else {
         plcf = ngx_http_get_module_loc_conf(ctx->request,
                                             ngx_http_pagedllm_module);
@@ -805,35 +927,30 @@ ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx)
 }
 
 
-/* The end of the text: bytes of an incomplete character become U+FFFD. */
+/* The end of ch's text: bytes of an incomplete character become
+   U+FFFD. */
 static void
-ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx)
+ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
 {
     long  len;
 
-    if (ctx->stopped
-        || (ctx->finish_reason != PL_FINISH_STOP
-            && ctx->finish_reason != PL_FINISH_LENGTH))
-    {
-        return;
-    }
-
-    if (ngx_http_pagedllm_text_reserve(ctx, NGX_HTTP_PAGEDLLM_DETOK_MAX)
+    if (ngx_http_pagedllm_text_reserve(ctx, ch, NGX_HTTP_PAGEDLLM_DETOK_MAX)
         != NGX_OK)
     {
         return;
     }
 
-    len = pl_detok_flush(&ctx->detok, (char *) ctx->text + ctx->text_len,
+    len = pl_detok_flush(&ch->detok, (char *) ch->text + ch->text_len,
                          NGX_HTTP_PAGEDLLM_DETOK_MAX);
     if (len <= 0) {
         return;
     }
 
-    ctx->text_len += len;
+    ch->text_len += len;
 
-    if (ctx->npieces) {
-        ctx->piece_end[ctx->npieces - 1] = (uint32_t) ctx->text_len;
+    if (ch->npieces) {
+        ch->piece_end[ch->npieces - 1] = (uint32_t) ch->text_len;
     }
 }
 
@@ -841,42 +958,63 @@ ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx)
 static void
 ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
 {
-    ngx_int_t            rc;
-    ngx_buf_t           *b;
-    ngx_str_t           *lpj;
-    ngx_uint_t           emit;
-    ngx_chain_t         *out;
-    ngx_http_request_t  *r = ctx->request;
+    size_t                       size;
+    ngx_int_t                    rc;
+    ngx_buf_t                   *b;
+    ngx_str_t                   *lpj[PL_MAX_SEQS];
+    ngx_uint_t                   i, any, emit[PL_MAX_SEQS];
+    ngx_chain_t                 *out;
+    ngx_http_request_t          *r = ctx->request;
+    ngx_http_pagedllm_choice_t  *ch;
 
-    emit = ngx_http_pagedllm_emittable(ctx);
+    any = ctx->finished;
+    size = 0;
 
-    if (emit == 0 && !ctx->finished) {
+    for (i = 0; i < ctx->params.n; i++) {
+        ch = &ctx->choices[i];
+        emit[i] = ngx_http_pagedllm_emittable(ctx, ch);
+        lpj[i] = NULL;
+        any |= emit[i] || (ch->finished && !ch->final_sent);
+
+        if ((ctx->params.flags & PL_SUBMIT_LOGPROBS) && emit[i]
+            && ngx_http_pagedllm_piece_logprobs(ctx, ch, emit[i], &lpj[i])
+               != NGX_OK)
+        {
+            ngx_http_finalize_request(r, NGX_ERROR);
+            return;
+        }
+
+        size += ngx_http_pagedllm_stream_size(ctx, ch, emit[i], lpj[i]);
+    }
+
+    if (!any) {
         return;
     }
 
-    lpj = NULL;
-
-    if ((ctx->params.flags & PL_SUBMIT_LOGPROBS) && emit
-        && ngx_http_pagedllm_piece_logprobs(ctx, emit, &lpj) != NGX_OK)
-    {
-        ngx_http_finalize_request(r, NGX_ERROR);
-        return;
+    if (ctx->finished) {
+        size += 2 * ngx_http_pagedllm_sse_bound(ctx, 0) + 512
+                + 6 * ctx->error_message.len + sizeof("data: [DONE]\n\n");
     }
 
-    out = ngx_http_pagedllm_out_buf(ctx,
-                                 ngx_http_pagedllm_stream_size(ctx, emit, lpj));
+    out = ngx_http_pagedllm_out_buf(ctx, size);
     if (out == NULL) {
         ngx_http_finalize_request(r, NGX_ERROR);
         return;
     }
 
     b = out->buf;
-    b->last = ngx_http_pagedllm_stream_events(b->last, ctx, emit, lpj);
+
+    for (i = 0; i < ctx->params.n; i++) {
+        ch = &ctx->choices[i];
+        b->last = ngx_http_pagedllm_stream_events(b->last, ctx, ch, emit[i],
+                                                  lpj[i]);
+        ngx_http_pagedllm_consume(ch, emit[i], ctx->n_top);
+    }
+
+    b->last = ngx_http_pagedllm_stream_end(b->last, ctx);
     b->flush = 1;
     b->last_buf = ctx->finished && r == r->main;
     b->last_in_chain = 1;
-
-    ngx_http_pagedllm_consume(ctx, emit);
 
     rc = ngx_http_output_filter(r, out);
 
@@ -888,19 +1026,21 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
 
 
 /*
- * Pieces that may be streamed now: all once finished; before that, those
- * that end before the text that might still become a stop string (the
- * longest tail of the text that is a proper prefix of one).
+ * Pieces of ch that may be streamed now: all once it has ended; before
+ * that, those that end before the text that might still become a stop
+ * string (the longest tail of the text that is a proper prefix of one).
+ * None once the request has failed.
  */
 static ngx_uint_t
-ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx)
+ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
 {
     size_t       hold, k, safe;
     ngx_str_t   *st;
     ngx_uint_t   i, n;
 
-    if (ctx->finished) {
-        return ctx->npieces;
+    if (ch->finished || ctx->finished) {
+        return ctx->finish_reason == PL_FINISH_ERROR ? 0 : ch->npieces;
     }
 
     hold = 0;
@@ -908,8 +1048,8 @@ ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx)
     for (i = 0; i < ctx->params.n_stop; i++) {
         st = &ctx->params.stop[i];
 
-        for (k = ngx_min(st->len - 1, ctx->text_len); k > hold; k--) {
-            if (ngx_memcmp(ctx->text + ctx->text_len - k, st->data, k) == 0)
+        for (k = ngx_min(st->len - 1, ch->text_len); k > hold; k--) {
+            if (ngx_memcmp(ch->text + ch->text_len - k, st->data, k) == 0)
             {
                 hold = k;
                 break;
@@ -917,9 +1057,9 @@ ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx)
         }
     }
 
-    safe = ctx->text_len - hold;
+    safe = ch->text_len - hold;
 
-    for (n = 0; n < ctx->npieces && ctx->piece_end[n] <= safe; n++) {
+    for (n = 0; n < ch->npieces && ch->piece_end[n] <= safe; n++) {
         /* void */
     }
 
@@ -929,8 +1069,8 @@ ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx)
 
 /* The logprobs object of each of the first n pieces, one event each. */
 static ngx_int_t
-ngx_http_pagedllm_piece_logprobs(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n,
-    ngx_str_t **out)
+ngx_http_pagedllm_piece_logprobs(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t n, ngx_str_t **out)
 {
     ngx_str_t   *lpj;
     ngx_uint_t   i;
@@ -941,7 +1081,9 @@ ngx_http_pagedllm_piece_logprobs(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n,
     }
 
     for (i = 0; i < n; i++) {
-        if (ngx_http_pagedllm_logprobs_text(ctx, i, 1, &lpj[i]) != NGX_OK) {
+        if (ngx_http_pagedllm_logprobs_text(ctx, ch, i, 1, &lpj[i])
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
     }
@@ -952,95 +1094,104 @@ ngx_http_pagedllm_piece_logprobs(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n,
 }
 
 
-/* Forget the first n pieces (streamed), keeping the rest in place. */
+/* Forget the first n pieces of ch (streamed), keeping the rest in
+   place. */
 static void
-ngx_http_pagedllm_consume(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t n)
+ngx_http_pagedllm_consume(ngx_http_pagedllm_choice_t *ch, ngx_uint_t n,
+    ngx_uint_t n_top)
 {
     size_t      bytes;
     ngx_uint_t  i, rest;
 
-    bytes = (n == ctx->npieces) ? ctx->text_len
-                                : (n ? ctx->piece_end[n - 1] : 0);
-    rest = ctx->npieces - n;
+    bytes = (n == ch->npieces) ? ch->text_len
+                               : (n ? ch->piece_end[n - 1] : 0);
+    rest = ch->npieces - n;
 
-    ctx->chars_sent += ngx_http_pagedllm_utf8_chars(ctx->text, bytes);
-    ngx_memmove(ctx->text, ctx->text + bytes, ctx->text_len - bytes);
-    ctx->text_len -= bytes;
+    ch->chars_sent += ngx_http_pagedllm_utf8_chars(ch->text, bytes);
+    ngx_memmove(ch->text, ch->text + bytes, ch->text_len - bytes);
+    ch->text_len -= bytes;
 
     for (i = 0; i < rest; i++) {
-        ctx->piece_end[i] = ctx->piece_end[n + i] - bytes;
-        ctx->piece_lp[i] = ctx->piece_lp[n + i];
+        ch->piece_end[i] = ch->piece_end[n + i] - bytes;
+        ch->piece_lp[i] = ch->piece_lp[n + i];
     }
 
-    if (rest && ctx->n_top) {
-        ngx_memmove(ctx->piece_top, ctx->piece_top + n * ctx->n_top,
-                    rest * ctx->n_top * sizeof(pl_top_logprob_t));
+    if (rest && n_top) {
+        ngx_memmove(ch->piece_top, ch->piece_top + n * n_top,
+                    rest * n_top * sizeof(pl_top_logprob_t));
     }
 
-    ctx->npieces = rest;
+    ch->npieces = rest;
 }
 
 
 static size_t
-ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t emit,
-    ngx_str_t *lpj)
+ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t emit, ngx_str_t *lpj)
 {
     size_t      size;
     ngx_uint_t  i;
 
-    size = (emit + 1) * ngx_http_pagedllm_sse_bound(ctx, 0)
-           + ngx_http_pagedllm_sse_bound(ctx, ctx->text_len);
+    size = (emit + 2) * ngx_http_pagedllm_sse_bound(ctx, 0)
+           + ngx_http_pagedllm_sse_bound(ctx, ch->text_len);
 
     for (i = 0; lpj && i < emit; i++) {
         size += lpj[i].len;
-    }
-
-    if (ctx->finished) {
-        size += 2 * ngx_http_pagedllm_sse_bound(ctx, 0) + 512
-                + 6 * ctx->error_message.len + sizeof("data: [DONE]\n\n");
     }
 
     return size;
 }
 
 
+/* ch's events: its role first (chat), its emittable pieces, and once it
+   has ended normally its finish_reason (on the last piece, or alone). */
 static u_char *
 ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t emit, ngx_str_t *lpj)
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t emit, ngx_str_t *lpj)
 {
     uint32_t    reason, start, end;
-    ngx_uint_t  i, normal;
+    ngx_uint_t  i, final;
 
-    normal = ctx->finish_reason == PL_FINISH_STOP
-             || ctx->finish_reason == PL_FINISH_LENGTH;
+    final = ch->finished && !ch->final_sent
+            && ctx->finish_reason != PL_FINISH_ERROR;
     start = 0;
 
-    if (ctx->chat && !ctx->role_sent && (emit || normal)) {
-        p = ngx_http_pagedllm_sse_role(p, ctx);
-        ctx->role_sent = 1;
+    if (ctx->chat && !ch->role_sent && (emit || final)) {
+        p = ngx_http_pagedllm_sse_role(p, ctx, ch->index);
+        ch->role_sent = 1;
     }
 
     for (i = 0; i < emit; i++) {
-        end = ctx->piece_end[i];
-        reason = (i == ctx->npieces - 1 && ctx->finished && normal)
-                 ? ctx->finish_reason : 0;
+        end = ch->piece_end[i];
+        reason = (i == ch->npieces - 1 && final) ? ch->finish_reason : 0;
 
-        p = ngx_http_pagedllm_sse_text(p, ctx, ctx->text + start,
+        p = ngx_http_pagedllm_sse_text(p, ctx, ch->index, ch->text + start,
                                        end - start, lpj ? &lpj[i] : NULL,
                                        reason);
         start = end;
     }
 
+    if (final && emit == 0) {
+        p = ngx_http_pagedllm_sse_text(p, ctx, ch->index, ch->text, 0,
+                                       NULL, ch->finish_reason);
+    }
+
+    ch->final_sent |= final;
+
+    return p;
+}
+
+
+/* Once the request is over: the error event, or the usage; then
+   [DONE]. */
+static u_char *
+ngx_http_pagedllm_stream_end(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+{
     if (!ctx->finished) {
         return p;
     }
 
-    if (normal && ctx->npieces == 0) {
-        p = ngx_http_pagedllm_sse_text(p, ctx, ctx->text, ctx->text_len,
-                                       NULL, ctx->finish_reason);
-    }
-
-    if (!normal) {
+    if (ctx->finish_reason == PL_FINISH_ERROR) {
         p = ngx_http_pagedllm_sse_error(p, ctx, ctx->error_status,
                                         &ctx->error_message);
 

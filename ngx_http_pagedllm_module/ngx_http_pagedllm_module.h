@@ -68,6 +68,8 @@ typedef struct {
     int32_t                      *prompt;
     ngx_uint_t                    n_prompt;
     uint32_t                      max_tokens;
+    uint32_t                      n;             /* choices, 1..16 */
+    uint32_t                      best_of;       /* 0: n */
     uint32_t                      flags;         /* PL_SUBMIT_* */
     float                         temperature;
     float                         top_p;
@@ -116,25 +118,12 @@ typedef enum {
 typedef void (*ngx_http_pagedllm_resume_pt)(ngx_http_request_t *r);
 
 
+/* One choice (one of the request's n sequences) and its output. */
 typedef struct {
-    ngx_rbtree_node_t             node;          /* key: request id */
-    ngx_queue_t                   queue;         /* parked or dirty list */
-    ngx_http_request_t           *request;
-    ngx_http_pagedllm_resume_pt   resume;
-    ngx_http_pagedllm_state_e     state;
-    ngx_uint_t                    generation;    /* attach it ran on */
-    ngx_event_t                   timer;         /* engine silence limit */
-
-    ngx_http_pagedllm_params_t    params;
+    ngx_uint_t                    index;
     pl_detok_t                    detok;
-    ngx_str_t                     id;            /* "cmpl-..." */
-    ngx_str_t                     model;
-    time_t                        created;
     ngx_uint_t                    completion_tokens;
-
     uint32_t                      finish_reason; /* PL_FINISH_*, 0: none */
-    ngx_uint_t                    error_status;
-    ngx_str_t                     error_message;
 
     /* text decoded and not sent yet (all of it when not streaming); one
        piece per token, with its logprobs when they were asked for */
@@ -145,18 +134,47 @@ typedef struct {
     uint32_t                     *piece_end;
     float                        *piece_lp;      /* chosen logprob */
     pl_top_logprob_t             *piece_top;     /* n_top per piece */
-    ngx_uint_t                    n_top;
     ngx_uint_t                    npieces;
     ngx_uint_t                    pieces_cap;
+
+    unsigned                      finished:1;
+    unsigned                      engine_done:1; /* its FINISH came */
+    unsigned                      stopped:1;     /* cut at a stop string */
+    unsigned                      final_sent:1;  /* its finish_reason */
+    unsigned                      role_sent:1;   /* chat: first delta */
+} ngx_http_pagedllm_choice_t;
+
+
+typedef struct {
+    ngx_rbtree_node_t             node;          /* key: request id */
+    ngx_queue_t                   queue;         /* parked or dirty list */
+    ngx_http_request_t           *request;
+    ngx_http_pagedllm_resume_pt   resume;
+    ngx_http_pagedllm_state_e     state;
+    ngx_uint_t                    generation;    /* attach it ran on */
+    ngx_event_t                   timer;         /* engine silence limit */
+
+    ngx_http_pagedllm_params_t    params;
+    ngx_str_t                     id;            /* "cmpl-..." */
+    ngx_str_t                     model;
+    time_t                        created;
+
+    /* the request: STOP once every choice has ended normally (each
+       choice has its own reason), ERROR when it failed */
+    uint32_t                      finish_reason;
+    ngx_uint_t                    error_status;
+    ngx_str_t                     error_message;
+
+    ngx_http_pagedllm_choice_t   *choices;       /* params.n of them */
+    ngx_uint_t                    n_finished;    /* choices ended */
+    ngx_uint_t                    n_top;
 
     ngx_chain_t                  *free;
     ngx_chain_t                  *busy;
 
     unsigned                      dirty:1;
     unsigned                      finished:1;
-    unsigned                      stopped:1;     /* cut at a stop string */
     unsigned                      chat:1;        /* /v1/chat/completions */
-    unsigned                      role_sent:1;   /* chat: first delta */
 } ngx_http_pagedllm_ctx_t;
 
 
@@ -183,8 +201,10 @@ ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
 
 /* handler: called by the channel while it drains the completion ring */
 ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,
-    const int32_t *ids, ngx_uint_t n, const float *lp,
+    ngx_uint_t index, const int32_t *ids, ngx_uint_t n, const float *lp,
     const pl_top_logprob_t *top, ngx_uint_t n_top);
+ngx_int_t ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index, uint32_t reason);
 void ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, u_char *msg, size_t len);
 void ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx);
@@ -201,11 +221,14 @@ ngx_buf_t *ngx_http_pagedllm_error_json(ngx_pool_t *pool,
 size_t ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx,
     size_t text_len);
 u_char *ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
-    u_char *text, size_t len, ngx_str_t *logprobs, uint32_t finish_reason);
+    ngx_uint_t index, u_char *text, size_t len, ngx_str_t *logprobs,
+    uint32_t finish_reason);
 size_t ngx_http_pagedllm_utf8_chars(u_char *p, size_t n);
 ngx_int_t ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t first, ngx_uint_t n, ngx_str_t *out);
-u_char *ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n,
+    ngx_str_t *out);
+u_char *ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index);
 u_char *ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
 u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message);

@@ -100,7 +100,7 @@ static ngx_int_t ngx_http_pagedllm_f_unsupported(json_t *v,
 static ngx_int_t ngx_http_pagedllm_f_penalty(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_one(json_t *v,
+static ngx_int_t ngx_http_pagedllm_f_best_of(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_f_min_p(json_t *v,
@@ -136,9 +136,14 @@ static ngx_int_t ngx_http_pagedllm_f_top_logprobs(json_t *v,
 static void ngx_http_pagedllm_defaults(ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine);
 static json_t *ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t first, ngx_uint_t n);
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n);
 static json_t *ngx_http_pagedllm_chat_logprobs_obj(
-    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t first, ngx_uint_t n);
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t first, ngx_uint_t n);
+static json_t *ngx_http_pagedllm_choice_json(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch);
+static ngx_uint_t ngx_http_pagedllm_completion_tokens(
+    ngx_http_pagedllm_ctx_t *ctx);
 
 static ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);
 static u_char *ngx_http_pagedllm_sse_head(u_char *p,
@@ -159,7 +164,7 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_fields_known[] = {
     { "top_k", ngx_http_pagedllm_f_top_k },
     { "seed", ngx_http_pagedllm_f_seed },
     { "n", ngx_http_pagedllm_f_n },
-    { "best_of", ngx_http_pagedllm_f_one },
+    { "best_of", ngx_http_pagedllm_f_best_of },
     { "stream", ngx_http_pagedllm_f_stream },
     { "stream_options", ngx_http_pagedllm_f_stream_options },
     { "ignore_eos", ngx_http_pagedllm_f_ignore_eos },
@@ -222,6 +227,7 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
     ngx_memzero(p, sizeof(ngx_http_pagedllm_params_t));
     p->chat = chat;
     p->max_tokens = chat ? 0 : 16;             /* chat: what fits */
+    p->n = 1;
     p->temperature = 1.0f;
     p->top_p = 1.0f;
 
@@ -447,6 +453,20 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
                                     "top_logprobs",
                                     "'top_logprobs' requires 'logprobs' to "
                                     "be true");
+        return NGX_ERROR;
+    }
+
+    if (p->best_of && p->best_of < p->n) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "best_of",
+                                    "'best_of' (%uD) must be at least 'n' "
+                                    "(%uD)", p->best_of, p->n);
+        return NGX_ERROR;
+    }
+
+    if (p->stream && p->best_of > p->n) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "best_of",
+                                    "'best_of' greater than 'n' cannot be "
+                                    "streamed");
         return NGX_ERROR;
     }
 
@@ -877,12 +897,14 @@ ngx_http_pagedllm_f_n(json_t *v, ngx_http_pagedllm_params_t *p,
         return ngx_http_pagedllm_type_error(err, "an integer");
     }
 
-    if (json_integer_value(v) != 1) {
+    if (json_integer_value(v) < 1 || json_integer_value(v) > PL_MAX_SEQS) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "n",
-                                    "'n' must be 1 for now: parallel "
-                                    "sampling is not supported yet");
+                                    "'n' must be an integer from 1 to %d",
+                                    PL_MAX_SEQS);
         return NGX_ERROR;
     }
+
+    p->n = (uint32_t) json_integer_value(v);
 
     return NGX_OK;
 }
@@ -1043,8 +1065,9 @@ ngx_http_pagedllm_f_penalty(json_t *v, ngx_http_pagedllm_params_t *p,
 }
 
 
+/* best_of: checked against n (and stream) once every field is read */
 static ngx_int_t
-ngx_http_pagedllm_f_one(json_t *v, ngx_http_pagedllm_params_t *p,
+ngx_http_pagedllm_f_best_of(json_t *v, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
@@ -1056,13 +1079,16 @@ ngx_http_pagedllm_f_one(json_t *v, ngx_http_pagedllm_params_t *p,
         return ngx_http_pagedllm_type_error(err, "an integer");
     }
 
-    if (json_integer_value(v) != 1) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ngx_http_pagedllm_field,
-                                    "'%s' other than 1 is not supported",
-                                    ngx_http_pagedllm_field);
+    if (json_integer_value(v) < 1
+        || json_integer_value(v) > PL_MAX_SEQS)
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "best_of",
+                                    "'best_of' must be an integer from 1 "
+                                    "to %d", PL_MAX_SEQS);
         return NGX_ERROR;
     }
+
+    p->best_of = (uint32_t) json_integer_value(v);
 
     return NGX_OK;
 }
@@ -1694,7 +1720,7 @@ size_t
 ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx, size_t text_len)
 {
     return sizeof("data: {\"id\":\"\",\"object\":\"text_completion\","
-                  "\"created\":,\"model\":\"\",\"choices\":[{\"index\":0,"
+                  "\"created\":,\"model\":\"\",\"choices\":[{\"index\":00,"
                   "\"text\":\"\",\"logprobs\":null,\"finish_reason\":"
                   "\"length\"}]}\n\n")
            + sizeof("chat.completion.chunk\"delta\":{\"content\":}")
@@ -1719,20 +1745,22 @@ ngx_http_pagedllm_sse_head(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
 
 u_char *
 ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
-    u_char *text, size_t len, ngx_str_t *logprobs, uint32_t finish_reason)
+    ngx_uint_t index, u_char *text, size_t len, ngx_str_t *logprobs,
+    uint32_t finish_reason)
 {
     const char  *reason;
 
     p = ngx_http_pagedllm_sse_head(p, ctx);
 
     if (ctx->params.chat) {
-        p = ngx_sprintf(p, "\"choices\":[{\"index\":0,\"delta\":"
-                        "{\"content\":\"");
+        p = ngx_sprintf(p, "\"choices\":[{\"index\":%ui,\"delta\":"
+                        "{\"content\":\"", index);
         p = (u_char *) ngx_escape_json(p, text, len);
         p = ngx_cpymem(p, "\"}", 2);
 
     } else {
-        p = ngx_sprintf(p, "\"choices\":[{\"index\":0,\"text\":\"");
+        p = ngx_sprintf(p, "\"choices\":[{\"index\":%ui,\"text\":\"",
+                        index);
         p = (u_char *) ngx_escape_json(p, text, len);
         p = ngx_cpymem(p, "\"", 1);
     }
@@ -1787,8 +1815,8 @@ ngx_http_pagedllm_lp_value(float lp)
 
 /* OpenAI's completions logprobs of pieces [first, first + n). */
 static json_t *
-ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t first,
-    ngx_uint_t n)
+ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n)
 {
     json_t                      *j, *tokens, *lps, *tops, *offsets, *top, *key;
     uint32_t                     start, end;
@@ -1813,22 +1841,22 @@ ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t first,
     offsets = json_object_get(j, "text_offset");
 
     for (i = first; i < first + n; i++) {
-        start = i ? ctx->piece_end[i - 1] : 0;
-        end = ctx->piece_end[i];
+        start = i ? ch->piece_end[i - 1] : 0;
+        end = ch->piece_end[i];
 
         json_array_append_new(tokens,
-                              json_stringn((char *) ctx->text + start,
+                              json_stringn((char *) ch->text + start,
                                            end - start));
         json_array_append_new(lps,
-                  json_real(ngx_http_pagedllm_lp_value(ctx->piece_lp[i])));
+                  json_real(ngx_http_pagedllm_lp_value(ch->piece_lp[i])));
         json_array_append_new(offsets,
-            json_integer(ctx->chars_sent
-                         + ngx_http_pagedllm_utf8_chars(ctx->text, start)));
+            json_integer(ch->chars_sent
+                         + ngx_http_pagedllm_utf8_chars(ch->text, start)));
 
         top = json_object();
 
         for (k = 0; k < ctx->n_top; k++) {
-            t = &ctx->piece_top[i * ctx->n_top + k];
+            t = &ch->piece_top[i * ctx->n_top + k];
             key = ngx_http_pagedllm_token_text(engine->tokenizer, t->id);
 
             if (key && top && json_object_get(top, json_string_value(key))
@@ -1889,7 +1917,7 @@ ngx_http_pagedllm_chat_entry(json_t *text, float lp)
 /* OpenAI's chat logprobs of pieces [first, first + n). */
 static json_t *
 ngx_http_pagedllm_chat_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t first, ngx_uint_t n)
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n)
 {
     json_t                      *content, *e, *top;
     uint32_t                     start, end;
@@ -1906,16 +1934,16 @@ ngx_http_pagedllm_chat_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
     }
 
     for (i = first; i < first + n; i++) {
-        start = i ? ctx->piece_end[i - 1] : 0;
-        end = ctx->piece_end[i];
+        start = i ? ch->piece_end[i - 1] : 0;
+        end = ch->piece_end[i];
 
         e = ngx_http_pagedllm_chat_entry(
-                json_stringn((char *) ctx->text + start, end - start),
-                ctx->piece_lp[i]);
+                json_stringn((char *) ch->text + start, end - start),
+                ch->piece_lp[i]);
         top = json_array();
 
         for (k = 0; top && k < ctx->n_top; k++) {
-            t = &ctx->piece_top[i * ctx->n_top + k];
+            t = &ch->piece_top[i * ctx->n_top + k];
             json_array_append_new(top, ngx_http_pagedllm_chat_entry(
                 ngx_http_pagedllm_token_text(engine->tokenizer, t->id),
                 t->logprob));
@@ -1938,13 +1966,15 @@ ngx_http_pagedllm_chat_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
 
 ngx_int_t
 ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t first, ngx_uint_t n, ngx_str_t *out)
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n,
+    ngx_str_t *out)
 {
     char    *s;
     json_t  *j;
 
-    j = ctx->params.chat ? ngx_http_pagedllm_chat_logprobs_obj(ctx, first, n)
-                         : ngx_http_pagedllm_logprobs_obj(ctx, first, n);
+    j = ctx->params.chat
+        ? ngx_http_pagedllm_chat_logprobs_obj(ctx, ch, first, n)
+        : ngx_http_pagedllm_logprobs_obj(ctx, ch, first, n);
     if (j == NULL) {
         return NGX_ERROR;
     }
@@ -1973,25 +2003,46 @@ ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
 
 /* chat: the first chunk names the role */
 u_char *
-ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index)
 {
     p = ngx_http_pagedllm_sse_head(p, ctx);
 
-    return ngx_sprintf(p, "\"choices\":[{\"index\":0,\"delta\":"
+    return ngx_sprintf(p, "\"choices\":[{\"index\":%ui,\"delta\":"
                        "{\"role\":\"assistant\",\"content\":\"\"},"
-                       "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+                       "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+                       index);
+}
+
+
+/* usage counts every choice's tokens */
+static ngx_uint_t
+ngx_http_pagedllm_completion_tokens(ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_uint_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < ctx->params.n; i++) {
+        n += ctx->choices[i].completion_tokens;
+    }
+
+    return n;
 }
 
 
 u_char *
 ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
 {
+    ngx_uint_t  n;
+
+    n = ngx_http_pagedllm_completion_tokens(ctx);
     p = ngx_http_pagedllm_sse_head(p, ctx);
 
     return ngx_sprintf(p, "\"choices\":[],\"usage\":{\"prompt_tokens\":%ui,"
                        "\"completion_tokens\":%ui,\"total_tokens\":%ui}}"
-                       "\n\n", ctx->params.n_prompt, ctx->completion_tokens,
-                       ctx->params.n_prompt + ctx->completion_tokens);
+                       "\n\n", ctx->params.n_prompt, n,
+                       ctx->params.n_prompt + n);
 }
 
 
@@ -2010,12 +2061,13 @@ ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
-ngx_buf_t *
-ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
+static json_t *
+ngx_http_pagedllm_choice_json(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
 {
-    json_t  *j, *text, *lp, *choice;
+    json_t  *text, *lp;
 
-    text = json_stringn((char *) ctx->text, ctx->text_len);
+    text = json_stringn((char *) ch->text, ch->text_len);
     if (text == NULL) {
         return NULL;
     }
@@ -2024,10 +2076,10 @@ ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
         lp = json_null();
 
     } else if (ctx->params.chat) {
-        lp = ngx_http_pagedllm_chat_logprobs_obj(ctx, 0, ctx->npieces);
+        lp = ngx_http_pagedllm_chat_logprobs_obj(ctx, ch, 0, ch->npieces);
 
     } else {
-        lp = ngx_http_pagedllm_logprobs_obj(ctx, 0, ctx->npieces);
+        lp = ngx_http_pagedllm_logprobs_obj(ctx, ch, 0, ch->npieces);
     }
 
     if (lp == NULL) {
@@ -2035,31 +2087,53 @@ ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
         return NULL;
     }
 
-    choice = ctx->params.chat
-             ? json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0,
-                         "message", "role", "assistant", "content", text,
-                         "logprobs", lp,
-                         "finish_reason",
-                         ngx_http_pagedllm_reason(ctx->finish_reason))
-             : json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "text", text,
-                         "logprobs", lp,
-                         "finish_reason",
-                         ngx_http_pagedllm_reason(ctx->finish_reason));
+    return ctx->params.chat
+           ? json_pack("{s:I,s:{s:s,s:o},s:o,s:s}",
+                       "index", (json_int_t) ch->index,
+                       "message", "role", "assistant", "content", text,
+                       "logprobs", lp,
+                       "finish_reason",
+                       ngx_http_pagedllm_reason(ch->finish_reason))
+           : json_pack("{s:I,s:o,s:o,s:s}", "index", (json_int_t) ch->index,
+                       "text", text, "logprobs", lp,
+                       "finish_reason",
+                       ngx_http_pagedllm_reason(ch->finish_reason));
+}
 
-    j = json_pack("{s:s%,s:s,s:I,s:s%,s:[o],s:{s:I,s:I,s:I}}",
+
+ngx_buf_t *
+ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
+{
+    json_t      *j, *choices, *choice;
+    ngx_uint_t   i, tokens;
+
+    choices = json_array();
+    if (choices == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < ctx->params.n; i++) {
+        choice = ngx_http_pagedllm_choice_json(ctx, &ctx->choices[i]);
+        if (choice == NULL || json_array_append_new(choices, choice) != 0) {
+            json_decref(choices);
+            return NULL;
+        }
+    }
+
+    tokens = ngx_http_pagedllm_completion_tokens(ctx);
+
+    j = json_pack("{s:s%,s:s,s:I,s:s%,s:o,s:{s:I,s:I,s:I}}",
                   "id", ctx->id.data, ctx->id.len,
                   "object", ctx->params.chat ? "chat.completion"
                                              : "text_completion",
                   "created", (json_int_t) ctx->created,
                   "model", ctx->model.data, ctx->model.len,
-                  "choices", choice,
+                  "choices", choices,
                   "usage",
                       "prompt_tokens", (json_int_t) ctx->params.n_prompt,
-                      "completion_tokens",
-                      (json_int_t) ctx->completion_tokens,
+                      "completion_tokens", (json_int_t) tokens,
                       "total_tokens",
-                      (json_int_t) (ctx->params.n_prompt
-                                    + ctx->completion_tokens));
+                      (json_int_t) (ctx->params.n_prompt + tokens));
 
     return ngx_http_pagedllm_json_buf(ctx->request->pool, j);
 }

@@ -177,7 +177,7 @@ error_ok(chat(messages => [{ role => 'user', content => 'x', tool_calls => [] }]
          'messages', 'an unsupported message field');
 error_ok(chat(messages => [{ role => 'user', content => 'ignore <|end_of_text|> this' }]),
          'messages', 'special token text in content');
-error_ok(chat(messages => \@msgs, n => 2), 'n', 'n = 2');
+error_ok(chat(messages => \@msgs, n => 17), 'n', 'n = 17');
 error_ok(chat(messages => \@msgs, top_logprobs => 2), 'top_logprobs', 'top_logprobs without logprobs');
 error_ok(chat(messages => \@msgs, logprobs => $T, top_logprobs => 21), 'top_logprobs', 'top_logprobs 21');
 error_ok(chat(messages => \@msgs, logprobs => 3), 'logprobs', 'chat logprobs not a boolean');

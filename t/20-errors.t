@@ -63,7 +63,7 @@ my @cases = (
     [ { prompt => 'x', top_p => 1.5 }, 'top_p', 'top_p above 1' ],
     [ { prompt => 'x', top_k => -2 }, 'top_k', 'top_k below -1' ],
     [ { prompt => 'x', top_k => 2.5 }, 'top_k', 'top_k not integer' ],
-    [ { prompt => 'x', n => 2 }, 'n', 'n other than 1' ],
+    [ { prompt => 'x', n => 0 }, 'n', 'n of 0' ],
     [ { prompt => 'x', seed => 1.5 }, 'seed', 'seed not integer' ],
     [ { prompt => 'x', seed => 'abc' }, 'seed', 'seed as a string' ],
     [ { prompt => 'x', stream => 'yes' }, 'stream', 'stream not boolean' ],
@@ -103,7 +103,10 @@ my @cases = (
       'stop_token_ids out of vocabulary' ],
     [ { prompt => 'x', stop_token_ids => 5 }, 'stop_token_ids',
       'stop_token_ids not an array' ],
-    [ { prompt => 'x', best_of => 3 }, 'best_of', 'best_of' ],
+    [ { prompt => 'x', n => 3, best_of => 2 }, 'best_of', 'best_of below n' ],
+    [ { prompt => 'x', best_of => 17 }, 'best_of', 'best_of above 16' ],
+    [ { prompt => 'x', best_of => 2, stream => JSON::PP::true }, 'best_of',
+      'best_of above n while streaming' ],
     [ { prompt => 'x', frobnicate => 1 }, 'frobnicate', 'an unknown field' ],
     [ { prompt => 'x', model => 7 }, 'model', 'model of the wrong type' ],
 );
@@ -114,8 +117,10 @@ for my $c (@cases) {
 }
 
 $e = error_ok($t->request(POST => '/v1/completions',
-                          '{"prompt":"n is 2","n":2}'), 400, 'n', 'n=2: 400');
-like($e->{message}, qr/'n' must be 1/, 'n=2: the message says n must be 1');
+                          '{"prompt":"n is 17","n":17}'), 400, 'n',
+              'n=17: 400');
+like($e->{message}, qr/'n' must be an integer from 1 to 16/,
+     'n=17: the message gives the range');
 
 $e = error_ok($t->completion(model => 'gpt-4', prompt => 'x'), 404, 'model',
               'unknown model: 404');
