@@ -107,6 +107,14 @@ pl_sched_queue(pl_scheduler_t *sc, pl_seq_state_t state)
 }
 
 
+/* Seats a running leader still holds for the members it will fork. */
+static int
+pl_sched_pending(const pl_seq_t *s)
+{
+    return s->leader == s ? s->best_of - s->n_members : 0;
+}
+
+
 /* Move s to the queue of state. */
 static void
 pl_sched_move(pl_scheduler_t *sc, pl_seq_t *s, pl_seq_state_t state)
@@ -115,6 +123,13 @@ pl_sched_move(pl_scheduler_t *sc, pl_seq_t *s, pl_seq_state_t state)
 
     if (q) {
         pl_queue_unlink(q, s);
+    }
+
+    if (s->state == PL_SEQ_RUNNING) {
+        sc->fork_seats -= pl_sched_pending(s);
+    }
+    if (state == PL_SEQ_RUNNING) {
+        sc->fork_seats += pl_sched_pending(s);
     }
 
     s->state = state;
@@ -170,6 +185,7 @@ pl_sched_fork(pl_scheduler_t *sc, pl_seq_t *child)
 {
     child->state = PL_SEQ_FINISHED;
     pl_sched_move(sc, child, PL_SEQ_RUNNING);
+    sc->fork_seats--;
 }
 
 
@@ -409,7 +425,8 @@ pl_sched_resume(pl_scheduler_t *sc)
             need += g[i]->blocks.n;
         }
 
-        if (sc->running.n + pl_sched_seats(s, n) > sc->max_num_seqs
+        if (sc->running.n + sc->fork_seats + pl_sched_seats(s, n)
+            > sc->max_num_seqs
             || pl_sched_budget_for(sc, s) <= 0
             || need > pl_bm_num_free(sc->bm)
             || pl_bm_swap_in(sc->bm, tables, n) != 0)
@@ -509,7 +526,9 @@ pl_sched_admit_group(pl_scheduler_t *sc, pl_seq_t *s)
     pl_seq_t  *g[PL_SEQ_GROUP_MAX];
     int        i, j, n = pl_sched_group(s, g);
 
-    if (sc->running.n + pl_sched_seats(s, n) > sc->max_num_seqs) {
+    if (sc->running.n + sc->fork_seats + pl_sched_seats(s, n)
+        > sc->max_num_seqs)
+    {
         return -1;
     }
 

@@ -59,6 +59,8 @@ typedef struct {
     pl_seq_queue_t       waiting;
     pl_seq_queue_t       running;
     pl_seq_queue_t       swapped;
+    int                  fork_seats;    /* running leaders' members
+                                           still to fork */
     uint64_t             preemptions;
     uint64_t             preempted_recompute;
     uint64_t             preempted_swap;
@@ -83,7 +85,8 @@ void pl_sched_destroy(pl_scheduler_t *sc);
 void pl_sched_add(pl_scheduler_t *sc, pl_seq_t *s);
 
 /* Start child, just forked from a running leader (same arrival, blocks
-   shared through pl_bm_fork), as a running member of its group. */
+   shared through pl_bm_fork) and already counted in the leader's
+   n_members, as a running member of its group. */
 void pl_sched_fork(pl_scheduler_t *sc, pl_seq_t *child);
 
 /* Take s out of whatever queue it is in and free its blocks; its state
