@@ -98,7 +98,7 @@ typedef struct {
     uint32_t   kv_blocks_cached;        /* in the prefix cache */
     uint32_t   swap_blocks_total;       /* host pool for swapping */
     uint32_t   swap_blocks_used;
-    uint32_t   kv_reserved;
+    uint32_t   reserved;                /* keeps the counters below aligned */
     uint64_t   prefix_cache_queries;    /* full blocks looked up */
     uint64_t   prefix_cache_hits;       /* of them reused */
     uint64_t   preemptions_recompute;
