@@ -19,12 +19,8 @@
 
 static char *ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_pagedllm(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-static char *ngx_http_pagedllm_status(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-static char *ngx_http_pagedllm_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
+static char *ngx_http_pagedllm_set_handler(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static void *ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_pagedllm_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_pagedllm_create_loc_conf(ngx_conf_t *cf);
@@ -32,6 +28,14 @@ static char *ngx_http_pagedllm_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_pagedllm_init_process(ngx_cycle_t *cycle);
 static void ngx_http_pagedllm_exit_process(ngx_cycle_t *cycle);
+
+
+/* the content handler each location directive installs */
+static ngx_http_handler_pt  ngx_http_pagedllm_api = ngx_http_pagedllm_handler;
+static ngx_http_handler_pt  ngx_http_pagedllm_status =
+    ngx_http_pagedllm_status_handler;
+static ngx_http_handler_pt  ngx_http_pagedllm_metrics =
+    ngx_http_pagedllm_metrics_handler;
 
 
 static ngx_command_t  ngx_http_pagedllm_commands[] = {
@@ -59,24 +63,24 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
 
     { ngx_string("pagedllm"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
-      ngx_http_pagedllm,
+      ngx_http_pagedllm_set_handler,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
-      NULL },
+      &ngx_http_pagedllm_api },
 
     { ngx_string("pagedllm_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
-      ngx_http_pagedllm_status,
+      ngx_http_pagedllm_set_handler,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
-      NULL },
+      &ngx_http_pagedllm_status },
 
     { ngx_string("pagedllm_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
-      ngx_http_pagedllm_metrics,
+      ngx_http_pagedllm_set_handler,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
-      NULL },
+      &ngx_http_pagedllm_metrics },
 
     { ngx_string("pagedllm_max_unsent"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -176,37 +180,15 @@ ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* pagedllm, pagedllm_status, pagedllm_metrics: cmd->post is the handler */
 static char *
-ngx_http_pagedllm(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_pagedllm_set_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
+    ngx_http_handler_pt       *handler = cmd->post;
     ngx_http_core_loc_conf_t  *clcf;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_pagedllm_handler;
-
-    return NGX_CONF_OK;
-}
-
-
-static char *
-ngx_http_pagedllm_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_core_loc_conf_t  *clcf;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_pagedllm_status_handler;
-
-    return NGX_CONF_OK;
-}
-
-
-static char *
-ngx_http_pagedllm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_core_loc_conf_t  *clcf;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_pagedllm_metrics_handler;
+    clcf->handler = *handler;
 
     return NGX_CONF_OK;
 }
