@@ -1,0 +1,297 @@
+/*
+ * engine-bench: the engine's own throughput, without nginx.
+ *
+ * Attaches to pagedllm-engine's socket as an nginx worker does, then for
+ * each batch size B submits B greedy requests at once (P random prompt
+ * token ids, G generated tokens, ignore_eos) and waits for all of them.
+ * Per batch it reports output tokens/s over the whole run, the mean time
+ * to first token, and the decode step time (each request's time between
+ * its first and last token over G - 1, averaged over requests), which at
+ * B = 1 is the model's decode step as a client sees it.
+ *
+ *   engine-bench -s SOCKET [-b 1,16,64] [-P prompt] [-G gen] [-V vocab]
+ */
+
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pl_proto.h"
+#include "pl_ring.h"
+
+#define BENCH_MAX_BATCH  1024
+#define BENCH_RECBUF     (1 << 20)
+
+typedef struct {
+    int        fd;
+    int        sub_efd;
+    int        comp_efd;
+    uint8_t   *region;
+    size_t     size;
+    pl_ring_t  sub;
+    pl_ring_t  comp;
+} bench_worker_t;
+
+typedef struct {
+    int        tokens;
+    int        finished;
+    double     t_first;
+    double     t_last;
+} bench_req_t;
+
+
+static double
+now(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+
+static int
+bench_attach(bench_worker_t *w, const char *path)
+{
+    struct sockaddr_un  sa = { .sun_family = AF_UNIX };
+    pl_attach_t         at = { PL_PROTO_MAGIC, PL_PROTO_VERSION, 0, 0 };
+    pl_hello_t          hello;
+    char                cbuf[CMSG_SPACE(3 * sizeof(int))];
+    struct iovec        iov = { &hello, sizeof(hello) };
+    struct msghdr       msg = { 0 };
+    struct cmsghdr     *cm;
+    int                 fds[3];
+    pl_region_hdr_t    *h;
+
+    at.pid = (uint32_t) getpid();
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    w->fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (w->fd < 0 || connect(w->fd, (struct sockaddr *) &sa, sizeof(sa)) != 0
+        || write(w->fd, &at, sizeof(at)) != (ssize_t) sizeof(at))
+    {
+        fprintf(stderr, "engine-bench: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof(cbuf);
+    if (recvmsg(w->fd, &msg, MSG_WAITALL) != (ssize_t) sizeof(hello)
+        || hello.magic != PL_PROTO_MAGIC || hello.version != PL_PROTO_VERSION
+        || (cm = CMSG_FIRSTHDR(&msg)) == NULL
+        || cm->cmsg_len != CMSG_LEN(3 * sizeof(int)))
+    {
+        fprintf(stderr, "engine-bench: bad hello from the engine\n");
+        return -1;
+    }
+    memcpy(fds, CMSG_DATA(cm), sizeof(fds));
+    w->sub_efd = fds[1];
+    w->comp_efd = fds[2];
+    w->size = hello.region_size;
+    w->region = mmap(NULL, w->size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     fds[0], 0);
+    close(fds[0]);
+    if (w->region == MAP_FAILED) {
+        perror("engine-bench: mmap");
+        return -1;
+    }
+
+    h = (pl_region_hdr_t *) w->region;
+    pl_ring_attach_producer(&w->sub, w->region + h->sub_offset, h->sub_size);
+    pl_ring_attach_consumer(&w->comp, w->region + h->comp_offset,
+                            h->comp_size);
+    return 0;
+}
+
+
+static void
+bench_doorbell(bench_worker_t *w)
+{
+    uint64_t  one = 1;
+
+    if (write(w->sub_efd, &one, sizeof(one)) != (ssize_t) sizeof(one)) {
+        perror("engine-bench: doorbell");
+    }
+}
+
+
+static int
+bench_submit(bench_worker_t *w, uint64_t id, int prompt, int gen, int vocab,
+    uint32_t *seed)
+{
+    pl_rec_submit_t  r = { 0 };
+    int32_t          ids[8192];
+    int              i;
+
+    if (prompt > 8192) {
+        return -1;
+    }
+    for (i = 0; i < prompt; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        ids[i] = (int32_t) ((*seed >> 8) % (uint32_t) vocab);
+    }
+    r.req_id = id;
+    r.max_tokens = (uint32_t) gen;
+    r.flags = PL_SUBMIT_IGNORE_EOS;
+    r.top_p = 1.0f;
+    r.n_prompt = (uint32_t) prompt;
+
+    while (pl_ring_write(&w->sub, PL_REC_SUBMIT, &r, sizeof(r), ids,
+                         (uint32_t) (prompt * sizeof(int32_t))) != 0)
+    {
+        bench_doorbell(w);
+        usleep(100);
+    }
+    return 0;
+}
+
+
+/* Reads every completion record there is; -1 on an engine error. */
+static int
+bench_drain(bench_worker_t *w, bench_req_t *reqs, uint64_t base, int n,
+    int *done)
+{
+    static uint8_t    buf[BENCH_RECBUF];
+    pl_rec_tokens_t   tk;
+    pl_rec_finish_t   fin;
+    uint32_t          type, len;
+    uint64_t          k;
+    double            t = now();
+    int               rc;
+
+    while ((rc = pl_ring_read(&w->comp, &type, buf, sizeof(buf), &len)) == 1)
+    {
+        if (type == PL_REC_TOKENS) {
+            memcpy(&tk, buf, sizeof(tk));
+            k = tk.req_id - base;
+            if (k < (uint64_t) n) {
+                if (reqs[k].tokens == 0) {
+                    reqs[k].t_first = t;
+                }
+                reqs[k].tokens += (int) tk.n;
+                reqs[k].t_last = t;
+            }
+        } else if (type == PL_REC_FINISH) {
+            memcpy(&fin, buf, sizeof(fin));
+            k = fin.req_id - base;
+            if (k < (uint64_t) n && !reqs[k].finished) {
+                reqs[k].finished = 1;
+                (*done)++;
+            }
+        } else if (type == PL_REC_ERROR) {
+            fprintf(stderr, "engine-bench: the engine refused a request: "
+                    "%.*s\n", (int) (len - sizeof(pl_rec_error_t)),
+                    (char *) buf + sizeof(pl_rec_error_t));
+            return -1;
+        }
+    }
+    return rc < 0 ? -1 : 0;
+}
+
+
+static int
+bench_batch(bench_worker_t *w, int batch, int prompt, int gen, int vocab,
+    uint64_t base)
+{
+    bench_req_t    *reqs = calloc(batch, sizeof(*reqs));
+    struct pollfd   pfd = { w->comp_efd, POLLIN, 0 };
+    uint32_t        seed = 12345u + (uint32_t) base;
+    uint64_t        ev;
+    double          t0, wall, ttft = 0, step = 0;
+    long            tokens = 0;
+    int             i, done = 0;
+
+    t0 = now();
+    for (i = 0; i < batch; i++) {
+        if (bench_submit(w, base + i, prompt, gen, vocab, &seed) != 0) {
+            return -1;
+        }
+    }
+    bench_doorbell(w);
+
+    while (done < batch) {
+        if (poll(&pfd, 1, 60000) <= 0) {
+            fprintf(stderr, "engine-bench: no progress for 60 s\n");
+            return -1;
+        }
+        if (read(w->comp_efd, &ev, sizeof(ev)) < 0 && errno != EAGAIN) {
+            return -1;
+        }
+        if (bench_drain(w, reqs, base, batch, &done) != 0) {
+            return -1;
+        }
+    }
+    wall = now() - t0;
+
+    for (i = 0; i < batch; i++) {
+        tokens += reqs[i].tokens;
+        ttft += reqs[i].t_first - t0;
+        step += reqs[i].tokens > 1
+                ? (reqs[i].t_last - reqs[i].t_first) / (reqs[i].tokens - 1)
+                : 0;
+    }
+    printf("%-8d %-16.1f %-14.2f %-12.3f %ld\n", batch, tokens / wall,
+           ttft / batch * 1e3, step / batch * 1e3, tokens);
+    free(reqs);
+    return tokens == (long) batch * gen ? 0 : -1;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    const char      *sock = NULL;
+    char            *list = "1,16,64", *tok;
+    int              prompt = 128, gen = 128, vocab = 512, opt, b, rc = 0;
+    uint64_t         base = 1;
+    bench_worker_t   w;
+
+    while ((opt = getopt(argc, argv, "s:b:P:G:V:")) != -1) {
+        switch (opt) {
+        case 's': sock = optarg; break;
+        case 'b': list = optarg; break;
+        case 'P': prompt = atoi(optarg); break;
+        case 'G': gen = atoi(optarg); break;
+        case 'V': vocab = atoi(optarg); break;
+        default:
+            sock = NULL;
+            break;
+        }
+    }
+    if (sock == NULL || prompt < 1 || gen < 2 || vocab < 1) {
+        fprintf(stderr, "usage: %s -s SOCKET [-b 1,16,64] [-P prompt] "
+                "[-G gen >= 2] [-V vocab]\n", argv[0]);
+        return 2;
+    }
+    if (bench_attach(&w, sock) != 0) {
+        return 1;
+    }
+
+    printf("prompt %d, generated %d, greedy\n", prompt, gen);
+    printf("%-8s %-16s %-14s %-12s %s\n", "batch", "output tok/s",
+           "ttft mean ms", "step ms", "tokens");
+
+    for (tok = strtok(list, ","); tok != NULL && rc == 0;
+         tok = strtok(NULL, ","))
+    {
+        b = atoi(tok);
+        if (b < 1 || b > BENCH_MAX_BATCH) {
+            fprintf(stderr, "engine-bench: batch %s out of 1..%d\n", tok,
+                    BENCH_MAX_BATCH);
+            return 2;
+        }
+        rc = bench_batch(&w, b, prompt, gen, vocab, base);
+        base += (uint64_t) b;
+    }
+
+    return rc == 0 ? 0 : 1;
+}
