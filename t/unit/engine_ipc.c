@@ -1,48 +1,22 @@
 /*
  * The real pagedllm-engine (with the tiny model) driven by fake workers
- * written here: attach, model identity, generation with max_tokens and
+ * (fake_worker.h): attach, model identity, generation with max_tokens and
  * ignore_eos, batching, seeds, ABORT, invalid SUBMITs, corrupt records that
  * drop only their own connection, workers that vanish mid-generation, a
  * completion ring left full, and a clean stop on SIGTERM.  The engine runs
  * on the CPU unless PAGEDLLM_TEST_DEVICE names another device.
  */
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "tap.h"
+#define FW_WAIT_MS    30000
 
-#include "pl_proto.h"
-#include "pl_ring.h"
+#include "fake_worker.h"
 
 #define MAX_RESULTS   512
 #define MAX_TOKENS    2048
-#define WAIT_MS       30000
-#define RECBUF        (1 << 20)
 #define BULK_BASE     100000
 #define BULK_N        30000
-
-typedef struct {
-    int               fd;
-    int               sub_efd;
-    int               comp_efd;
-    void             *region;
-    size_t            size;
-    pl_region_hdr_t  *hdr;
-    pl_ring_t         sub;
-    pl_ring_t         comp;
-    pl_hello_t        hello;
-    int               n_records;
-} worker_t;
 
 typedef struct {
     uint64_t   id;
@@ -61,23 +35,8 @@ typedef struct {
 static result_t  results[MAX_RESULTS];
 static int       n_results;
 static int       record_clock;
-static char      sock_path[256];
-static char      log_path[256];
-static char      dir[128];
-static pid_t     engine_pid;
-static const char *device;              /* PAGEDLLM_TEST_DEVICE, or cpu */
 static uint8_t   bulk_state[BULK_N];    /* 0, 1 after ERROR, 2 after FINISH */
 static int       bulk_bad;
-
-
-static uint64_t
-now_ms(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 
 static result_t *
@@ -98,176 +57,6 @@ result_for(uint64_t id)
 }
 
 
-/* ---- the engine process ---- */
-
-
-static void
-show_log(void)
-{
-    char   line[512];
-    FILE  *f = fopen(log_path, "r");
-
-    if (f == NULL) {
-        return;
-    }
-    while (fgets(line, sizeof(line), f)) {
-        printf("#   engine: %s", line);
-    }
-    fclose(f);
-}
-
-
-static int
-start_engine(const char *build)
-{
-    char                model[512], engine[512];
-    struct sockaddr_un  sa = { .sun_family = AF_UNIX };
-    uint64_t            until = now_ms() + 60000;
-    int                 fd, status;
-
-    snprintf(engine, sizeof(engine), "%s/pagedllm-engine", build);
-    snprintf(model, sizeof(model), "%s/models/tiny", build);
-
-    engine_pid = fork();
-    if (engine_pid == 0) {
-        int  log = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-        dup2(log, 2);
-        execl(engine, engine, "--model", model, "--listen", sock_path,
-              "--device", device, "--threads", "1", "--num-blocks", "512",
-              "--block-size", "16", "--max-num-seqs", "128",
-              "--log-level", "info", (char *) NULL);
-        fprintf(stderr, "exec %s: %s\n", engine, strerror(errno));
-        _exit(127);
-    }
-
-    strcpy(sa.sun_path, sock_path);
-
-    while (now_ms() < until) {
-        if (waitpid(engine_pid, &status, WNOHANG) == engine_pid) {
-            engine_pid = 0;
-            return -1;
-        }
-        fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0) {
-            close(fd);
-            return 0;
-        }
-        close(fd);
-        usleep(20000);
-    }
-
-    return -1;
-}
-
-
-/* ---- a fake worker ---- */
-
-
-static int
-connect_engine(void)
-{
-    struct sockaddr_un  sa = { .sun_family = AF_UNIX };
-    int                 fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    strcpy(sa.sun_path, sock_path);
-    if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0) {
-        close(fd);
-        return -1;
-    }
-
-    return fd;
-}
-
-
-static int
-recv_hello(worker_t *w)
-{
-    union {
-        struct cmsghdr  h;
-        char            buf[CMSG_SPACE(3 * sizeof(int))];
-    }                ctl;
-    struct iovec     iov = { &w->hello, sizeof(w->hello) };
-    struct msghdr    msg = { 0 };
-    struct cmsghdr  *cm;
-    int              fds[3];
-    struct pollfd    p = { w->fd, POLLIN, 0 };
-
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = sizeof(ctl.buf);
-
-    if (poll(&p, 1, WAIT_MS) != 1
-        || recvmsg(w->fd, &msg, MSG_CMSG_CLOEXEC) != sizeof(w->hello))
-    {
-        return -1;
-    }
-
-    cm = CMSG_FIRSTHDR(&msg);
-    if (cm == NULL || cm->cmsg_type != SCM_RIGHTS
-        || cm->cmsg_len != CMSG_LEN(sizeof(fds)))
-    {
-        return -1;
-    }
-    memcpy(fds, CMSG_DATA(cm), sizeof(fds));
-
-    w->size = w->hello.region_size;
-    w->region = mmap(NULL, w->size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fds[0], 0);
-    close(fds[0]);
-    w->sub_efd = fds[1];
-    w->comp_efd = fds[2];
-
-    return w->region == MAP_FAILED ? -1 : 0;
-}
-
-
-static int
-attach(worker_t *w)
-{
-    pl_attach_t  a = { PL_PROTO_MAGIC, PL_PROTO_VERSION,
-                       (uint32_t) getpid(), 0 };
-
-    memset(w, 0, sizeof(*w));
-    w->fd = connect_engine();
-    if (w->fd < 0 || write(w->fd, &a, sizeof(a)) != sizeof(a)
-        || recv_hello(w) != 0)
-    {
-        return -1;
-    }
-
-    w->hdr = w->region;
-    pl_ring_attach_producer(&w->sub, (uint8_t *) w->region
-                            + w->hdr->sub_offset, w->hdr->sub_size);
-    pl_ring_attach_consumer(&w->comp, (uint8_t *) w->region
-                            + w->hdr->comp_offset, w->hdr->comp_size);
-
-    return 0;
-}
-
-
-static void
-detach(worker_t *w)
-{
-    munmap(w->region, w->size);
-    close(w->sub_efd);
-    close(w->comp_efd);
-    close(w->fd);
-}
-
-
-static void
-ring_doorbell(worker_t *w)
-{
-    uint64_t  one = 1;
-
-    if (write(w->sub_efd, &one, sizeof(one)) != sizeof(one)) {
-        diag("doorbell write failed");
-    }
-}
-
-
 typedef struct {
     uint32_t  max_tokens;
     uint32_t  flags;
@@ -282,7 +71,7 @@ static const params_t  greedy_ignore_eos = { 0, PL_SUBMIT_IGNORE_EOS, 0, 1,
 
 
 static int
-submit(worker_t *w, uint64_t id, const int32_t *prompt, uint32_t n,
+submit(fw_t *w, uint64_t id, const int32_t *prompt, uint32_t n,
     uint32_t max_tokens, const params_t *p)
 {
     pl_rec_submit_t  r = { .req_id = id, .max_tokens = max_tokens,
@@ -290,24 +79,10 @@ submit(worker_t *w, uint64_t id, const int32_t *prompt, uint32_t n,
                            .temperature = p->temperature, .top_p = p->top_p,
                            .top_k = p->top_k, .n_prompt = n,
                            .seed = p->seed };
-    int              rc;
 
     result_for(id);
-    rc = pl_ring_write(&w->sub, PL_REC_SUBMIT, &r, sizeof(r), prompt,
-                       n * sizeof(int32_t));
-    ring_doorbell(w);
 
-    return rc;
-}
-
-
-static void
-send_abort(worker_t *w, uint64_t id)
-{
-    pl_rec_abort_t  r = { id };
-
-    pl_ring_write(&w->sub, PL_REC_ABORT, &r, sizeof(r), NULL, 0);
-    ring_doorbell(w);
+    return fw_submit(w, &r, prompt, NULL, NULL);
 }
 
 
@@ -378,100 +153,26 @@ take_record(uint32_t type, const uint8_t *buf, uint32_t len)
 }
 
 
-/* Read everything in the completion ring; wait up to ms for the doorbell
-   when it is empty.  Returns records read, -1 on a corrupt ring. */
-static int
-pump(worker_t *w, int ms)
-{
-    static uint8_t  buf[RECBUF];
-    struct pollfd   p = { w->comp_efd, POLLIN, 0 };
-    uint32_t        type, len;
-    uint64_t        v;
-    int             n = 0, rc;
-
-    if (poll(&p, 1, ms) == 1) {
-        if (read(w->comp_efd, &v, sizeof(v)) != sizeof(v)) {
-            diag("doorbell read failed");
-        }
-    }
-
-    while ((rc = pl_ring_read(&w->comp, &type, buf, sizeof(buf), &len)) == 1)
-    {
-        take_record(type, buf, len);
-        n++;
-    }
-    w->n_records += n;
-
-    return rc < 0 ? -1 : n;
-}
-
-
 /* One step of a loop waiting for a condition: pump; 0 once the ring is
    corrupt or the deadline has passed. */
 static int
-pump_until(worker_t *w, uint64_t until)
+pump_until(fw_t *w, uint64_t until)
 {
-    return pump(w, 50) >= 0 && now_ms() < until;
+    return fw_pump(w, 50) >= 0 && fw_now_ms() < until;
 }
 
 
 static int
-wait_finished(worker_t *w, uint64_t id)
+finished(int id)
 {
-    uint64_t   until = now_ms() + WAIT_MS;
-    result_t  *r = result_for(id);
-
-    while (!r->finished && now_ms() < until) {
-        if (pump(w, 50) < 0) {
-            return -1;
-        }
-    }
-
-    return r->finished ? 0 : -1;
+    return result_for((uint64_t) id)->finished;
 }
 
 
-static pl_stats_t
-stats(worker_t *w)
-{
-    pl_stats_t  st;
-
-    memset(&st, 0, sizeof(st));
-    if (pl_stats_read(w->hdr, &st) != 0) {
-        diag("stats stayed busy");
-    }
-
-    return st;
-}
-
-
-/* Wait until the engine reports nothing running or waiting and no block
-   in use (it publishes at least every 200 ms). */
-static pl_stats_t
-wait_idle(worker_t *w)
-{
-    uint64_t    until = now_ms() + WAIT_MS;
-    pl_stats_t  st = stats(w);
-
-    while (now_ms() < until
-           && (st.running || st.waiting || st.kv_blocks_used))
-    {
-        pump(w, 20);
-        st = stats(w);
-    }
-
-    return st;
-}
-
-
-/* The socket reaches EOF: the engine dropped this connection. */
 static int
-dropped(worker_t *w)
+wait_finished(fw_t *w, uint64_t id)
 {
-    struct pollfd  p = { w->fd, POLLIN, 0 };
-    char           c;
-
-    return poll(&p, 1, WAIT_MS) == 1 && recv(w->fd, &c, 1, 0) == 0;
+    return fw_wait(w, finished, (int) id, (int) id + 1);
 }
 
 
@@ -497,7 +198,7 @@ static const int32_t  prompt5[] = { 510, 17, 42, 99, 7 };
 
 
 static void
-test_identity(worker_t *w, const char *build)
+test_identity(fw_t *w, const char *build)
 {
     char        path[512];
     FILE       *f;
@@ -533,16 +234,16 @@ test_identity(worker_t *w, const char *build)
        && strstr(w->hdr->tokenizer_path, "tokenizer.json"),
        "tokenizer path is absolute (%s)", w->hdr->tokenizer_path);
 
-    st = wait_idle(w);
+    st = fw_wait_idle(w);
     is_int(st.kv_blocks_total, 512, "stats: 512 KV blocks");
     is_int(st.block_size, 16, "stats: block size 16");
-    is_str(st.device, device, "stats: device");
+    is_str(st.device, fw_device(), "stats: device");
     ok(st.workers >= 1, "stats: the worker is counted");
 }
 
 
 static void
-test_generate(worker_t *w)
+test_generate(fw_t *w)
 {
     result_t  *a, *b;
     int        bad = 0, i;
@@ -569,7 +270,7 @@ test_generate(worker_t *w)
 
 
 static void
-test_eos(worker_t *w)
+test_eos(fw_t *w)
 {
     params_t   p = { 0, 0, 1.0f, 1.0f, 0, 0 };
     result_t  *r;
@@ -599,7 +300,7 @@ test_eos(worker_t *w)
 
 
 static void
-test_batching(worker_t *w)
+test_batching(fw_t *w)
 {
     pl_stats_t  before, after;
     result_t   *a, *b, *alone;
@@ -610,12 +311,12 @@ test_batching(worker_t *w)
     wait_finished(w, 3);
     alone = result_for(3);
 
-    before = wait_idle(w);
+    before = fw_wait_idle(w);
     submit(w, 4, prompt5, 5, 40, &greedy_ignore_eos);
     submit(w, 5, other, 7, 40, &greedy_ignore_eos);
     wait_finished(w, 4);
     wait_finished(w, 5);
-    after = wait_idle(w);
+    after = fw_wait_idle(w);
 
     a = result_for(4);
     b = result_for(5);
@@ -637,7 +338,7 @@ test_batching(worker_t *w)
 
 
 static void
-test_seed(worker_t *w)
+test_seed(fw_t *w)
 {
     params_t   p = { 0, PL_SUBMIT_HAS_SEED | PL_SUBMIT_IGNORE_EOS, 0.9f,
                      0.95f, 50, 1234 };
@@ -667,29 +368,29 @@ test_seed(worker_t *w)
 
 
 static void
-test_abort(worker_t *w)
+test_abort(fw_t *w)
 {
     result_t    *r = result_for(10);
-    uint64_t     until = now_ms() + WAIT_MS;
+    uint64_t     until = fw_now_ms() + FW_WAIT_MS;
     pl_stats_t   st;
 
     submit(w, 10, prompt5, 5, 2000, &greedy_ignore_eos);
-    while (r->n < 3 && now_ms() < until) {
-        pump(w, 20);
+    while (r->n < 3 && fw_now_ms() < until) {
+        fw_pump(w, 20);
     }
     ok(r->n >= 3 && !r->finished, "a long request is generating");
 
-    send_abort(w, 10);
+    fw_abort(w, 10);
     ok(wait_finished(w, 10) == 0 && r->reason == PL_FINISH_ABORT,
        "ABORT ends it with FINISH(ABORT)");
     ok(r->n < 2000, "before max_tokens (%d tokens)", r->n);
 
-    st = wait_idle(w);
+    st = fw_wait_idle(w);
     is_int(st.running, 0, "stats: nothing running after the abort");
     is_int(st.kv_blocks_used, 0, "stats: its blocks are free");
     is_int(st.kv_blocks_free, 512, "stats: all 512 blocks free");
 
-    send_abort(w, 12345);
+    fw_abort(w, 12345);
     submit(w, 11, prompt5, 5, 2, &greedy_ignore_eos);
     ok(wait_finished(w, 11) == 0 && result_for(11)->n == 2,
        "an ABORT of an unknown id is harmless");
@@ -697,7 +398,7 @@ test_abort(worker_t *w)
 
 
 static void
-expect_400(worker_t *w, uint64_t id, const char *what)
+expect_400(fw_t *w, uint64_t id, const char *what)
 {
     result_t  *r = result_for(id);
 
@@ -709,7 +410,7 @@ expect_400(worker_t *w, uint64_t id, const char *what)
 
 
 static void
-test_invalid(worker_t *w)
+test_invalid(fw_t *w)
 {
     params_t  p;
     int32_t   big[2000];
@@ -744,7 +445,7 @@ test_invalid(worker_t *w)
 
     submit(w, 27, prompt5, 5, 1500, &greedy_ignore_eos);
     submit(w, 27, prompt5, 5, 5, &greedy_ignore_eos);
-    until = now_ms() + WAIT_MS;
+    until = fw_now_ms() + FW_WAIT_MS;
     while (result_for(27)->err_status == 0 && pump_until(w, until)) {
         /* wait for the duplicate's error */
     }
@@ -752,8 +453,8 @@ test_invalid(worker_t *w)
        && result_for(27)->reason == PL_FINISH_ERROR,
        "a duplicate live req_id gets ERROR 400 + FINISH(ERROR) (\"%s\")",
        result_for(27)->err);
-    send_abort(w, 27);
-    until = now_ms() + WAIT_MS;
+    fw_abort(w, 27);
+    until = fw_now_ms() + FW_WAIT_MS;
     while (result_for(27)->finished < 2 && pump_until(w, until)) {
         /* wait for the original's end */
     }
@@ -770,16 +471,16 @@ test_invalid(worker_t *w)
 
 
 static void
-corrupt_and_check(worker_t *ok_w, int how, const char *what)
+corrupt_and_check(fw_t *ok_w, int how, const char *what)
 {
-    worker_t   bad;
+    fw_t             bad;
     pl_rec_submit_t  r = { .req_id = 40 + how, .max_tokens = 4, .top_p = 1,
                            .n_prompt = 3 };
-    int32_t    toks[3] = { 1, 2, 600 };
-    uint8_t    junk[24] = { 0 };
-    uint64_t   id = 50 + how, until = now_ms() + WAIT_MS;
+    int32_t          toks[3] = { 1, 2, 600 };
+    uint8_t          junk[24] = { 0 };
+    uint64_t         id = 50 + how, until = fw_now_ms() + FW_WAIT_MS;
 
-    if (attach(&bad) != 0) {
+    if (fw_attach(&bad, take_record) != 0) {
         ok(0, "%s: second worker attaches", what);
         return;
     }
@@ -801,29 +502,29 @@ corrupt_and_check(worker_t *ok_w, int how, const char *what)
     } else {
         atomic_store(&bad.sub.sh->head, bad.sub.local + 12);
     }
-    ring_doorbell(&bad);
+    fw_doorbell(&bad);
 
-    ok(dropped(&bad), "%s: the engine drops that connection", what);
+    ok(fw_closed(bad.fd), "%s: the engine drops that connection", what);
 
     submit(ok_w, id, prompt5, 5, 3, &greedy_ignore_eos);
     ok(wait_finished(ok_w, id) == 0 && result_for(id)->n == 3,
        "%s: the other worker is still served", what);
-    is_int(wait_idle(ok_w).kv_blocks_used, 0,
+    is_int(fw_wait_idle(ok_w).kv_blocks_used, 0,
            "%s: the dropped worker's blocks are freed", what);
 
-    detach(&bad);
+    fw_detach(&bad);
 }
 
 
 static void
-test_vanishing_worker(worker_t *w)
+test_vanishing_worker(fw_t *w)
 {
-    worker_t    v;
-    pl_stats_t  st, before = stats(w);
-    uint64_t    until = now_ms() + WAIT_MS;
+    fw_t        v;
+    pl_stats_t  st, before = fw_stats(w);
+    uint64_t    until = fw_now_ms() + FW_WAIT_MS;
     int         i;
 
-    if (attach(&v) != 0) {
+    if (fw_attach(&v, take_record) != 0) {
         ok(0, "a third worker attaches");
         return;
     }
@@ -833,20 +534,20 @@ test_vanishing_worker(worker_t *w)
     while (result_for(73)->n < 2 && pump_until(&v, until)) {
         /* generating */
     }
-    ok(stats(w).kv_blocks_used > 0, "its requests hold blocks");
-    ok(stats(w).workers == before.workers + 1, "it is counted");
+    ok(fw_stats(w).kv_blocks_used > 0, "its requests hold blocks");
+    ok(fw_stats(w).workers == before.workers + 1, "it is counted");
 
-    detach(&v);
+    fw_detach(&v);
 
-    st = wait_idle(w);
+    st = fw_wait_idle(w);
     is_int(st.kv_blocks_used, 0, "closing its socket mid-generation frees "
            "every block");
     is_int(st.running, 0, "and leaves nothing running");
 
-    for (i = 0; i < 100 && stats(w).workers != before.workers; i++) {
+    for (i = 0; i < 100 && fw_stats(w).workers != before.workers; i++) {
         usleep(20000);
     }
-    is_int(stats(w).workers, before.workers, "the worker count drops back");
+    is_int(fw_stats(w).workers, before.workers, "the worker count drops back");
 }
 
 
@@ -854,17 +555,13 @@ static void
 test_bad_attach(void)
 {
     pl_attach_t  a = { 0x12345678, PL_PROTO_VERSION, 1, 0 };
-    int          fd = connect_engine();
-    int          fd2 = connect_engine();
-    struct pollfd  p = { fd, POLLIN, 0 };
-    char         c;
+    int          fd = fw_connect();
+    int          fd2 = fw_connect();
 
-    ok(write(fd, &a, sizeof(a)) == sizeof(a)
-       && poll(&p, 1, WAIT_MS) == 1 && recv(fd, &c, 1, 0) == 0,
+    ok(write(fd, &a, sizeof(a)) == sizeof(a) && fw_closed(fd),
        "a bad attach magic gets the connection closed");
 
-    p.fd = fd2;
-    ok(poll(&p, 1, WAIT_MS) == 1 && recv(fd2, &c, 1, 0) == 0,
+    ok(fw_closed(fd2),
        "a client that never attaches is closed after the timeout");
 
     close(fd);
@@ -892,16 +589,16 @@ bulk_done(void)
  * the worker drains.
  */
 static void
-test_full_completion_ring(worker_t *w)
+test_full_completion_ring(fw_t *w)
 {
-    worker_t         f;
+    fw_t             f;
     pl_rec_submit_t  r = { .max_tokens = 3000, .top_p = 1, .n_prompt = 1 };
     int32_t          tok = 5;
     uint64_t         until, head, tail;
-    pl_stats_t       st, before = wait_idle(w);
+    pl_stats_t       st, before = fw_wait_idle(w);
     int              i, all = 1, pending, refused = 0;
 
-    if (attach(&f) != 0) {
+    if (fw_attach(&f, take_record) != 0) {
         ok(0, "a fourth worker attaches");
         return;
     }
@@ -911,19 +608,19 @@ test_full_completion_ring(worker_t *w)
         refused += pl_ring_write(&f.sub, PL_REC_SUBMIT, &r, sizeof(r), &tok,
                                  sizeof(tok)) != 0;
     }
-    ring_doorbell(&f);
+    fw_doorbell(&f);
     is_int(refused, 0, "30000 bad SUBMITs fit the submission ring");
 
     for (i = 0; i < 4; i++) {
         submit(&f, 300 + i, prompt5, 5, 64, &greedy_ignore_eos);
     }
 
-    until = now_ms() + WAIT_MS;
+    until = fw_now_ms() + FW_WAIT_MS;
     do {
         usleep(20000);
-        st = stats(w);
+        st = fw_stats(w);
     } while (st.requests_total < before.requests_total + 4
-             || ((st.running || st.waiting) && now_ms() < until));
+             || ((st.running || st.waiting) && fw_now_ms() < until));
 
     head = atomic_load(&f.comp.sh->head);
     tail = atomic_load(&f.comp.sh->tail);
@@ -932,14 +629,14 @@ test_full_completion_ring(worker_t *w)
     ok(!st.running && !st.waiting, "the batch still ran the valid requests "
        "to the end");
 
-    until = now_ms() + WAIT_MS;
+    until = fw_now_ms() + FW_WAIT_MS;
     do {
-        pump(&f, 20);
+        fw_pump(&f, 20);
         pending = BULK_N - bulk_done();
         for (i = 0; i < 4; i++) {
             pending += !result_for(300 + i)->finished;
         }
-    } while (pending && now_ms() < until);
+    } while (pending && fw_now_ms() < until);
 
     is_int(bulk_done(), BULK_N, "once drained, all 30000 rejections arrive");
     is_int(bulk_bad, 0, "each as ERROR then FINISH, exactly once");
@@ -949,7 +646,7 @@ test_full_completion_ring(worker_t *w)
     }
     ok(all, "and the valid requests got all 64 tokens and their FINISH");
 
-    detach(&f);
+    fw_detach(&f);
 }
 
 
@@ -959,10 +656,10 @@ test_full_completion_ring(worker_t *w)
  * with exactly the tokens it would have produced alone.
  */
 static void
-test_preemption(worker_t *w)
+test_preemption(fw_t *w)
 {
     static int32_t  prompt[10][600];
-    pl_stats_t      before = wait_idle(w), after;
+    pl_stats_t      before = fw_wait_idle(w), after;
     result_t       *alone, *r;
     int             i, j, all = 1;
 
@@ -984,7 +681,7 @@ test_preemption(worker_t *w)
         r = result_for(410 + i);
         all &= r->n == 600 && r->reason == PL_FINISH_LENGTH;
     }
-    after = wait_idle(w);
+    after = fw_wait_idle(w);
 
     ok(after.preemptions_total > before.preemptions_total,
        "a pool too small for the load preempts (%llu times)",
@@ -1000,34 +697,35 @@ test_preemption(worker_t *w)
 int
 main(void)
 {
+    static const char *const  flags[] = {
+        "--device", NULL, "--num-blocks", "512", "--block-size", "16",
+        "--max-num-seqs", "128", "--log-level", "info", NULL
+    };
     const char  *build = getenv("PAGEDLLM_BUILD");
-    worker_t     w;
-    int          status = 0;
+    const char  *args[sizeof(flags) / sizeof(flags[0])];
+    fw_t         w;
     struct stat  st;
 
     if (build == NULL) {
         build = "build";
     }
-    device = getenv("PAGEDLLM_TEST_DEVICE");
-    if (device == NULL) {
-        device = "cpu";
-    }
+    memcpy(args, flags, sizeof(flags));
+    args[1] = fw_device();
 
-    snprintf(dir, sizeof(dir), "/tmp/pagedllm-ipc-XXXXXX");
-    if (mkdtemp(dir) == NULL) {
+    if (fw_setup("ipc") != 0) {
         ok(0, "temp dir");
         return done_testing();
     }
-    snprintf(sock_path, sizeof(sock_path), "%s/engine.sock", dir);
-    snprintf(log_path, sizeof(log_path), "%s/engine.log", dir);
 
-    if (!ok(start_engine(build) == 0, "the engine starts (%s)", build)) {
-        show_log();
+    if (!ok(fw_engine_start(build, args, NULL) == 0, "the engine starts (%s)",
+            build))
+    {
+        fw_show_log();
         return done_testing();
     }
 
-    if (!ok(attach(&w) == 0, "a worker attaches")) {
-        show_log();
+    if (!ok(fw_attach(&w, take_record) == 0, "a worker attaches")) {
+        fw_show_log();
     } else {
         test_identity(&w, build);
         test_generate(&w);
@@ -1044,20 +742,16 @@ main(void)
         test_vanishing_worker(&w);
         test_bad_attach();
         test_full_completion_ring(&w);
-        detach(&w);
+        fw_detach(&w);
     }
 
-    kill(engine_pid, SIGTERM);
-    waitpid(engine_pid, &status, 0);
-    ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-       "SIGTERM stops the engine cleanly");
-    ok(stat(sock_path, &st) != 0, "and removes its socket");
+    ok(fw_engine_stop() == 0, "SIGTERM stops the engine cleanly");
+    ok(stat(fw_sock, &st) != 0, "and removes its socket");
 
     if (tap_failed) {
-        show_log();
+        fw_show_log();
     }
-    unlink(log_path);
-    rmdir(dir);
+    fw_cleanup();
 
     return done_testing();
 }
