@@ -1,43 +1,18 @@
 /*
  * Sampling through the real pagedllm-engine (tiny model, CPU) driven by a
- * fake worker: a seeded request gives the same tokens alone and in a batch
- * of 32 with every sampling parameter on, logprobs arrive with every token
- * (n_top entries, the chosen one <= 0, the top-1 under greedy), protocol v2
- * values the engine must refuse get ERROR 400 + FINISH, and a SUBMIT whose
- * counts do not match its length drops the connection.
+ * fake worker (fake_worker.h): a seeded request gives the same tokens
+ * alone and in a batch of 32 with every sampling parameter on, logprobs
+ * arrive with every token (n_top entries, the chosen one <= 0, the top-1
+ * under greedy), protocol v2 values the engine must refuse get ERROR 400
+ * + FINISH, and a SUBMIT whose counts do not match its length drops the
+ * connection.
  */
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "tap.h"
-
-#include "pl_proto.h"
-#include "pl_ring.h"
+#include "fake_worker.h"
 
 #define N_REQ      40
 #define N_TOK      32
 #define BATCH      32
-#define WAIT_MS    60000
-
-typedef struct {
-    int               fd;
-    int               sub_efd;
-    int               comp_efd;
-    void             *region;
-    size_t            size;
-    pl_region_hdr_t  *hdr;
-    pl_ring_t         sub;
-    pl_ring_t         comp;
-} worker_t;
 
 typedef struct {
     int32_t   toks[N_TOK];
@@ -51,155 +26,6 @@ typedef struct {
 } result_t;
 
 static result_t  res[N_REQ];
-static char      sock_path[256], log_path[256], dir[128];
-static pid_t     engine_pid;
-
-
-static uint64_t
-now_ms(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-
-static int
-start_engine(const char *build)
-{
-    char                model[512], engine[512];
-    struct sockaddr_un  sa = { .sun_family = AF_UNIX };
-    uint64_t            until = now_ms() + 60000;
-    int                 fd, status, log;
-
-    snprintf(engine, sizeof(engine), "%s/pagedllm-engine", build);
-    snprintf(model, sizeof(model), "%s/models/tiny", build);
-
-    engine_pid = fork();
-    if (engine_pid == 0) {
-        log = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(log, 2);
-        execl(engine, engine, "--model", model, "--listen", sock_path,
-              "--device", "cpu", "--threads", "1", "--num-blocks", "512",
-              "--max-num-seqs", "64", (char *) NULL);
-        _exit(127);
-    }
-
-    strcpy(sa.sun_path, sock_path);
-
-    while (now_ms() < until) {
-        if (waitpid(engine_pid, &status, WNOHANG) == engine_pid) {
-            engine_pid = 0;
-            return -1;
-        }
-        fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0) {
-            close(fd);
-            return 0;
-        }
-        close(fd);
-        usleep(20000);
-    }
-
-    return -1;
-}
-
-
-static int
-attach(worker_t *w)
-{
-    union {
-        struct cmsghdr  h;
-        char            buf[CMSG_SPACE(3 * sizeof(int))];
-    }                   ctl;
-    pl_attach_t         a = { PL_PROTO_MAGIC, PL_PROTO_VERSION, 1, 0 };
-    pl_hello_t          hello;
-    struct sockaddr_un  sa = { .sun_family = AF_UNIX };
-    struct iovec        iov = { &hello, sizeof(hello) };
-    struct msghdr       msg = { 0 };
-    struct cmsghdr     *cm;
-    struct pollfd       p;
-    int                 fds[3];
-
-    memset(w, 0, sizeof(*w));
-    strcpy(sa.sun_path, sock_path);
-    w->fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (connect(w->fd, (struct sockaddr *) &sa, sizeof(sa)) != 0
-        || write(w->fd, &a, sizeof(a)) != sizeof(a))
-    {
-        return -1;
-    }
-
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = sizeof(ctl.buf);
-    p = (struct pollfd) { w->fd, POLLIN, 0 };
-
-    if (poll(&p, 1, WAIT_MS) != 1
-        || recvmsg(w->fd, &msg, 0) != sizeof(hello)
-        || (cm = CMSG_FIRSTHDR(&msg)) == NULL
-        || cm->cmsg_len != CMSG_LEN(sizeof(fds)))
-    {
-        return -1;
-    }
-
-    memcpy(fds, CMSG_DATA(cm), sizeof(fds));
-    w->size = hello.region_size;
-    w->region = mmap(NULL, w->size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fds[0], 0);
-    close(fds[0]);
-    w->sub_efd = fds[1];
-    w->comp_efd = fds[2];
-    if (w->region == MAP_FAILED) {
-        return -1;
-    }
-
-    w->hdr = w->region;
-    pl_ring_attach_producer(&w->sub, (uint8_t *) w->region
-                            + w->hdr->sub_offset, w->hdr->sub_size);
-    pl_ring_attach_consumer(&w->comp, (uint8_t *) w->region
-                            + w->hdr->comp_offset, w->hdr->comp_size);
-
-    return 0;
-}
-
-
-static void
-detach(worker_t *w)
-{
-    munmap(w->region, w->size);
-    close(w->sub_efd);
-    close(w->comp_efd);
-    close(w->fd);
-}
-
-
-/* A SUBMIT with its prompt, logit bias and stop ids. */
-static int
-submit(worker_t *w, const pl_rec_submit_t *r, const int32_t *prompt,
-    const pl_bias_pair_t *bias, const int32_t *stop)
-{
-    uint8_t   body[4096], *b = body;
-    uint64_t  one = 1;
-    int       rc;
-
-    memcpy(b, prompt, r->n_prompt * sizeof(int32_t));
-    b += r->n_prompt * sizeof(int32_t);
-    memcpy(b, bias, r->n_logit_bias * sizeof(pl_bias_pair_t));
-    b += r->n_logit_bias * sizeof(pl_bias_pair_t);
-    memcpy(b, stop, r->n_stop_ids * sizeof(int32_t));
-    b += r->n_stop_ids * sizeof(int32_t);
-
-    rc = pl_ring_write(&w->sub, PL_REC_SUBMIT, r, sizeof(*r), body,
-                       (uint32_t) (b - body));
-    if (write(w->sub_efd, &one, sizeof(one)) != sizeof(one)) {
-        diag("doorbell write failed");
-    }
-
-    return rc;
-}
 
 
 static void
@@ -263,32 +89,18 @@ take(uint32_t type, const uint8_t *buf, uint32_t len)
 }
 
 
+static int
+finished(int id)
+{
+    return res[id].finished;
+}
+
+
 /* Pump the completion ring until ids [lo, hi) have all finished. */
 static int
-wait_all(worker_t *w, int lo, int hi)
+wait_all(fw_t *w, int lo, int hi)
 {
-    static uint8_t  buf[1 << 20];
-    struct pollfd   p = { w->comp_efd, POLLIN, 0 };
-    uint64_t        until = now_ms() + WAIT_MS, v;
-    uint32_t        type, len;
-    int             i, left;
-
-    while (now_ms() < until) {
-        if (poll(&p, 1, 50) == 1 && read(w->comp_efd, &v, 8) != 8) {
-            diag("doorbell read failed");
-        }
-        while (pl_ring_read(&w->comp, &type, buf, sizeof(buf), &len) == 1) {
-            take(type, buf, len);
-        }
-        for (left = 0, i = lo; i < hi; i++) {
-            left += !res[i].finished;
-        }
-        if (left == 0) {
-            return 0;
-        }
-    }
-
-    return -1;
+    return fw_wait(w, finished, lo, hi);
 }
 
 
@@ -307,7 +119,7 @@ hot(uint64_t id, uint64_t seed)
 
 
 static void
-test_seed_in_batch(worker_t *w)
+test_seed_in_batch(fw_t *w)
 {
     int32_t          prompt[4] = { 510, 40, 41, 42 }, other[4];
     pl_bias_pair_t   bias = { 77, 1.5f };
@@ -316,7 +128,7 @@ test_seed_in_batch(worker_t *w)
     int              i, same, differ;
 
     r = hot(0, 4242);
-    submit(w, &r, prompt, &bias, &stop);
+    fw_submit(w, &r, prompt, &bias, &stop);
     ok(wait_all(w, 0, 1) == 0, "a seeded request alone finishes");
     ok(res[0].n >= 4, "and generates (%d tokens)", res[0].n);
 
@@ -326,7 +138,7 @@ test_seed_in_batch(worker_t *w)
         other[2] = 100 + i;
         other[3] = 7 * i;
         r = hot((uint64_t) i, i == 17 ? 4242 : 1000 + (uint64_t) i);
-        submit(w, &r, i == 17 ? prompt : other, &bias, &stop);
+        fw_submit(w, &r, i == 17 ? prompt : other, &bias, &stop);
     }
 
     ok(wait_all(w, 1, BATCH + 1) == 0, "a batch of %d finishes", BATCH);
@@ -346,7 +158,7 @@ test_seed_in_batch(worker_t *w)
 
 
 static void
-test_logprobs(worker_t *w)
+test_logprobs(fw_t *w)
 {
     int32_t          prompt[3] = { 510, 60, 61 };
     pl_rec_submit_t  r = { .req_id = 33, .max_tokens = 8, .top_p = 1,
@@ -355,7 +167,7 @@ test_logprobs(worker_t *w)
                                     | PL_SUBMIT_LOGPROBS };
     int              i, bad_lp = 0, bad_top = 0;
 
-    submit(w, &r, prompt, NULL, NULL);
+    fw_submit(w, &r, prompt, NULL, NULL);
     ok(wait_all(w, 33, 34) == 0 && res[33].n == 8,
        "greedy with logprobs 3 gives its 8 tokens");
     is_int(res[33].n_top_bad, 0, "every token carries 3 top entries");
@@ -370,7 +182,7 @@ test_logprobs(worker_t *w)
 
 
 static void
-test_refusals(worker_t *w)
+test_refusals(fw_t *w)
 {
     int32_t          prompt[2] = { 510, 5 }, bad_stop = 9999;
     pl_bias_pair_t   bad_bias = { 3, 500.0f };
@@ -390,7 +202,7 @@ test_refusals(worker_t *w)
     r[5].n_stop_ids = 1;
 
     for (i = 0; i < 6; i++) {
-        submit(w, &r[i], prompt, &bad_bias, &bad_stop);
+        fw_submit(w, &r[i], prompt, &bad_bias, &bad_stop);
     }
 
     ok(wait_all(w, 34, 40) == 0, "six bad SUBMITs all finish");
@@ -407,50 +219,43 @@ test_refusals(worker_t *w)
 static void
 test_malformed(void)
 {
-    worker_t         w;
+    fw_t             w;
     int32_t          prompt[2] = { 510, 5 };
     pl_rec_submit_t  r = { .req_id = 1, .max_tokens = 4, .top_p = 1,
                            .n_prompt = 2, .n_stop_ids = 3 };
-    struct pollfd    p;
-    char             c;
 
-    ok(attach(&w) == 0, "a second worker attaches");
+    ok(fw_attach(&w, take) == 0, "a second worker attaches");
     pl_ring_write(&w.sub, PL_REC_SUBMIT, &r, sizeof(r), prompt,
                   sizeof(prompt));
-    if (write(w.sub_efd, &(uint64_t) { 1 }, 8) != 8) {
-        diag("doorbell write failed");
-    }
-    p = (struct pollfd) { w.fd, POLLIN, 0 };
-    ok(poll(&p, 1, WAIT_MS) == 1 && read(w.fd, &c, 1) == 0,
+    fw_doorbell(&w);
+    ok(fw_closed(w.fd),
        "n_stop_ids beyond the record's length: the engine drops the "
        "connection");
-    detach(&w);
+    fw_detach(&w);
 }
 
 
 int
 main(void)
 {
+    static const char *const  flags[] = {
+        "--device", "cpu", "--num-blocks", "512", "--max-num-seqs", "64",
+        NULL
+    };
     const char  *build = getenv("PAGEDLLM_BUILD");
-    worker_t     w;
-    int          status;
-    char         line[512];
-    FILE        *f;
+    fw_t         w;
 
     if (build == NULL) {
         build = "build";
     }
 
-    snprintf(dir, sizeof(dir), "/tmp/pl-samp-XXXXXX");
-    if (mkdtemp(dir) == NULL) {
+    if (fw_setup("samp") != 0) {
         ok(0, "temporary folder");
         return done_testing();
     }
-    snprintf(sock_path, sizeof(sock_path), "%s/engine.sock", dir);
-    snprintf(log_path, sizeof(log_path), "%s/engine.log", dir);
 
-    if (!ok(start_engine(build) == 0, "the engine starts")
-        || !ok(attach(&w) == 0, "a fake worker attaches"))
+    if (!ok(fw_engine_start(build, flags, NULL) == 0, "the engine starts")
+        || !ok(fw_attach(&w, take) == 0, "a fake worker attaches"))
     {
         return done_testing();
     }
@@ -465,21 +270,15 @@ main(void)
     test_refusals(&w);
     test_malformed();
 
-    kill(engine_pid, SIGTERM);
-    waitpid(engine_pid, &status, 0);
-    ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+    ok(fw_engine_stop() == 0,
        "the engine survived everything and stops cleanly");
 
-    if (tap_failed && (f = fopen(log_path, "r")) != NULL) {
-        while (fgets(line, sizeof(line), f)) {
-            printf("#   engine: %s", line);
-        }
-        fclose(f);
+    if (tap_failed) {
+        fw_show_log();
     }
 
-    detach(&w);
-    unlink(log_path);
-    rmdir(dir);
+    fw_detach(&w);
+    fw_cleanup();
 
     return done_testing();
 }
