@@ -90,6 +90,7 @@ static ngx_int_t ngx_http_pagedllm_send_error(ngx_http_request_t *r,
     ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_unavailable(ngx_http_request_t *r,
     const char *reason);
+static ngx_int_t ngx_http_pagedllm_retry_after(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pagedllm_add_header(ngx_http_request_t *r,
     const char *name, ngx_str_t *value);
 
@@ -350,10 +351,8 @@ ngx_http_pagedllm_status_resume(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_pagedllm_send_status(ngx_http_request_t *r)
 {
-    ngx_int_t                      rc;
-    ngx_str_t                      value;
-    pl_stats_t                     stats;
-    ngx_http_pagedllm_loc_conf_t  *plcf;
+    ngx_int_t   rc;
+    pl_stats_t  stats;
 
     rc = ngx_http_pagedllm_channel_stats(&stats);
 
@@ -367,16 +366,7 @@ ngx_http_pagedllm_send_status(ngx_http_request_t *r)
                        ngx_http_pagedllm_channel_engine(), &stats));
     }
 
-    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
-
-    value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
-    if (value.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    value.len = ngx_sprintf(value.data, "%T", plcf->retry_after) - value.data;
-
-    if (ngx_http_pagedllm_add_header(r, "Retry-After", &value) != NGX_OK) {
+    if (ngx_http_pagedllm_retry_after(r) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -1393,6 +1383,17 @@ static ngx_int_t
 ngx_http_pagedllm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_buf_t *b)
 {
+    static ngx_str_t  json = ngx_string("application/json");
+
+    return ngx_http_pagedllm_send(r, status, &json, b);
+}
+
+
+/* A whole answer in one buffer (NULL: it could not be made). */
+ngx_int_t
+ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_buf_t *b)
+{
     ngx_int_t    rc;
     ngx_chain_t  out;
 
@@ -1401,7 +1402,7 @@ ngx_http_pagedllm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     r->headers_out.status = status;
-    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type = *type;
     r->headers_out.content_type_len = r->headers_out.content_type.len;
     r->headers_out.content_type_lowcase = NULL;
     r->headers_out.content_length_n = ngx_buf_size(b);
@@ -1434,20 +1435,9 @@ ngx_http_pagedllm_send_error(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_pagedllm_unavailable(ngx_http_request_t *r, const char *reason)
 {
-    ngx_str_t                      value;
-    ngx_http_pagedllm_error_t      err;
-    ngx_http_pagedllm_loc_conf_t  *plcf;
+    ngx_http_pagedllm_error_t  err;
 
-    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
-
-    value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
-    if (value.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    value.len = ngx_sprintf(value.data, "%T", plcf->retry_after) - value.data;
-
-    if (ngx_http_pagedllm_add_header(r, "Retry-After", &value) != NGX_OK) {
+    if (ngx_http_pagedllm_retry_after(r) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -1456,6 +1446,25 @@ ngx_http_pagedllm_unavailable(ngx_http_request_t *r, const char *reason)
     err.code = "engine_unavailable";
 
     return ngx_http_pagedllm_send_error(r, &err);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_retry_after(ngx_http_request_t *r)
+{
+    ngx_str_t                      value;
+    ngx_http_pagedllm_loc_conf_t  *plcf;
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
+
+    value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+    if (value.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    value.len = ngx_sprintf(value.data, "%T", plcf->retry_after) - value.data;
+
+    return ngx_http_pagedllm_add_header(r, "Retry-After", &value);
 }
 
 

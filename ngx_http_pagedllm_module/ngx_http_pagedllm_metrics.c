@@ -240,8 +240,10 @@ ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r)
     ngx_int_t                      rc;
     ngx_buf_t                     *b;
     pl_stats_t                     stats;
-    ngx_chain_t                    out;
     ngx_http_pagedllm_counters_t  *c;
+
+    static ngx_str_t  type =
+        ngx_string("text/plain; version=0.0.4; charset=utf-8");
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -272,26 +274,7 @@ ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r)
         b->last = ngx_http_pagedllm_metrics_http(b->last, b->end, c);
     }
 
-    r->headers_out.status = NGX_HTTP_OK;
-    ngx_str_set(&r->headers_out.content_type,
-                "text/plain; version=0.0.4; charset=utf-8");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_type_lowcase = NULL;
-    r->headers_out.content_length_n = b->last - b->pos;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b->last_buf = (r == r->main);
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_pagedllm_send(r, NGX_HTTP_OK, &type, b);
 }
 
 

@@ -194,6 +194,8 @@ ngx_int_t ngx_http_pagedllm_channel_stats(pl_stats_t *stats);
 /* handler */
 ngx_int_t ngx_http_pagedllm_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_pagedllm_status_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_buf_t *b);
 
 /* metrics */
 ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
