@@ -10,7 +10,6 @@ use warnings;
 use lib 't/lib';
 use JSON::PP;
 use Test::More;
-use Time::HiRes qw(time);
 
 use PagedLLM::Test;
 
@@ -23,20 +22,11 @@ my $t = PagedLLM::Test->new->start;
 my $EOS = 511;      # the tiny model's eos_token_id
 
 sub stream {
-    my (%req) = @_;
-    my $s = $t->stream_start('/v1/completions',
-                             $J->encode({ %req, stream => $T }));
-    my $c = PagedLLM::Test::read_chunks([$s], time + 60)->[0];
-    close $s->{sock};
-    my ($ev, $err) = PagedLLM::Test::sse_events($c->{chunks});
-    my @data = map { $_->{data} } @$ev;
-    my $done = @data && $data[-1] eq '[DONE]';
-    pop @data if $done;
-    my @json = map { $J->decode($_) } @data;
-    return { status => $s->{status}, error => $c->{error} // $err,
-             done => $done, events => \@json,
-             text => join('', map { $_->{choices}[0]{text} // '' } @json),
-             finish => $json[-1]{choices}[0]{finish_reason} };
+    my $r = $t->stream_json('/v1/completions', @_);
+    my $ev = $r->{events};
+    $r->{text} = join('', map { $_->{choices}[0]{text} // '' } @$ev);
+    $r->{finish} = $ev->[-1]{choices}[0]{finish_reason};
+    return $r;
 }
 
 sub idle_ok {

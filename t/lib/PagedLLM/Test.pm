@@ -489,4 +489,21 @@ sub completion {
     return $self->request(POST => '/v1/completions', $JSON->encode(\%req));
 }
 
+# POSTs %req with stream: true to $path and reads the SSE stream to its
+# end: { status, error (framing or SSE), done ([DONE] came last), events
+# (the other payloads, decoded) }.
+sub stream_json {
+    my ($self, $path, %req) = @_;
+    my $body = $JSON->encode({ %req, stream => JSON::PP::true });
+    my $s = $self->stream_start($path, $body);
+    my $c = read_chunks([$s], time + 60)->[0];
+    close $s->{sock};
+    my ($ev, $err) = sse_events($c->{chunks});
+    my @data = map { $_->{data} } @$ev;
+    my $done = @data && $data[-1] eq '[DONE]';
+    pop @data if $done;
+    return { status => $s->{status}, error => $c->{error} // $err,
+             done => $done, events => [ map { $JSON->decode($_) } @data ] };
+}
+
 1;
