@@ -12,7 +12,6 @@ use Cwd qw(abs_path);
 use File::Basename qw(dirname);
 use JSON::PP;
 use Test::More;
-use Time::HiRes qw(time);
 
 use PagedLLM::Test;
 
@@ -35,17 +34,7 @@ sub chat {
 }
 
 sub chat_stream {
-    my (%req) = @_;
-    my $s = $t->stream_start('/v1/chat/completions',
-                             $J->encode({ %req, stream => $T }));
-    my $c = PagedLLM::Test::read_chunks([$s], time + 60)->[0];
-    close $s->{sock};
-    my ($ev, $err) = PagedLLM::Test::sse_events($c->{chunks});
-    my @data = map { $_->{data} } @$ev;
-    my $done = @data && $data[-1] eq '[DONE]';
-    pop @data if $done;
-    return { status => $s->{status}, error => $c->{error} // $err,
-             done => $done, events => [ map { $J->decode($_) } @data ] };
+    return $t->stream_json('/v1/chat/completions', @_);
 }
 
 sub error_ok {
