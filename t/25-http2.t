@@ -9,12 +9,11 @@ use strict;
 use warnings;
 
 use lib 't/lib';
-use IO::Select;
 use JSON::PP;
-use POSIX qw(WNOHANG);
 use Test::More;
-use Time::HiRes qw(time sleep);
+use Time::HiRes qw(time);
 
+use PagedLLM::Curl;
 use PagedLLM::Test;
 
 my $J = $PagedLLM::Test::JSON;
@@ -30,43 +29,11 @@ my $t = PagedLLM::Test->new(http => <<"EOF")->start;
 EOF
 my $base = "http://127.0.0.1:$h2";
 my $dir = $t->dir;
-my %head;
 
-# curl's output as a pipe: { pid, fh, buf }
+# curl with HTTP/2 prior knowledge; the response head into h2.head
 sub curl_start {
-    my (@args) = @_;
-    my $pid = open(my $fh, '-|', 'curl', '-sS', '-N', '--http2-prior-knowledge',
-                   '-D', "$dir/h2.head", @args)
-        // die "curl: $!\n";
-    return { pid => $pid, fh => $fh, buf => '' };
-}
-
-# Reads SSE events until $want have arrived, curl exits or $deadline.
-sub curl_events {
-    my ($c, $want, $deadline) = @_;
-    my $sel = IO::Select->new($c->{fh});
-    while (1) {
-        my @ev = $c->{buf} =~ /data: ([^\n]*)\n\n/g;
-        return \@ev if ($want && @ev >= $want) || $c->{eof};
-        my $left = $deadline - time;
-        return \@ev if $left <= 0 || !$sel->can_read($left);
-        my $n = sysread($c->{fh}, $c->{buf}, 65536, length $c->{buf});
-        $c->{eof} = 1 unless $n;
-    }
-}
-
-sub curl_finish {
-    my ($c) = @_;
-    close $c->{fh};
-    return $? >> 8;
-}
-
-# The response head curl saw: its first line and lowercased headers.
-sub head_line {
-    open my $fh, '<', "$dir/h2.head" or return '';
-    my ($l, @h) = map { s/\s+$//r } <$fh>;
-    %head = map { /^([^:]+):\s*(.*)$/ ? (lc $1, $2) : () } @h;
-    return $l // '';
+    return PagedLLM::Curl->start("$dir/h2.head", '--http2-prior-knowledge',
+                                 @_);
 }
 
 # non-streaming
@@ -74,9 +41,9 @@ my $c = curl_start("$base/v1/completions", '-H', 'Content-Type: application/json
                    '-d', $J->encode({ prompt => 'Hello over h2', max_tokens => 8,
                                       temperature => 0,
                                       ignore_eos => JSON::PP::true }));
-curl_events($c, 0, time + 30);
-is(curl_finish($c), 0, 'h2 completion: curl succeeds');
-is(head_line(), 'HTTP/2 200', 'h2 completion: HTTP/2 200');
+$c->events(0, time + 30);
+is($c->finish, 0, 'h2 completion: curl succeeds');
+is($c->head, 'HTTP/2 200', 'h2 completion: HTTP/2 200');
 my $body = eval { $J->decode($c->{buf}) } // {};
 is($body->{usage}{completion_tokens}, 8, 'h2 completion: 8 tokens');
 my $h1 = $t->completion(prompt => 'Hello over h2', max_tokens => 8,
@@ -89,10 +56,11 @@ $c = curl_start("$base/v1/completions", '-d',
                 $J->encode({ prompt => 'Hello over h2', max_tokens => 8,
                              temperature => 0, stream => JSON::PP::true,
                              ignore_eos => JSON::PP::true }));
-my $ev = curl_events($c, 0, time + 30);
-is(curl_finish($c), 0, 'h2 stream: curl succeeds');
-is(head_line(), 'HTTP/2 200', 'h2 stream: HTTP/2 200');
-like($head{'content-type'}, qr{^text/event-stream}, 'h2 stream: SSE');
+my $ev = $c->events(0, time + 30);
+is($c->finish, 0, 'h2 stream: curl succeeds');
+is($c->head, 'HTTP/2 200', 'h2 stream: HTTP/2 200');
+like($c->{headers}{'content-type'}, qr{^text/event-stream},
+     'h2 stream: SSE');
 is(scalar @$ev, 9, 'h2 stream: 8 token events and [DONE]');
 is($ev->[-1], '[DONE]', 'h2 stream: [DONE] last');
 my @text = map { (eval { $J->decode($_) } // {})->{choices}[0]{text} // '' }
@@ -108,9 +76,9 @@ open my $bf, '>', "$dir/big.json" or die;
 print $bf $big;
 close $bf;
 $c = curl_start("$base/v1/completions", '--data-binary', "\@$dir/big.json");
-curl_events($c, 0, time + 30);
-is(curl_finish($c), 0, 'h2 200 KB body: curl succeeds');
-is(head_line(), 'HTTP/2 200', 'h2 200 KB body: 200');
+$c->events(0, time + 30);
+is($c->finish, 0, 'h2 200 KB body: curl succeeds');
+is($c->head, 'HTTP/2 200', 'h2 200 KB body: 200');
 is((eval { $J->decode($c->{buf}) } // {})->{usage}{completion_tokens}, 3,
    'h2 200 KB body: served');
 
@@ -122,7 +90,7 @@ $c = curl_start("$base/v1/completions", '-d',
                 $J->encode({ prompt => 'Go on and on', max_tokens => $long,
                              stream => JSON::PP::true,
                              ignore_eos => JSON::PP::true }));
-$ev = curl_events($c, 3, time + 30);
+$ev = $c->events(3, time + 30);
 ok(@$ev >= 3, 'h2 long stream: the first events arrived');
 my $busy = $t->status->{json};
 ok($busy->{requests}{running} + $busy->{requests}{waiting} >= 1
