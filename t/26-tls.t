@@ -9,18 +9,17 @@ use strict;
 use warnings;
 
 use lib 't/lib';
-use IO::Select;
 use JSON::PP;
 use Test::More;
-use Time::HiRes qw(time sleep);
+use Time::HiRes qw(time);
 
+use PagedLLM::Curl;
 use PagedLLM::Test;
 
 my $J = $PagedLLM::Test::JSON;
 my $tls = PagedLLM::Test::free_port();
 my $probe = PagedLLM::Test->new;
 my $dir = $probe->dir;
-my %head;
 
 # a self-signed certificate for 127.0.0.1, and another one nobody uses
 for my $name ('', 'other-') {
@@ -45,50 +44,15 @@ my $t = PagedLLM::Test->new(http => <<"EOF")->start;
 EOF
 my $base = "https://127.0.0.1:$tls";
 
-# curl's output as a pipe: { pid, fh, buf }
+# curl trusting our certificate; the response head into tls.head
 sub curl_start {
-    my (@args) = @_;
-    my $pid = open(my $fh, '-|', 'curl', '-sS', '-N', '--cacert',
-                   "$dir/cert.pem", '-D', "$dir/tls.head", @args)
-        // die "curl: $!\n";
-    return { pid => $pid, fh => $fh, buf => '' };
-}
-
-# Reads SSE events until $want have arrived, curl exits or $deadline.
-sub curl_events {
-    my ($c, $want, $deadline) = @_;
-    my $sel = IO::Select->new($c->{fh});
-    while (1) {
-        my @ev = $c->{buf} =~ /data: ([^\n]*)\n\n/g;
-        return \@ev if ($want && @ev >= $want) || $c->{eof};
-        my $left = $deadline - time;
-        return \@ev if $left <= 0 || !$sel->can_read($left);
-        my $n = sysread($c->{fh}, $c->{buf}, 65536, length $c->{buf});
-        $c->{eof} = 1 unless $n;
-    }
-}
-
-sub curl_finish {
-    my ($c) = @_;
-    close $c->{fh};
-    return $? >> 8;
-}
-
-# The response head curl saw: its first line and lowercased headers.
-sub head_line {
-    open my $fh, '<', "$dir/tls.head" or return '';
-    my ($l, @h) = map { s/\s+$//r } <$fh>;
-    %head = map { /^([^:]+):\s*(.*)$/ ? (lc $1, $2) : () } @h;
-    return $l // '';
+    return PagedLLM::Curl->start("$dir/tls.head", '--cacert',
+                                 "$dir/cert.pem", @_);
 }
 
 sub curl_run {
-    my (@args) = @_;
-    my $c = curl_start(@args);
-    $c->{events} = curl_events($c, 0, time + 30);
-    $c->{rc} = curl_finish($c);
-    $c->{head} = head_line();
-    return $c;
+    return PagedLLM::Curl->run("$dir/tls.head", '--cacert', "$dir/cert.pem",
+                               @_);
 }
 
 my %greedy = (prompt => 'Hello over TLS', max_tokens => 8, temperature => 0,
@@ -117,7 +81,8 @@ for my $proto (['--http2', 'HTTP/2 200'], ['--http1.1', 'HTTP/1.1 200 OK']) {
     my $ev = $c->{events};
     is($c->{rc}, 0, "TLS $flag stream: curl succeeds");
     is($c->{head}, $line, "TLS $flag stream: $line");
-    like($head{'content-type'}, qr{^text/event-stream}, "TLS $flag stream: SSE");
+    like($c->{headers}{'content-type'}, qr{^text/event-stream},
+         "TLS $flag stream: SSE");
     is(scalar @$ev, 9, "TLS $flag stream: 8 token events and [DONE]");
     is($ev->[-1], '[DONE]', "TLS $flag stream: [DONE] last");
     is(join('', map { (eval { $J->decode($_) } // {})->{choices}[0]{text}
@@ -135,7 +100,7 @@ $c = curl_start('--http2', "$base/v1/completions", '-d',
                 $J->encode({ prompt => 'Go on and on', max_tokens => $long,
                              stream => JSON::PP::true,
                              ignore_eos => JSON::PP::true }));
-my $ev = curl_events($c, 3, time + 30);
+my $ev = $c->events(3, time + 30);
 ok(@$ev >= 3, 'TLS long stream: the first events arrived');
 my $busy = $t->status->{json};
 ok($busy->{requests}{running} + $busy->{requests}{waiting} >= 1
