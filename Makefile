@@ -103,8 +103,7 @@ $(BUILD)/%: tools/%.c $(BUILD)/libpagedllm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/t/%.t: t/unit/%.c t/unit/tap.h t/unit/fake_worker.h \
-                 $(BUILD)/libpagedllm.a
+$(BUILD)/t/%.t: t/unit/%.c $(wildcard t/unit/*.h) $(BUILD)/libpagedllm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -It/unit -o $@ $< $(BUILD)/libpagedllm.a $(LDLIBS)
 
