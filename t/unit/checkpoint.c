@@ -9,41 +9,17 @@
  * dtype or a shape that does not match config.json.
  */
 
-#include <ftw.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pl_model.h"
-#include "tap.h"
+#include "fixture_model.h"
 
 #define FIXTURES  "t/fixtures/golden"
 #define SHARDS    6
 
 static char  tmp[] = "/tmp/pl-ckpt-XXXXXX";
-
-
-static unsigned char *
-read_file(const char *path, size_t *len)
-{
-    FILE           *f = fopen(path, "rb");
-    unsigned char  *buf = NULL;
-    long            size;
-
-    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0
-        || fseek(f, 0, SEEK_SET) != 0 || (buf = malloc(size + 1)) == NULL
-        || fread(buf, 1, size, f) != (size_t) size)
-    {
-        free(buf);
-        buf = NULL;
-    }
-    if (f != NULL) {
-        fclose(f);
-    }
-    *len = buf != NULL ? (size_t) size : 0;
-    return buf;
-}
 
 
 static void
@@ -70,7 +46,7 @@ copy(const char *fixture, const char *dir, const char *name, size_t keep)
 
     snprintf(from, sizeof(from), FIXTURES "/%s/%s", fixture, name);
     snprintf(to, sizeof(to), "%s/%s", dir, name);
-    buf = read_file(from, &len);
+    buf = fm_read_file(from, &len);
     write_file(to, buf, keep != 0 && keep < len ? keep : len);
     free(buf);
 }
@@ -223,7 +199,7 @@ shifted_offsets(const char *name, uint64_t by)
     json_error_t    jerr;
 
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    buf = read_file(path, &len);
+    buf = fm_read_file(path, &len);
     for (i = 0; buf != NULL && i < 8; i++) {
         hlen |= (size_t) buf[i] << (8 * i);
     }
@@ -286,17 +262,6 @@ test_single_file(void)
 }
 
 
-static int
-remove_entry(const char *path, const struct stat *sb, int flag,
-    struct FTW *ftw)
-{
-    (void) sb;
-    (void) flag;
-    (void) ftw;
-    return remove(path);
-}
-
-
 int
 main(void)
 {
@@ -307,6 +272,6 @@ main(void)
     }
     test_sharded();
     test_single_file();
-    nftw(tmp, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    fm_rmtree(tmp);
     return done_testing();
 }
