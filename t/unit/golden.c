@@ -33,14 +33,12 @@
  * model does not implement are refused by name.
  */
 
-#include <ftw.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pl_model.h"
-#include "tap.h"
+#include "fixture_model.h"
 
 #define FIXTURES  "t/fixtures/golden"
 #define BS        4
@@ -76,28 +74,6 @@ typedef struct {
 static char  tmp[] = "/tmp/pl-golden-XXXXXX";
 
 
-static float *
-read_floats(const char *path, long *n)
-{
-    FILE   *f = fopen(path, "rb");
-    float  *v = NULL;
-    long    size;
-
-    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) <= 0
-        || fseek(f, 0, SEEK_SET) != 0 || (v = malloc(size)) == NULL
-        || fread(v, 1, size, f) != (size_t) size)
-    {
-        free(v);
-        v = NULL;
-    }
-    if (f != NULL) {
-        fclose(f);
-    }
-    *n = v != NULL ? size / (long) sizeof(float) : 0;
-    return v;
-}
-
-
 static int
 read_case(gcase_t *c, json_t *j)
 {
@@ -127,7 +103,7 @@ read_golden(golden_t *g, const char *name)
     char          path[320];
     json_error_t  jerr;
     json_t       *root, *cases;
-    size_t        i;
+    size_t        i, len;
     int           rc = 0;
 
     memset(g, 0, sizeof(*g));
@@ -146,7 +122,8 @@ read_golden(golden_t *g, const char *name)
     }
     json_decref(root);
     snprintf(path, sizeof(path), "%s/logits.bin", g->dir);
-    g->logits = read_floats(path, &g->n_logits);
+    g->logits = (float *) fm_read_file(path, &len);
+    g->n_logits = (long) (len / sizeof(float));
     for (i = 0; rc == 0 && i < (size_t) g->n_cases; i++) {
         const gcase_t  *c = &g->cases[i];
 
@@ -260,21 +237,7 @@ run(pl_model_t *m, gseq_t *seqs, const int32_t *const *toks,
 static pl_model_t *
 load(const char *dir, pl_backend_t *be)
 {
-    char         err[512];
-    pl_model_t  *m = pl_model_load(dir, be, err, sizeof(err));
-
-    if (m == NULL) {
-        diag("load %s: %s", dir, err);
-        return NULL;
-    }
-    if (pl_model_prepare(m, MAX_TOK, MAX_SEQ, err, sizeof(err)) != 0
-        || pl_model_kv_alloc(m, NBLK, BS, err, sizeof(err)) != 0)
-    {
-        diag("%s", err);
-        pl_model_free(m);
-        return NULL;
-    }
-    return m;
+    return fm_load(dir, be, MAX_TOK, MAX_SEQ, NBLK, BS);
 }
 
 
@@ -615,17 +578,6 @@ test_opt_position_limit(pl_backend_t *be)
 }
 
 
-static int
-remove_entry(const char *path, const struct stat *sb, int flag,
-    struct FTW *ftw)
-{
-    (void) sb;
-    (void) flag;
-    (void) ftw;
-    return remove(path);
-}
-
-
 int
 main(void)
 {
@@ -651,6 +603,6 @@ main(void)
     test_backend_without_opt_ops(be);
     test_opt_position_limit(be);
     be->destroy(be);
-    nftw(tmp, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    fm_rmtree(tmp);
     return done_testing();
 }
