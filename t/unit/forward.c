@@ -14,8 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pl_model.h"
-#include "tap.h"
+#include "fixture_model.h"
 
 #define MAX_T     80
 #define BS        4
@@ -538,21 +537,7 @@ rel_diff(const float *got, const double *want, int n)
 static pl_model_t *
 load(const char *dir, pl_backend_t *be)
 {
-    char         err[512];
-    pl_model_t  *m = pl_model_load(dir, be, err, sizeof(err));
-
-    if (m == NULL) {
-        diag("load %s: %s", dir, err);
-        return NULL;
-    }
-    if (pl_model_prepare(m, MAX_TOK, MAX_SEQ, err, sizeof(err)) != 0
-        || pl_model_kv_alloc(m, NBLK, BS, err, sizeof(err)) != 0)
-    {
-        diag("%s", err);
-        pl_model_free(m);
-        return NULL;
-    }
-    return m;
+    return fm_load(dir, be, MAX_TOK, MAX_SEQ, NBLK, BS);
 }
 
 
@@ -1029,7 +1014,7 @@ build_dir(char *out, size_t len, const char *argv0)
 int
 main(int argc, char **argv)
 {
-    char           err[256], build[512], cmd[300];
+    char           err[256], build[512];
     pl_backend_t  *be = pl_backend_cpu_create(2, err, sizeof(err));
 
     (void) argc;
@@ -1048,9 +1033,6 @@ main(int argc, char **argv)
     test_tiny_model(be, build);
 
     be->destroy(be);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
-    if (system(cmd) != 0) {
-        diag("could not remove %s", tmp);
-    }
+    fm_rmtree(tmp);
     return done_testing();
 }
