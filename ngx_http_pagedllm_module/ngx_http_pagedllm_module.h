@@ -89,10 +89,6 @@ typedef struct {
     ngx_uint_t                    n_stop;
     unsigned                      stream:1;
     unsigned                      include_usage:1;
-    unsigned                      temperature_set:1;
-    unsigned                      top_p_set:1;
-    unsigned                      top_k_set:1;
-    unsigned                      top_logprobs_set:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
 } ngx_http_pagedllm_params_t;
 

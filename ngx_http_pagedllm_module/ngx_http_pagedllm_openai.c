@@ -29,10 +29,21 @@ typedef ngx_int_t (*ngx_http_pagedllm_field_pt)(json_t *v,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
 
 
+/* A request field.  offset and post serve the generic parsers: where in
+   the parameters the value goes, and its range, least value or flag. */
 typedef struct {
     const char                   *name;
     ngx_http_pagedllm_field_pt    parse;
+    size_t                        offset;
+    void                         *post;
 } ngx_http_pagedllm_field_t;
+
+
+typedef struct {
+    double                        lo;
+    double                        hi;
+    ngx_uint_t                    open_lo;       /* (lo, hi], else [lo, hi] */
+} ngx_http_pagedllm_range_t;
 
 
 static json_t *ngx_http_pagedllm_load(ngx_pool_t *pool, u_char *body,
@@ -43,11 +54,14 @@ static ngx_int_t ngx_http_pagedllm_find_marker(json_t *root,
     ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_has_marker(json_t *v);
 static ngx_int_t ngx_http_pagedllm_fields(json_t *root,
-    ngx_http_pagedllm_field_t *known, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_field_t *own, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err);
+static ngx_http_pagedllm_field_t *ngx_http_pagedllm_find_field(
+    ngx_http_pagedllm_field_t *known, const char *key);
 static ngx_int_t ngx_http_pagedllm_required(json_t *root,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err);
+static ngx_uint_t ngx_http_pagedllm_given(json_t *root, const char *name);
 static ngx_int_t ngx_http_pagedllm_check_length(
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_http_pagedllm_error_t *err);
@@ -64,13 +78,16 @@ static ngx_int_t ngx_http_pagedllm_prompt_text(json_t *v,
 static ngx_int_t ngx_http_pagedllm_prompt_ids(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_max_tokens(json_t *v,
+static ngx_int_t ngx_http_pagedllm_f_tokens(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_temperature(json_t *v,
+static ngx_int_t ngx_http_pagedllm_f_float(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_top_p(json_t *v,
+static ngx_int_t ngx_http_pagedllm_f_count(json_t *v,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_flag(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_f_top_k(json_t *v,
@@ -79,37 +96,16 @@ static ngx_int_t ngx_http_pagedllm_f_top_k(json_t *v,
 static ngx_int_t ngx_http_pagedllm_f_seed(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_n(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_f_stream(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_f_stream_options(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_ignore_eos(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_f_user(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_f_unsupported(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_penalty(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_best_of(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_min_p(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_repetition_penalty(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_min_tokens(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_f_logprobs(json_t *v,
@@ -127,14 +123,8 @@ static ngx_int_t ngx_http_pagedllm_f_stop_token_ids(json_t *v,
 static ngx_int_t ngx_http_pagedllm_f_messages(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_chat_logprobs(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_top_logprobs(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static void ngx_http_pagedllm_defaults(ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine);
+static void ngx_http_pagedllm_defaults(json_t *root,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine);
 static json_t *ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n);
 static json_t *ngx_http_pagedllm_chat_logprobs_obj(
@@ -151,68 +141,96 @@ static u_char *ngx_http_pagedllm_sse_head(u_char *p,
 static const char *ngx_http_pagedllm_reason(uint32_t reason);
 
 
-/* The field being parsed, for error messages. */
-static const char  *ngx_http_pagedllm_field;
+/* The field being parsed, for error messages and the generic parsers. */
+static ngx_http_pagedllm_field_t  *ngx_http_pagedllm_field;
 
 
-static ngx_http_pagedllm_field_t  ngx_http_pagedllm_fields_known[] = {
-    { "model", ngx_http_pagedllm_f_model },
-    { "prompt", ngx_http_pagedllm_f_prompt },
-    { "max_tokens", ngx_http_pagedllm_f_max_tokens },
-    { "temperature", ngx_http_pagedllm_f_temperature },
-    { "top_p", ngx_http_pagedllm_f_top_p },
-    { "top_k", ngx_http_pagedllm_f_top_k },
-    { "seed", ngx_http_pagedllm_f_seed },
-    { "n", ngx_http_pagedllm_f_n },
-    { "best_of", ngx_http_pagedllm_f_best_of },
-    { "stream", ngx_http_pagedllm_f_stream },
-    { "stream_options", ngx_http_pagedllm_f_stream_options },
-    { "ignore_eos", ngx_http_pagedllm_f_ignore_eos },
-    { "user", ngx_http_pagedllm_f_user },
-    { "echo", ngx_http_pagedllm_f_unsupported },
-    { "logprobs", ngx_http_pagedllm_f_logprobs },
-    { "stop", ngx_http_pagedllm_f_stop },
-    { "suffix", ngx_http_pagedllm_f_unsupported },
-    { "logit_bias", ngx_http_pagedllm_f_logit_bias },
-    { "presence_penalty", ngx_http_pagedllm_f_penalty },
-    { "frequency_penalty", ngx_http_pagedllm_f_penalty },
-    { "min_p", ngx_http_pagedllm_f_min_p },
-    { "repetition_penalty", ngx_http_pagedllm_f_repetition_penalty },
-    { "min_tokens", ngx_http_pagedllm_f_min_tokens },
-    { "stop_token_ids", ngx_http_pagedllm_f_stop_token_ids },
-    { NULL, NULL }
+static ngx_http_pagedllm_range_t  ngx_http_pagedllm_temperature =
+    { 0.0, 2.0, 0 };
+static ngx_http_pagedllm_range_t  ngx_http_pagedllm_top_p = { 0.0, 1.0, 1 };
+static ngx_http_pagedllm_range_t  ngx_http_pagedllm_min_p = { 0.0, 1.0, 0 };
+static ngx_http_pagedllm_range_t  ngx_http_pagedllm_repetition =
+    { 0.0, 100.0, 1 };
+static ngx_http_pagedllm_range_t  ngx_http_pagedllm_penalty =
+    { -2.0, 2.0, 0 };
+
+static json_int_t  ngx_http_pagedllm_at_least_0 = 0;
+static json_int_t  ngx_http_pagedllm_at_least_1 = 1;
+
+static uint32_t  ngx_http_pagedllm_ignore_eos = PL_SUBMIT_IGNORE_EOS;
+static uint32_t  ngx_http_pagedllm_want_logprobs = PL_SUBMIT_LOGPROBS;
+
+
+/* The fields both endpoints take, after the endpoint's own. */
+static ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
+    { "model", ngx_http_pagedllm_f_model, 0, NULL },
+    { "max_tokens", ngx_http_pagedllm_f_tokens,
+      offsetof(ngx_http_pagedllm_params_t, max_tokens),
+      &ngx_http_pagedllm_at_least_1 },
+    { "temperature", ngx_http_pagedllm_f_float,
+      offsetof(ngx_http_pagedllm_params_t, temperature),
+      &ngx_http_pagedllm_temperature },
+    { "top_p", ngx_http_pagedllm_f_float,
+      offsetof(ngx_http_pagedllm_params_t, top_p),
+      &ngx_http_pagedllm_top_p },
+    { "top_k", ngx_http_pagedllm_f_top_k, 0, NULL },
+    { "seed", ngx_http_pagedllm_f_seed, 0, NULL },
+    { "n", ngx_http_pagedllm_f_count,
+      offsetof(ngx_http_pagedllm_params_t, n), NULL },
+    { "stream", ngx_http_pagedllm_f_stream, 0, NULL },
+    { "stream_options", ngx_http_pagedllm_f_stream_options, 0, NULL },
+    { "ignore_eos", ngx_http_pagedllm_f_flag, 0,
+      &ngx_http_pagedllm_ignore_eos },
+    { "user", ngx_http_pagedllm_f_user, 0, NULL },
+    { "stop", ngx_http_pagedllm_f_stop, 0, NULL },
+    { "logit_bias", ngx_http_pagedllm_f_logit_bias, 0, NULL },
+    { "presence_penalty", ngx_http_pagedllm_f_float,
+      offsetof(ngx_http_pagedllm_params_t, presence_penalty),
+      &ngx_http_pagedllm_penalty },
+    { "frequency_penalty", ngx_http_pagedllm_f_float,
+      offsetof(ngx_http_pagedllm_params_t, frequency_penalty),
+      &ngx_http_pagedllm_penalty },
+    { "min_p", ngx_http_pagedllm_f_float,
+      offsetof(ngx_http_pagedllm_params_t, min_p),
+      &ngx_http_pagedllm_min_p },
+    { "repetition_penalty", ngx_http_pagedllm_f_float,
+      offsetof(ngx_http_pagedllm_params_t, repetition_penalty),
+      &ngx_http_pagedllm_repetition },
+    { "min_tokens", ngx_http_pagedllm_f_tokens,
+      offsetof(ngx_http_pagedllm_params_t, min_tokens),
+      &ngx_http_pagedllm_at_least_0 },
+    { "stop_token_ids", ngx_http_pagedllm_f_stop_token_ids, 0, NULL },
+    { NULL, NULL, 0, NULL }
 };
 
 
-/* /v1/chat/completions: the same sampling fields, messages for prompt */
+/* /v1/completions: a prompt; logprobs is the number of top entries */
+static ngx_http_pagedllm_field_t  ngx_http_pagedllm_completion_fields[] = {
+    { "prompt", ngx_http_pagedllm_f_prompt, 0, NULL },
+    { "best_of", ngx_http_pagedllm_f_count,
+      offsetof(ngx_http_pagedllm_params_t, best_of), NULL },
+    { "logprobs", ngx_http_pagedllm_f_logprobs, 0,
+      &ngx_http_pagedllm_want_logprobs },
+    { "echo", ngx_http_pagedllm_f_unsupported, 0, NULL },
+    { "suffix", ngx_http_pagedllm_f_unsupported, 0, NULL },
+    { NULL, NULL, 0, NULL }
+};
+
+
+/* /v1/chat/completions: messages; logprobs a boolean and top_logprobs
+   the number of top entries */
 static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
-    { "model", ngx_http_pagedllm_f_model },
-    { "messages", ngx_http_pagedllm_f_messages },
-    { "max_tokens", ngx_http_pagedllm_f_max_tokens },
-    { "max_completion_tokens", ngx_http_pagedllm_f_max_tokens },
-    { "temperature", ngx_http_pagedllm_f_temperature },
-    { "top_p", ngx_http_pagedllm_f_top_p },
-    { "top_k", ngx_http_pagedllm_f_top_k },
-    { "seed", ngx_http_pagedllm_f_seed },
-    { "n", ngx_http_pagedllm_f_n },
-    { "stream", ngx_http_pagedllm_f_stream },
-    { "stream_options", ngx_http_pagedllm_f_stream_options },
-    { "ignore_eos", ngx_http_pagedllm_f_ignore_eos },
-    { "user", ngx_http_pagedllm_f_user },
-    { "logprobs", ngx_http_pagedllm_f_chat_logprobs },
-    { "top_logprobs", ngx_http_pagedllm_f_top_logprobs },
-    { "stop", ngx_http_pagedllm_f_stop },
-    { "logit_bias", ngx_http_pagedllm_f_logit_bias },
-    { "presence_penalty", ngx_http_pagedllm_f_penalty },
-    { "frequency_penalty", ngx_http_pagedllm_f_penalty },
-    { "min_p", ngx_http_pagedllm_f_min_p },
-    { "repetition_penalty", ngx_http_pagedllm_f_repetition_penalty },
-    { "min_tokens", ngx_http_pagedllm_f_min_tokens },
-    { "stop_token_ids", ngx_http_pagedllm_f_stop_token_ids },
-    { "tools", ngx_http_pagedllm_f_unsupported },
-    { "tool_choice", ngx_http_pagedllm_f_unsupported },
-    { "response_format", ngx_http_pagedllm_f_unsupported },
-    { NULL, NULL }
+    { "messages", ngx_http_pagedllm_f_messages, 0, NULL },
+    { "max_completion_tokens", ngx_http_pagedllm_f_tokens,
+      offsetof(ngx_http_pagedllm_params_t, max_tokens),
+      &ngx_http_pagedllm_at_least_1 },
+    { "logprobs", ngx_http_pagedllm_f_flag, 0,
+      &ngx_http_pagedllm_want_logprobs },
+    { "top_logprobs", ngx_http_pagedllm_f_logprobs, 0, NULL },
+    { "tools", ngx_http_pagedllm_f_unsupported, 0, NULL },
+    { "tool_choice", ngx_http_pagedllm_f_unsupported, 0, NULL },
+    { "response_format", ngx_http_pagedllm_f_unsupported, 0, NULL },
+    { NULL, NULL, 0, NULL }
 };
 
 
@@ -236,11 +254,16 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_pagedllm_fields(root, chat ? ngx_http_pagedllm_chat_fields
-                                             : ngx_http_pagedllm_fields_known,
+    rc = ngx_http_pagedllm_fields(root,
+                                  chat ? ngx_http_pagedllm_chat_fields
+                                       : ngx_http_pagedllm_completion_fields,
                                   p, engine, r->pool, err);
     if (rc == NGX_OK) {
         rc = ngx_http_pagedllm_required(root, p, err);
+    }
+
+    if (rc == NGX_OK) {
+        ngx_http_pagedllm_defaults(root, p, engine);
     }
 
     json_decref(root);
@@ -248,8 +271,6 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
     if (rc != NGX_OK) {
         return NGX_ERROR;
     }
-
-    ngx_http_pagedllm_defaults(p, engine);
 
     return ngx_http_pagedllm_check_length(p, engine, err);
 }
@@ -397,7 +418,7 @@ ngx_http_pagedllm_has_marker(json_t *v)
 
 
 static ngx_int_t
-ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_field_t *known,
+ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_field_t *own,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
 {
@@ -407,20 +428,21 @@ ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_field_t *known,
 
     json_object_foreach(root, key, v) {
 
-        for (f = known; f->name; f++) {
-            if (ngx_strcmp(key, f->name) == 0) {
-                break;
-            }
+        f = ngx_http_pagedllm_find_field(own, key);
+
+        if (f == NULL) {
+            f = ngx_http_pagedllm_find_field(ngx_http_pagedllm_common_fields,
+                                             key);
         }
 
-        if (f->name == NULL) {
+        if (f == NULL) {
             ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, key,
                                         "Unrecognized request argument "
                                         "supplied: %s", key);
             return NGX_ERROR;
         }
 
-        ngx_http_pagedllm_field = f->name;
+        ngx_http_pagedllm_field = f;
 
         if (f->parse(v, p, engine, pool, err) != NGX_OK) {
             return NGX_ERROR;
@@ -431,12 +453,27 @@ ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_field_t *known,
 }
 
 
+static ngx_http_pagedllm_field_t *
+ngx_http_pagedllm_find_field(ngx_http_pagedllm_field_t *known,
+    const char *key)
+{
+    ngx_http_pagedllm_field_t  *f;
+
+    for (f = known; f->name; f++) {
+        if (ngx_strcmp(key, f->name) == 0) {
+            return f;
+        }
+    }
+
+    return NULL;
+}
+
+
 /* Fields that must be there, and fields that only go together. */
 static ngx_int_t
 ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_error_t *err)
 {
-    json_t      *so;
     const char  *name;
 
     if (p->prompt == NULL) {
@@ -446,7 +483,7 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
-    if (p->chat && p->top_logprobs_set
+    if (ngx_http_pagedllm_given(root, "top_logprobs")
         && !(p->flags & PL_SUBMIT_LOGPROBS))
     {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
@@ -470,9 +507,7 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
-    so = json_object_get(root, "stream_options");
-
-    if (so && !json_is_null(so) && !p->stream) {
+    if (ngx_http_pagedllm_given(root, "stream_options") && !p->stream) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                     "stream_options",
                                     "'stream_options' is only allowed when "
@@ -484,25 +519,39 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
 }
 
 
+/* A field there and not null. */
+static ngx_uint_t
+ngx_http_pagedllm_given(json_t *root, const char *name)
+{
+    json_t  *v;
+
+    v = json_object_get(root, name);
+
+    return v != NULL && !json_is_null(v);
+}
+
+
 /* What the request left out comes from the model's generation_config.json
    (as the engine published it), else OpenAI's defaults. */
 static void
-ngx_http_pagedllm_defaults(ngx_http_pagedllm_params_t *p,
+ngx_http_pagedllm_defaults(json_t *root, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine)
 {
-    if (!p->temperature_set && engine->default_temperature >= 0
+    if (!ngx_http_pagedllm_given(root, "temperature")
+        && engine->default_temperature >= 0
         && engine->default_temperature <= 2)
     {
         p->temperature = engine->default_temperature;
     }
 
-    if (!p->top_p_set && engine->default_top_p > 0
-        && engine->default_top_p <= 1)
+    if (!ngx_http_pagedllm_given(root, "top_p")
+        && engine->default_top_p > 0 && engine->default_top_p <= 1)
     {
         p->top_p = engine->default_top_p;
     }
 
-    if (!p->top_k_set && engine->default_top_k > 0
+    if (!ngx_http_pagedllm_given(root, "top_k")
+        && engine->default_top_k > 0
         && (uint32_t) engine->default_top_k <= engine->vocab_size)
     {
         p->top_k = engine->default_top_k;
@@ -557,9 +606,9 @@ static ngx_int_t
 ngx_http_pagedllm_type_error(ngx_http_pagedllm_error_t *err, const char *what)
 {
     ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                ngx_http_pagedllm_field,
-                                "'%s' must be %s", ngx_http_pagedllm_field,
-                                what);
+                                ngx_http_pagedllm_field->name,
+                                "'%s' must be %s",
+                                ngx_http_pagedllm_field->name, what);
     return NGX_ERROR;
 }
 
@@ -729,16 +778,12 @@ ngx_http_pagedllm_prompt_ids(json_t *v, ngx_http_pagedllm_params_t *p,
 }
 
 
+/* An integer in [lo, hi]. */
 static ngx_int_t
-ngx_http_pagedllm_f_max_tokens(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_integer(json_t *v, json_int_t lo, json_int_t hi,
+    json_int_t *out, ngx_http_pagedllm_error_t *err)
 {
     json_int_t  n;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
 
     if (!json_is_integer(v)) {
         return ngx_http_pagedllm_type_error(err, "an integer");
@@ -746,87 +791,90 @@ ngx_http_pagedllm_f_max_tokens(json_t *v, ngx_http_pagedllm_params_t *p,
 
     n = json_integer_value(v);
 
-    if (n < 1 || n > (json_int_t) engine->max_model_len) {
+    if (n < lo || n > hi) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ngx_http_pagedllm_field,
-                                    "'%s' must be between 1 and %uD, got %L",
-                                    ngx_http_pagedllm_field,
-                                    engine->max_model_len, (int64_t) n);
+                                    ngx_http_pagedllm_field->name,
+                                    "'%s' must be between %L and %L, got %L",
+                                    ngx_http_pagedllm_field->name,
+                                    (int64_t) lo, (int64_t) hi, (int64_t) n);
         return NGX_ERROR;
     }
 
-    p->max_tokens = (uint32_t) n;
+    *out = n;
 
     return NGX_OK;
 }
 
 
-static ngx_int_t
-ngx_http_pagedllm_number(json_t *v, double lo, double hi, ngx_uint_t open_lo,
-    double *out, ngx_http_pagedllm_error_t *err)
+/* Where the field being parsed goes in the parameters. */
+static void *
+ngx_http_pagedllm_slot(ngx_http_pagedllm_params_t *p)
 {
-    double  d;
+    return (u_char *) p + ngx_http_pagedllm_field->offset;
+}
+
+
+/* max_tokens, max_completion_tokens, min_tokens: from the least value
+   post points to up to the model's context */
+static ngx_int_t
+ngx_http_pagedllm_f_tokens(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_int_t   n, *lo;
+    uint32_t    *tokens;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    lo = ngx_http_pagedllm_field->post;
+
+    if (ngx_http_pagedllm_integer(v, *lo, engine->max_model_len, &n, err)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    tokens = ngx_http_pagedllm_slot(p);
+    *tokens = (uint32_t) n;
+
+    return NGX_OK;
+}
+
+
+/* A number within the range post points to, kept as a float. */
+static ngx_int_t
+ngx_http_pagedllm_f_float(json_t *v, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    float                      *out;
+    double                      d;
+    ngx_http_pagedllm_range_t  *r;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
 
     if (!json_is_number(v)) {
         return ngx_http_pagedllm_type_error(err, "a number");
     }
 
+    r = ngx_http_pagedllm_field->post;
     d = json_number_value(v);
 
-    if (!(d <= hi) || (open_lo ? !(d > lo) : !(d >= lo))) {
+    if (!(d <= r->hi) || (r->open_lo ? !(d > r->lo) : !(d >= r->lo))) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ngx_http_pagedllm_field,
+                                    ngx_http_pagedllm_field->name,
                                     "'%s' must be in %s%.1f, %.1f], got %.3f",
-                                    ngx_http_pagedllm_field,
-                                    open_lo ? "(" : "[", lo, hi, d);
+                                    ngx_http_pagedllm_field->name,
+                                    r->open_lo ? "(" : "[", r->lo, r->hi, d);
         return NGX_ERROR;
     }
 
-    *out = d;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_pagedllm_f_temperature(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
-{
-    double  d;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_pagedllm_number(v, 0.0, 2.0, 0, &d, err) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    p->temperature = (float) d;
-    p->temperature_set = 1;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_pagedllm_f_top_p(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
-{
-    double  d;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_pagedllm_number(v, 0.0, 1.0, 1, &d, err) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    p->top_p = (float) d;
-    p->top_p_set = 1;
+    out = ngx_http_pagedllm_slot(p);
+    *out = (float) d;
 
     return NGX_OK;
 }
@@ -858,7 +906,6 @@ ngx_http_pagedllm_f_top_k(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     p->top_k = k < 0 ? 0 : (int32_t) k;
-    p->top_k_set = 1;
 
     return NGX_OK;
 }
@@ -884,11 +931,15 @@ ngx_http_pagedllm_f_seed(json_t *v, ngx_http_pagedllm_params_t *p,
 }
 
 
+/* n and best_of: how many sequences, 1..PL_MAX_SEQS; best_of is checked
+   against n (and stream) once every field is read */
 static ngx_int_t
-ngx_http_pagedllm_f_n(json_t *v, ngx_http_pagedllm_params_t *p,
+ngx_http_pagedllm_f_count(json_t *v, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
+    uint32_t  *count;
+
     if (json_is_null(v)) {
         return NGX_OK;
     }
@@ -898,13 +949,16 @@ ngx_http_pagedllm_f_n(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     if (json_integer_value(v) < 1 || json_integer_value(v) > PL_MAX_SEQS) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "n",
-                                    "'n' must be an integer from 1 to %d",
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    ngx_http_pagedllm_field->name,
+                                    "'%s' must be an integer from 1 to %d",
+                                    ngx_http_pagedllm_field->name,
                                     PL_MAX_SEQS);
         return NGX_ERROR;
     }
 
-    p->n = (uint32_t) json_integer_value(v);
+    count = ngx_http_pagedllm_slot(p);
+    *count = (uint32_t) json_integer_value(v);
 
     return NGX_OK;
 }
@@ -972,8 +1026,6 @@ ngx_http_pagedllm_f_stream_options(json_t *v, ngx_http_pagedllm_params_t *p,
             return NGX_ERROR;
         }
 
-        ngx_http_pagedllm_field = "stream_options";
-
         if (ngx_http_pagedllm_bool(e, &b, err) != NGX_OK) {
             return NGX_ERROR;
         }
@@ -985,19 +1037,23 @@ ngx_http_pagedllm_f_stream_options(json_t *v, ngx_http_pagedllm_params_t *p,
 }
 
 
+/* A boolean that, true, sets the PL_SUBMIT_* flag post points to. */
 static ngx_int_t
-ngx_http_pagedllm_f_ignore_eos(json_t *v, ngx_http_pagedllm_params_t *p,
+ngx_http_pagedllm_f_flag(json_t *v, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
-    ngx_uint_t  b;
+    uint32_t    *flag;
+    ngx_uint_t   b;
 
     if (ngx_http_pagedllm_bool(v, &b, err) != NGX_OK) {
         return NGX_ERROR;
     }
 
+    flag = ngx_http_pagedllm_field->post;
+
     if (b) {
-        p->flags |= PL_SUBMIT_IGNORE_EOS;
+        p->flags |= *flag;
     }
 
     return NGX_OK;
@@ -1032,170 +1088,37 @@ ngx_http_pagedllm_f_unsupported(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                ngx_http_pagedllm_field,
+                                ngx_http_pagedllm_field->name,
                                 "'%s' is not supported",
-                                ngx_http_pagedllm_field);
+                                ngx_http_pagedllm_field->name);
     return NGX_ERROR;
 }
 
 
-static ngx_int_t
-ngx_http_pagedllm_f_penalty(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
-{
-    double  d;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_pagedllm_number(v, -2.0, 2.0, 0, &d, err) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    if (ngx_strcmp(ngx_http_pagedllm_field, "presence_penalty") == 0) {
-        p->presence_penalty = (float) d;
-
-    } else {
-        p->frequency_penalty = (float) d;
-    }
-
-    return NGX_OK;
-}
-
-
-/* best_of: checked against n (and stream) once every field is read */
-static ngx_int_t
-ngx_http_pagedllm_f_best_of(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
-{
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(err, "an integer");
-    }
-
-    if (json_integer_value(v) < 1
-        || json_integer_value(v) > PL_MAX_SEQS)
-    {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "best_of",
-                                    "'best_of' must be an integer from 1 "
-                                    "to %d", PL_MAX_SEQS);
-        return NGX_ERROR;
-    }
-
-    p->best_of = (uint32_t) json_integer_value(v);
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_pagedllm_f_min_p(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
-{
-    double  d;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_pagedllm_number(v, 0.0, 1.0, 0, &d, err) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    p->min_p = (float) d;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_pagedllm_f_repetition_penalty(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
-{
-    double  d;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_pagedllm_number(v, 0.0, 100.0, 1, &d, err) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    p->repetition_penalty = (float) d;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_pagedllm_f_min_tokens(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
-{
-    json_int_t  n;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(err, "an integer");
-    }
-
-    n = json_integer_value(v);
-
-    if (n < 0 || n > (json_int_t) engine->max_model_len) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "min_tokens",
-                                    "'min_tokens' must be between 0 and %uD, "
-                                    "got %L", engine->max_model_len,
-                                    (int64_t) n);
-        return NGX_ERROR;
-    }
-
-    p->min_tokens = (uint32_t) n;
-
-    return NGX_OK;
-}
-
-
-/* completions: an integer 0..20, the top entries wanted per token */
+/* completions' logprobs and chat's top_logprobs: the top entries wanted
+   per token, 0..PL_MAX_LOGPROBS; post: a flag the field sets too, if any */
 static ngx_int_t
 ngx_http_pagedllm_f_logprobs(json_t *v, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
-    json_int_t  n;
+    uint32_t    *flag;
+    json_int_t   n;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
-    if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(err, "an integer");
-    }
-
-    n = json_integer_value(v);
-
-    if (n < 0 || n > PL_MAX_LOGPROBS) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ngx_http_pagedllm_field,
-                                    "'%s' must be between 0 and %d, got %L",
-                                    ngx_http_pagedllm_field, PL_MAX_LOGPROBS,
-                                    (int64_t) n);
+    if (ngx_http_pagedllm_integer(v, 0, PL_MAX_LOGPROBS, &n, err) != NGX_OK) {
         return NGX_ERROR;
     }
 
     p->logprobs = (uint32_t) n;
-    p->flags |= PL_SUBMIT_LOGPROBS;
+    flag = ngx_http_pagedllm_field->post;
+
+    if (flag) {
+        p->flags |= *flag;
+    }
 
     return NGX_OK;
 }
@@ -1622,47 +1545,6 @@ ngx_http_pagedllm_f_messages(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     p->n_prompt = n;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_pagedllm_f_chat_logprobs(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
-{
-    ngx_uint_t  b;
-
-    if (ngx_http_pagedllm_bool(v, &b, err) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    if (b) {
-        p->flags |= PL_SUBMIT_LOGPROBS;
-    }
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_pagedllm_f_top_logprobs(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
-{
-    uint32_t  flags = p->flags;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_pagedllm_f_logprobs(v, p, engine, pool, err) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    p->flags = flags | (p->flags & ~PL_SUBMIT_LOGPROBS);
-    p->top_logprobs_set = 1;
 
     return NGX_OK;
 }
