@@ -83,34 +83,8 @@ is((eval { $J->decode($c->{buf}) } // {})->{usage}{completion_tokens}, 3,
    'h2 200 KB body: served');
 
 # events arrive while the generation runs; killing curl aborts it
-my $ctx = $t->request(GET => '/v1/models')->{json}{data}[0]{max_model_len};
-my $long = $ctx - 20;
-my $before = $t->status->{json};
-$c = curl_start("$base/v1/completions", '-d',
-                $J->encode({ prompt => 'Go on and on', max_tokens => $long,
-                             stream => JSON::PP::true,
-                             ignore_eos => JSON::PP::true }));
-$ev = $c->events(3, time + 30);
-ok(@$ev >= 3, 'h2 long stream: the first events arrived');
-my $busy = $t->status->{json};
-ok($busy->{requests}{running} + $busy->{requests}{waiting} >= 1
-       && $busy->{kv_blocks}{used} >= 1,
-   'h2 long stream: events arrive while the request still runs');
-
-kill 'KILL', $c->{pid};
-close $c->{fh};
-
-my $st = $t->wait_status(sub {
-    $_[0]{requests}{running} == 0 && $_[0]{requests}{waiting} == 0
-        && $_[0]{kv_blocks}{used} == 0
-}, 10)->{json};
-is($st->{kv_blocks}{used}, 0, 'h2 client killed: no KV block used');
-is($st->{requests}{running}, 0, 'h2 client killed: nothing running');
-ok($st->{generation_tokens_total} - $before->{generation_tokens_total} < $long,
-   'h2 client killed: the generation stopped early');
-
-my $after = $t->completion(prompt => 'Still here', max_tokens => 2);
-is($after->{status}, 200, 'still serving after the h2 client left');
+PagedLLM::Curl::killed_stream_ok($t, 'h2', \&curl_start,
+                                 "$base/v1/completions");
 
 $t->finish;
 done_testing;

@@ -93,34 +93,8 @@ for my $proto (['--http2', 'HTTP/2 200'], ['--http1.1', 'HTTP/1.1 200 OK']) {
 }
 
 # events arrive while the generation runs; killing curl aborts it
-my $ctx = $t->request(GET => '/v1/models')->{json}{data}[0]{max_model_len};
-my $long = $ctx - 20;
-my $before = $t->status->{json};
-$c = curl_start('--http2', "$base/v1/completions", '-d',
-                $J->encode({ prompt => 'Go on and on', max_tokens => $long,
-                             stream => JSON::PP::true,
-                             ignore_eos => JSON::PP::true }));
-my $ev = $c->events(3, time + 30);
-ok(@$ev >= 3, 'TLS long stream: the first events arrived');
-my $busy = $t->status->{json};
-ok($busy->{requests}{running} + $busy->{requests}{waiting} >= 1
-       && $busy->{kv_blocks}{used} >= 1,
-   'TLS long stream: events arrive while the request still runs');
-
-kill 'KILL', $c->{pid};
-close $c->{fh};
-
-my $st = $t->wait_status(sub {
-    $_[0]{requests}{running} == 0 && $_[0]{requests}{waiting} == 0
-        && $_[0]{kv_blocks}{used} == 0
-}, 10)->{json};
-is($st->{kv_blocks}{used}, 0, 'TLS client killed: no KV block used');
-is($st->{requests}{running}, 0, 'TLS client killed: nothing running');
-ok($st->{generation_tokens_total} - $before->{generation_tokens_total} < $long,
-   'TLS client killed: the generation stopped early');
-
-is($t->completion(prompt => 'Still here', max_tokens => 2)->{status}, 200,
-   'still serving after the TLS client left');
+PagedLLM::Curl::killed_stream_ok($t, 'TLS', sub { curl_start('--http2', @_) },
+                                 "$base/v1/completions");
 
 $t->finish;
 $probe->finish;
