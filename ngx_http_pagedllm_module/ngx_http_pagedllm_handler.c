@@ -91,6 +91,8 @@ static ngx_int_t ngx_http_pagedllm_send_error(ngx_http_request_t *r,
 static ngx_int_t ngx_http_pagedllm_unavailable(ngx_http_request_t *r,
     const char *reason);
 static ngx_int_t ngx_http_pagedllm_retry_after(ngx_http_request_t *r);
+static ngx_int_t ngx_http_pagedllm_not_allowed(ngx_http_request_t *r,
+    ngx_str_t *allow);
 static ngx_int_t ngx_http_pagedllm_add_header(ngx_http_request_t *r,
     const char *name, ngx_str_t *value);
 
@@ -147,49 +149,22 @@ ngx_http_pagedllm_handler(ngx_http_request_t *r)
         ngx_str_set(&allow, "POST");
     }
 
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (ngx_http_pagedllm_add_header(r, "Allow", &allow) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_http_pagedllm_error_set(&err, NGX_HTTP_NOT_ALLOWED, NULL,
-                                "Method %V is not allowed here, use %V",
-                                &r->method_name, &allow);
-    err.code = "method_not_allowed";
-
-    return ngx_http_pagedllm_send_error(r, &err);
+    return ngx_http_pagedllm_not_allowed(r, &allow);
 }
 
 
 ngx_int_t
 ngx_http_pagedllm_status_handler(ngx_http_request_t *r)
 {
-    ngx_str_t                  allow;
-    ngx_http_pagedllm_error_t  err;
+    ngx_str_t  allow;
 
     if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
         return ngx_http_pagedllm_get(r, ngx_http_pagedllm_status_resume, 0);
     }
 
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
     ngx_str_set(&allow, "GET, HEAD");
 
-    if (ngx_http_pagedllm_add_header(r, "Allow", &allow) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_http_pagedllm_error_set(&err, NGX_HTTP_NOT_ALLOWED, NULL,
-                                "Method %V is not allowed here, use %V",
-                                &r->method_name, &allow);
-    err.code = "method_not_allowed";
-
-    return ngx_http_pagedllm_send_error(r, &err);
+    return ngx_http_pagedllm_not_allowed(r, &allow);
 }
 
 
@@ -1444,6 +1419,29 @@ ngx_http_pagedllm_unavailable(ngx_http_request_t *r, const char *reason)
     ngx_http_pagedllm_error_set(&err, NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
                                 "%s", reason);
     err.code = "engine_unavailable";
+
+    return ngx_http_pagedllm_send_error(r, &err);
+}
+
+
+/* 405 with the methods the path takes in Allow */
+static ngx_int_t
+ngx_http_pagedllm_not_allowed(ngx_http_request_t *r, ngx_str_t *allow)
+{
+    ngx_http_pagedllm_error_t  err;
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_pagedllm_add_header(r, "Allow", allow) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_pagedllm_error_set(&err, NGX_HTTP_NOT_ALLOWED, NULL,
+                                "Method %V is not allowed here, use %V",
+                                &r->method_name, allow);
+    err.code = "method_not_allowed";
 
     return ngx_http_pagedllm_send_error(r, &err);
 }
