@@ -46,6 +46,26 @@ typedef struct {
 } ngx_http_pagedllm_range_t;
 
 
+typedef json_t *(*ngx_http_pagedllm_logprobs_pt)(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t first, ngx_uint_t n);
+
+
+/* What differs between /v1/completions and /v1/chat/completions. */
+typedef struct {
+    ngx_http_pagedllm_field_t    *fields;        /* its own */
+    const char                   *prompt;        /* the prompt's field */
+    uint32_t                      max_tokens;    /* default; 0: what fits */
+    const char                   *object;
+    const char                   *chunk_object;
+    ngx_str_t                     text_open;     /* a chunk's text in */
+    ngx_str_t                     text_close;
+    const char                   *text_key;      /* a whole choice's */
+    ngx_uint_t                    message;       /* text as a message */
+    ngx_http_pagedllm_logprobs_pt logprobs;
+} ngx_http_pagedllm_api_t;
+
+
 static json_t *ngx_http_pagedllm_load(ngx_pool_t *pool, u_char *body,
     size_t len, ngx_http_pagedllm_error_t *err);
 static u_char *ngx_http_pagedllm_sanitize(ngx_pool_t *pool, u_char *body,
@@ -130,6 +150,10 @@ static json_t *ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
 static json_t *ngx_http_pagedllm_chat_logprobs_obj(
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t first, ngx_uint_t n);
+static u_char *ngx_http_pagedllm_sse_choice(u_char *p,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index);
+static u_char *ngx_http_pagedllm_sse_end(u_char *p, ngx_str_t *logprobs,
+    uint32_t finish_reason);
 static json_t *ngx_http_pagedllm_choice_json(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch);
 static ngx_uint_t ngx_http_pagedllm_completion_tokens(
@@ -234,17 +258,35 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
 };
 
 
+/* indexed by params.chat */
+static ngx_http_pagedllm_api_t  ngx_http_pagedllm_apis[] = {
+
+    { ngx_http_pagedllm_completion_fields, "prompt", 16,
+      "text_completion", "text_completion",
+      ngx_string("\"text\":\""), ngx_string("\""),
+      "text", 0, ngx_http_pagedllm_logprobs_obj },
+
+    { ngx_http_pagedllm_chat_fields, "messages", 0,
+      "chat.completion", "chat.completion.chunk",
+      ngx_string("\"delta\":{\"content\":\""), ngx_string("\"}"),
+      "message", 1, ngx_http_pagedllm_chat_logprobs_obj }
+};
+
+
 ngx_int_t
 ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
     size_t len, ngx_http_pagedllm_engine_t *engine, ngx_uint_t chat,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err)
 {
-    json_t     *root;
-    ngx_int_t   rc;
+    json_t                   *root;
+    ngx_int_t                 rc;
+    ngx_http_pagedllm_api_t  *api;
 
     ngx_memzero(p, sizeof(ngx_http_pagedllm_params_t));
     p->chat = chat;
-    p->max_tokens = chat ? 0 : 16;             /* chat: what fits */
+
+    api = &ngx_http_pagedllm_apis[p->chat];
+    p->max_tokens = api->max_tokens;
     p->n = 1;
     p->temperature = 1.0f;
     p->top_p = 1.0f;
@@ -254,10 +296,7 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_pagedllm_fields(root,
-                                  chat ? ngx_http_pagedllm_chat_fields
-                                       : ngx_http_pagedllm_completion_fields,
-                                  p, engine, r->pool, err);
+    rc = ngx_http_pagedllm_fields(root, api->fields, p, engine, r->pool, err);
     if (rc == NGX_OK) {
         rc = ngx_http_pagedllm_required(root, p, err);
     }
@@ -477,7 +516,7 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
     const char  *name;
 
     if (p->prompt == NULL) {
-        name = p->chat ? "messages" : "prompt";
+        name = ngx_http_pagedllm_apis[p->chat].prompt;
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
                                     "'%s' is a required property", name);
         return NGX_ERROR;
@@ -567,7 +606,7 @@ ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
         || p->n_prompt > engine->max_prompt)
     {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    p->chat ? "messages" : "prompt",
+                                    ngx_http_pagedllm_apis[p->chat].prompt,
                                     "This model's maximum context length is "
                                     "%uD tokens, however your prompt has "
                                     "%ui tokens", engine->max_model_len,
@@ -1616,8 +1655,7 @@ ngx_http_pagedllm_sse_head(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
 {
     p = ngx_sprintf(p, "data: {\"id\":\"%V\",\"object\":\"%s\","
                     "\"created\":%T,\"model\":\"", &ctx->id,
-                    ctx->params.chat ? "chat.completion.chunk"
-                                     : "text_completion",
+                    ngx_http_pagedllm_apis[ctx->params.chat].chunk_object,
                     ctx->created);
     p = (u_char *) ngx_escape_json(p, ctx->model.data, ctx->model.len);
 
@@ -1630,22 +1668,47 @@ ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t index, u_char *text, size_t len, ngx_str_t *logprobs,
     uint32_t finish_reason)
 {
-    const char  *reason;
+    ngx_http_pagedllm_api_t  *api;
 
+    api = &ngx_http_pagedllm_apis[ctx->params.chat];
+
+    p = ngx_http_pagedllm_sse_choice(p, ctx, index);
+    p = ngx_cpymem(p, api->text_open.data, api->text_open.len);
+    p = (u_char *) ngx_escape_json(p, text, len);
+    p = ngx_cpymem(p, api->text_close.data, api->text_close.len);
+
+    return ngx_http_pagedllm_sse_end(p, logprobs, finish_reason);
+}
+
+
+/* chat: the first chunk names the role */
+u_char *
+ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index)
+{
+    p = ngx_http_pagedllm_sse_choice(p, ctx, index);
+    p = ngx_sprintf(p, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}");
+
+    return ngx_http_pagedllm_sse_end(p, NULL, 0);
+}
+
+
+static u_char *
+ngx_http_pagedllm_sse_choice(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index)
+{
     p = ngx_http_pagedllm_sse_head(p, ctx);
 
-    if (ctx->params.chat) {
-        p = ngx_sprintf(p, "\"choices\":[{\"index\":%ui,\"delta\":"
-                        "{\"content\":\"", index);
-        p = (u_char *) ngx_escape_json(p, text, len);
-        p = ngx_cpymem(p, "\"}", 2);
+    return ngx_sprintf(p, "\"choices\":[{\"index\":%ui,", index);
+}
 
-    } else {
-        p = ngx_sprintf(p, "\"choices\":[{\"index\":%ui,\"text\":\"",
-                        index);
-        p = (u_char *) ngx_escape_json(p, text, len);
-        p = ngx_cpymem(p, "\"", 1);
-    }
+
+/* A chunk's choice after its text: logprobs and finish_reason. */
+static u_char *
+ngx_http_pagedllm_sse_end(u_char *p, ngx_str_t *logprobs,
+    uint32_t finish_reason)
+{
+    const char  *reason;
 
     p = ngx_cpymem(p, ",\"logprobs\":", sizeof(",\"logprobs\":") - 1);
 
@@ -1854,9 +1917,7 @@ ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     char    *s;
     json_t  *j;
 
-    j = ctx->params.chat
-        ? ngx_http_pagedllm_chat_logprobs_obj(ctx, ch, first, n)
-        : ngx_http_pagedllm_logprobs_obj(ctx, ch, first, n);
+    j = ngx_http_pagedllm_apis[ctx->params.chat].logprobs(ctx, ch, first, n);
     if (j == NULL) {
         return NGX_ERROR;
     }
@@ -1880,20 +1941,6 @@ ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     free(s);
 
     return NGX_OK;
-}
-
-
-/* chat: the first chunk names the role */
-u_char *
-ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t index)
-{
-    p = ngx_http_pagedllm_sse_head(p, ctx);
-
-    return ngx_sprintf(p, "\"choices\":[{\"index\":%ui,\"delta\":"
-                       "{\"role\":\"assistant\",\"content\":\"\"},"
-                       "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
-                       index);
 }
 
 
@@ -1947,39 +1994,33 @@ static json_t *
 ngx_http_pagedllm_choice_json(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch)
 {
-    json_t  *text, *lp;
+    json_t                   *text, *lp;
+    ngx_http_pagedllm_api_t  *api;
+
+    api = &ngx_http_pagedllm_apis[ctx->params.chat];
 
     text = json_stringn((char *) ch->text, ch->text_len);
+
+    if (text && api->message) {
+        text = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
+    }
+
     if (text == NULL) {
         return NULL;
     }
 
-    if (!(ctx->params.flags & PL_SUBMIT_LOGPROBS)) {
-        lp = json_null();
-
-    } else if (ctx->params.chat) {
-        lp = ngx_http_pagedllm_chat_logprobs_obj(ctx, ch, 0, ch->npieces);
-
-    } else {
-        lp = ngx_http_pagedllm_logprobs_obj(ctx, ch, 0, ch->npieces);
-    }
+    lp = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
+         ? api->logprobs(ctx, ch, 0, ch->npieces) : json_null();
 
     if (lp == NULL) {
         json_decref(text);
         return NULL;
     }
 
-    return ctx->params.chat
-           ? json_pack("{s:I,s:{s:s,s:o},s:o,s:s}",
-                       "index", (json_int_t) ch->index,
-                       "message", "role", "assistant", "content", text,
-                       "logprobs", lp,
-                       "finish_reason",
-                       ngx_http_pagedllm_reason(ch->finish_reason))
-           : json_pack("{s:I,s:o,s:o,s:s}", "index", (json_int_t) ch->index,
-                       "text", text, "logprobs", lp,
-                       "finish_reason",
-                       ngx_http_pagedllm_reason(ch->finish_reason));
+    return json_pack("{s:I,s:o,s:o,s:s}", "index", (json_int_t) ch->index,
+                     api->text_key, text, "logprobs", lp,
+                     "finish_reason",
+                     ngx_http_pagedllm_reason(ch->finish_reason));
 }
 
 
@@ -2006,8 +2047,7 @@ ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
 
     j = json_pack("{s:s%,s:s,s:I,s:s%,s:o,s:{s:I,s:I,s:I}}",
                   "id", ctx->id.data, ctx->id.len,
-                  "object", ctx->params.chat ? "chat.completion"
-                                             : "text_completion",
+                  "object", ngx_http_pagedllm_apis[ctx->params.chat].object,
                   "created", (json_int_t) ctx->created,
                   "model", ctx->model.data, ctx->model.len,
                   "choices", choices,
