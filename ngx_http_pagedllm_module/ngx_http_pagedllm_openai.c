@@ -98,6 +98,9 @@ static ngx_int_t ngx_http_pagedllm_prompt_text(json_t *v,
 static ngx_int_t ngx_http_pagedllm_prompt_ids(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_token_ids(json_t *v, const char *what,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool, int32_t **out,
+    ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_f_tokens(json_t *v,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
@@ -778,40 +781,61 @@ ngx_http_pagedllm_prompt_ids(json_t *v, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
-    size_t      i, n;
-    json_t     *e;
-    json_int_t  id;
+    if (ngx_http_pagedllm_token_ids(v, "a string, an array of token ids, or "
+                                    "a one-element array of either",
+                                    engine, pool, &p->prompt, err)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
-    n = json_array_size(v);
+    p->n_prompt = json_array_size(v);
 
-    p->prompt = ngx_palloc(pool, n * sizeof(int32_t));
-    if (p->prompt == NULL) {
+    return NGX_OK;
+}
+
+
+/* The ids of an array checked against the vocabulary; what: the field's
+   type, for the error an element that is no integer gets. */
+static ngx_int_t
+ngx_http_pagedllm_token_ids(json_t *v, const char *what,
+    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool, int32_t **out,
+    ngx_http_pagedllm_error_t *err)
+{
+    size_t       i;
+    json_t      *e;
+    int32_t     *ids;
+    json_int_t   id;
+    const char  *name;
+
+    ids = ngx_palloc(pool, json_array_size(v) * sizeof(int32_t) + 1);
+    if (ids == NULL) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                     NULL, "out of memory");
         return NGX_ERROR;
     }
 
+    name = ngx_http_pagedllm_field->name;
+
     json_array_foreach(v, i, e) {
         if (!json_is_integer(e)) {
-            return ngx_http_pagedllm_type_error(err,
-                       "a string, an array of token ids, or a one-element "
-                       "array of either");
+            return ngx_http_pagedllm_type_error(err, what);
         }
 
         id = json_integer_value(e);
 
         if (id < 0 || id >= (json_int_t) engine->vocab_size) {
-            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
-                                        "Token id %L in 'prompt' is out of "
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
+                                        "Token id %L in '%s' is out of "
                                         "vocabulary (0..%uD)", (int64_t) id,
-                                        engine->vocab_size - 1);
+                                        name, engine->vocab_size - 1);
             return NGX_ERROR;
         }
 
-        p->prompt[i] = (int32_t) id;
+        ids[i] = (int32_t) id;
     }
 
-    p->n_prompt = n;
+    *out = ids;
 
     return NGX_OK;
 }
@@ -1321,10 +1345,6 @@ ngx_http_pagedllm_f_stop_token_ids(json_t *v, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
-    size_t      i;
-    json_t     *e;
-    json_int_t  id;
-
     if (json_is_null(v)) {
         return NGX_OK;
     }
@@ -1341,31 +1361,14 @@ ngx_http_pagedllm_f_stop_token_ids(json_t *v, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
-    p->stop_ids = ngx_palloc(pool, json_array_size(v) * sizeof(int32_t) + 1);
-    if (p->stop_ids == NULL) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                    NULL, "out of memory");
+    if (ngx_http_pagedllm_token_ids(v, "an array of token ids", engine, pool,
+                                    &p->stop_ids, err)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
-    json_array_foreach(v, i, e) {
-        if (!json_is_integer(e)) {
-            return ngx_http_pagedllm_type_error(err, "an array of token ids");
-        }
-
-        id = json_integer_value(e);
-
-        if (id < 0 || id >= (json_int_t) engine->vocab_size) {
-            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                        "stop_token_ids",
-                                        "Token id %L in 'stop_token_ids' is "
-                                        "out of vocabulary (0..%uD)",
-                                        (int64_t) id, engine->vocab_size - 1);
-            return NGX_ERROR;
-        }
-
-        p->stop_ids[p->n_stop_ids++] = (int32_t) id;
-    }
+    p->n_stop_ids = json_array_size(v);
 
     return NGX_OK;
 }
