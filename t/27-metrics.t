@@ -97,22 +97,32 @@ is($t->request(POST => '/v1/completions', '{"prompt":')->{status}, 400,
    'a bad body: 400');
 is($t->request(GET => '/v1/nothing')->{status}, 404, 'an unknown path: 404');
 
-my $s = $t->stream_start('/v1/completions', encode_json({
-    prompt => 'leave early', max_tokens => 100, ignore_eos => JSON::PP::true,
-    stream => JSON::PP::true }));
-PagedLLM::Test::read_chunks([$s], time + 30, 1);
-close $s->{sock};
-
-$m = wait_metrics(sub { ($_[0]{pagedllm_client_aborts_total} // 0) >= 1
-                        && $_[0]{'pagedllm_http_responses_total{code="2xx"}'}
-                           + $_[0]{'pagedllm_http_responses_total{code="4xx"}'}
-                           >= 4 });
+# A client that leaves after its first event.  The tiny model can finish
+# the whole stream before nginx sees the client go on a loaded machine; such
+# a try ends as a plain 200, and the client leaves again, up to 5 times,
+# until one is caught mid-stream.  The counts below are exact for any number
+# of tries: every try is a 2xx, exactly one is an abort.
+my ($tries, $aborts) = (0, 0);
+while ($aborts == 0 && $tries < 5) {
+    $tries++;
+    my $s = $t->stream_start('/v1/completions', encode_json({
+        prompt => 'leave early', max_tokens => 150,
+        ignore_eos => JSON::PP::true, stream => JSON::PP::true }));
+    PagedLLM::Test::read_chunks([$s], time + 30, 1);
+    close $s->{sock};
+    $m = wait_metrics(sub { $_[0]{'pagedllm_http_responses_total{code="2xx"}'}
+                            + $_[0]{'pagedllm_http_responses_total{code="4xx"}'}
+                            >= 3 + $tries });
+    $aborts = $m->{v}{pagedllm_client_aborts_total} // 0;
+}
 $v = $m->{v};
-is($v->{'pagedllm_http_responses_total{code="2xx"}'}, 2,
-   '2xx: the completion and the abandoned stream, counted by both workers');
+is($v->{'pagedllm_http_responses_total{code="2xx"}'}, 1 + $tries,
+   "2xx: the completion and the $tries abandoned stream(s), counted by both "
+   . 'workers');
 is($v->{'pagedllm_http_responses_total{code="4xx"}'}, 2, '4xx: 400 and 404');
 is($v->{'pagedllm_http_responses_total{code="5xx"}'}, 0, '5xx: none');
-is($v->{pagedllm_client_aborts_total}, 1, 'one client abort');
+is($v->{pagedllm_client_aborts_total}, 1,
+   "one client abort (caught mid-stream on try $tries)");
 
 # the same long prompt twice: the second finds its full blocks cached
 my $long = join ' ', ('the block table maps each logical block') x 6;
@@ -154,7 +164,8 @@ is($v->{'pagedllm_swapped_blocks_total{direction="in"}'},
    'every block swapped out came back in');
 is($v->{'pagedllm_kv_blocks{state="used"}'}, 0, 'no KV block leaked');
 is($v->{pagedllm_swap_blocks_used}, 0, 'no host block leaked');
-is($v->{'pagedllm_http_responses_total{code="2xx"}'}, 8, '2xx: 8 in all');
+is($v->{'pagedllm_http_responses_total{code="2xx"}'}, 7 + $tries,
+   '2xx: ' . (7 + $tries) . ' in all');
 
 # the status JSON reports the same engine counters (the engine is idle)
 my $j = $t->status->{json};
@@ -190,7 +201,7 @@ sleep 0.05 until (() = $t->error_log =~ /worker process \d+ exited with code 0/g
 ok((() = $t->error_log =~ /worker process \d+ exited with code 0/g) >= 2,
    'reload: the old workers exited');
 $m = wait_metrics(sub { ($_[0]{pagedllm_engine_attached} // 0) == 1 }, 10);
-is($m->{v}{'pagedllm_http_responses_total{code="2xx"}'}, 8,
+is($m->{v}{'pagedllm_http_responses_total{code="2xx"}'}, 7 + $tries,
    'after a reload: the new workers report the same counts');
 
 # engine gone: still 200, attached 0, no engine series, HTTP counters kept
@@ -201,7 +212,7 @@ is($m->{v}{pagedllm_engine_attached}, 0, 'detached: engine_attached 0');
 is_deeply($m->{bad}, [], 'detached: well-formed');
 ok(!grep({ /^pagedllm_(kv|model|requests_total)/ } keys %{ $m->{v} }),
    'detached: no engine series');
-is($m->{v}{'pagedllm_http_responses_total{code="2xx"}'}, 8,
+is($m->{v}{'pagedllm_http_responses_total{code="2xx"}'}, 7 + $tries,
    'detached: HTTP counters kept');
 
 $t->finish;
