@@ -1528,8 +1528,20 @@ pl_engine_flush(pl_engine_t *e)
                 pl_engine_free_group(e, s);
             }
         }
+    }
+}
 
-        pl_ipc_flush_doorbell(c);
+
+/* Wake every worker that got records this pass, each at most once. */
+static void
+pl_engine_ring(pl_engine_t *e)
+{
+    pl_conn_t  *c;
+
+    for (c = e->conns; c; c = c->next) {
+        if (c->attached && !c->dead) {
+            pl_ipc_flush_doorbell(c);
+        }
     }
 }
 
@@ -1594,7 +1606,12 @@ pl_engine_pass(pl_engine_t *e)
     }
 
     pl_engine_flush(e);
+
+    /* the state first, then the doorbells: a worker woken here answers
+       its client at once, and that client may ask any worker how the
+       engine stands */
     pl_engine_publish(e);
+    pl_engine_ring(e);
 }
 
 
