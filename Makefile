@@ -63,7 +63,7 @@ TINY     := $(BUILD)/models/tiny/model.safetensors
 .PHONY: all deps test-deps engine module model tools units run test bench \
         clean
 
-all: deps engine module model tools
+all: deps engine module model tools $(BENCHES)
 
 deps: $(BUILD)/.deps
 $(BUILD)/.deps: tools/install-deps.sh
@@ -147,6 +147,11 @@ $(BUILD)/bench/gpu/%: bench/gpu/%.c $(BUILD)/libpagedllm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/libpagedllm.a \
 	    $(LDLIBS)
+
+# no GPU in CI, but it compiles every program that runs on one
+ifeq ($(CUDA),1)
+all: $(GPU_TESTS) $(GPU_BENCHES)
+endif
 
 test-gpu: $(GPU_TESTS) $(if $(wildcard tools/mktinymodel.c),$(TINY))
 	PAGEDLLM_BUILD=$(abspath $(BUILD)) prove -v $(GPU_TESTS)
