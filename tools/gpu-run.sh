@@ -9,7 +9,9 @@
 # "sweep" also runs the decode benchmark under fixed split counts and
 # pipeline depths; "profile" runs it and the prefill one under ncu.
 # The machine has no network: when jansson's headers are missing there,
-# the Debian packages carried in .gpu-debs/ are unpacked under /tmp.
+# the Debian packages carried in .gpu-debs/ are unpacked under /tmp
+# (fetch them here once: mkdir .gpu-debs && cd .gpu-debs &&
+# apt-get download libjansson4 libjansson-dev; then carry ".gpu-debs").
 set -u
 
 OUT=${OUT:-gpu-out}
