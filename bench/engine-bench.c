@@ -18,12 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "pl_client.h"
 #include "pl_proto.h"
 #include "pl_ring.h"
 
@@ -34,8 +32,7 @@ typedef struct {
     int        fd;
     int        sub_efd;
     int        comp_efd;
-    uint8_t   *region;
-    size_t     size;
+    void      *region;
     pl_ring_t  sub;
     pl_ring_t  comp;
 } bench_worker_t;
@@ -61,54 +58,27 @@ now(void)
 static int
 bench_attach(bench_worker_t *w, const char *path)
 {
-    struct sockaddr_un  sa = { .sun_family = AF_UNIX };
-    pl_attach_t         at = { PL_PROTO_MAGIC, PL_PROTO_VERSION, 0, 0 };
-    pl_hello_t          hello;
-    char                cbuf[CMSG_SPACE(3 * sizeof(int))];
-    struct iovec        iov = { &hello, sizeof(hello) };
-    struct msghdr       msg = { 0 };
-    struct cmsghdr     *cm;
-    int                 fds[3];
-    pl_region_hdr_t    *h;
+    pl_hello_t  hello;
+    int         fds[3];
 
-    at.pid = (uint32_t) getpid();
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    w->fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (w->fd < 0 || connect(w->fd, (struct sockaddr *) &sa, sizeof(sa)) != 0
-        || write(w->fd, &at, sizeof(at)) != (ssize_t) sizeof(at))
-    {
+    w->fd = pl_client_connect(path);
+    if (w->fd < 0) {
         fprintf(stderr, "engine-bench: %s: %s\n", path, strerror(errno));
         return -1;
     }
-
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof(cbuf);
-    if (recvmsg(w->fd, &msg, MSG_WAITALL) != (ssize_t) sizeof(hello)
-        || hello.magic != PL_PROTO_MAGIC || hello.version != PL_PROTO_VERSION
-        || (cm = CMSG_FIRSTHDR(&msg)) == NULL
-        || cm->cmsg_len != CMSG_LEN(3 * sizeof(int)))
+    if (pl_client_attach(w->fd, 60000, &hello, fds) != 0
+        || hello.magic != PL_PROTO_MAGIC || hello.version != PL_PROTO_VERSION)
     {
         fprintf(stderr, "engine-bench: bad hello from the engine\n");
         return -1;
     }
-    memcpy(fds, CMSG_DATA(cm), sizeof(fds));
     w->sub_efd = fds[1];
     w->comp_efd = fds[2];
-    w->size = hello.region_size;
-    w->region = mmap(NULL, w->size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fds[0], 0);
-    close(fds[0]);
-    if (w->region == MAP_FAILED) {
+    w->region = pl_client_map(&hello, fds[0], &w->sub, &w->comp);
+    if (w->region == NULL) {
         perror("engine-bench: mmap");
         return -1;
     }
-
-    h = (pl_region_hdr_t *) w->region;
-    pl_ring_attach_producer(&w->sub, w->region + h->sub_offset, h->sub_size);
-    pl_ring_attach_consumer(&w->comp, w->region + h->comp_offset,
-                            h->comp_size);
     return 0;
 }
 

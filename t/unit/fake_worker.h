@@ -29,6 +29,7 @@
 
 #include "tap.h"
 
+#include "pl_client.h"
 #include "pl_proto.h"
 #include "pl_ring.h"
 
@@ -143,16 +144,7 @@ fw_exec(const char *engine, const char *const *argv)
 static inline int
 fw_connect(void)
 {
-    struct sockaddr_un  sa = { .sun_family = AF_UNIX };
-    int                 fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fw_sock);
-    if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0) {
-        close(fd);
-        return -1;
-    }
-
-    return fd;
+    return pl_client_connect(fw_sock);
 }
 
 
@@ -231,61 +223,11 @@ fw_engine_stop(void)
 /* ---- attaching ---- */
 
 
-/* The hello and, with it, the region's fd and the two eventfds. */
-static inline int
-fw_recv_hello(fw_t *w)
-{
-    union {
-        struct cmsghdr  h;
-        char            buf[CMSG_SPACE(3 * sizeof(int))];
-    }                ctl;
-    struct iovec     iov = { &w->hello, sizeof(w->hello) };
-    struct msghdr    msg = { 0 };
-    struct cmsghdr  *cm;
-    struct pollfd    p = { w->fd, POLLIN, 0 };
-    int              fds[3];
-
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = sizeof(ctl.buf);
-
-    if (poll(&p, 1, FW_WAIT_MS) != 1
-        || recvmsg(w->fd, &msg, MSG_CMSG_CLOEXEC) != sizeof(w->hello))
-    {
-        return -1;
-    }
-
-    cm = CMSG_FIRSTHDR(&msg);
-    if (cm == NULL || cm->cmsg_type != SCM_RIGHTS
-        || cm->cmsg_len != CMSG_LEN(sizeof(fds)))
-    {
-        return -1;
-    }
-    memcpy(fds, CMSG_DATA(cm), sizeof(fds));
-
-    w->size = w->hello.region_size;
-    w->region = mmap(NULL, w->size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fds[0], 0);
-    close(fds[0]);
-    w->sub_efd = fds[1];
-    w->comp_efd = fds[2];
-    if (w->region == MAP_FAILED) {
-        close(w->sub_efd);
-        close(w->comp_efd);
-        return -1;
-    }
-
-    return 0;
-}
-
-
 /* Attach as a worker; take gets every completion record fw_pump reads. */
 static inline int
 fw_attach(fw_t *w, fw_take_pt take)
 {
-    pl_attach_t  a = { PL_PROTO_MAGIC, PL_PROTO_VERSION,
-                       (uint32_t) getpid(), 0 };
+    int  fds[3];
 
     memset(w, 0, sizeof(*w));
     w->take = take;
@@ -293,16 +235,22 @@ fw_attach(fw_t *w, fw_take_pt take)
     if (w->fd < 0) {
         return -1;
     }
-    if (write(w->fd, &a, sizeof(a)) != sizeof(a) || fw_recv_hello(w) != 0) {
+    if (pl_client_attach(w->fd, FW_WAIT_MS, &w->hello, fds) != 0) {
         close(w->fd);
         return -1;
     }
 
+    w->sub_efd = fds[1];
+    w->comp_efd = fds[2];
+    w->size = w->hello.region_size;
+    w->region = pl_client_map(&w->hello, fds[0], &w->sub, &w->comp);
+    if (w->region == NULL) {
+        close(w->sub_efd);
+        close(w->comp_efd);
+        close(w->fd);
+        return -1;
+    }
     w->hdr = w->region;
-    pl_ring_attach_producer(&w->sub, (uint8_t *) w->region
-                            + w->hdr->sub_offset, w->hdr->sub_size);
-    pl_ring_attach_consumer(&w->comp, (uint8_t *) w->region
-                            + w->hdr->comp_offset, w->hdr->comp_size);
 
     return 0;
 }
