@@ -1494,8 +1494,8 @@ gather_logits(pl_model_t *m, int S, float *logits)
 
 
 int
-pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
-    char *err, size_t errlen)
+pl_model_forward_logits(pl_model_t *m, const pl_batch_t *batch,
+    float *host_logits, pl_logits_t *out, char *err, size_t errlen)
 {
     pl_backend_t             *be = m->be;
     const pl_model_config_t  *c = &m->cfg;
@@ -1503,7 +1503,8 @@ pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
     int                       l;
 
     if (m->tp != NULL) {
-        return pl_tp_forward(m->tp, batch, logits, err, errlen);
+        *out = (pl_logits_t) { host_logits, PL_DT_F32, 1 };
+        return pl_tp_forward(m->tp, batch, host_logits, err, errlen);
     }
     if (check_batch(m, batch, err, errlen) != 0) {
         return -1;
@@ -1527,16 +1528,34 @@ pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
                     b->num_seqs, c->hidden_size);
     be->matmul(be, m->s.logits, m->s.rows, &m->lm_head, NULL, b->num_seqs);
     if (m->sh.world == 1) {
-        be->download_f32(be, logits, m->s.logits,
-                         (size_t) b->num_seqs * c->vocab_size);
+        *out = (pl_logits_t) { m->s.logits, be->act_dtype, 0 };
     } else {
-        gather_logits(m, b->num_seqs, logits);
+        /* a rank of a tensor-parallel model: rank 0 gathers to the host */
+        gather_logits(m, b->num_seqs, host_logits);
+        *out = (pl_logits_t) { host_logits, PL_DT_F32, 1 };
+        be->sync(be);
     }
-    be->sync(be);
     if (m->sh.comm_failed) {
         m->sh.comm_failed = 0;
         return model_fail(err, errlen, "the %s communicator of rank %d "
                           "failed", m->sh.comm->name, m->sh.rank);
+    }
+    return 0;
+}
+
+
+int
+pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
+    char *err, size_t errlen)
+{
+    pl_logits_t  out;
+
+    if (pl_model_forward_logits(m, batch, logits, &out, err, errlen) != 0) {
+        return -1;
+    }
+    if (!out.on_host) {
+        m->be->download_f32(m->be, logits, out.data,
+                            (size_t) batch->num_seqs * m->cfg.vocab_size);
     }
     return 0;
 }

@@ -73,6 +73,50 @@ typedef struct {
     int             max_context_len;
 } pl_batch_t;
 
+/*
+ * Sampling on the backend.  One request draws one token from one row of
+ * logits; several requests may read the same row (a group's first draw).
+ * Every backend implements the same definition, so a seeded draw is the
+ * same token on the CPU and on the GPU (up to float rounding at exact
+ * ties of a threshold):
+ *
+ *   1. v[i] = logits[row][i] (NaN -> -inf), then each of the request's
+ *      adjust entries for id i (at most one per id):
+ *          v = v + bias;  if (repeat) v = v > 0 ? v / rp : v * rp;
+ *          v = v + penalty        (rp: repetition_penalty)
+ *   2. greedy (temperature <= 0, top_k == 1, or max v not finite):
+ *      the highest v, lowest id on ties.
+ *   3. otherwise, with z[i] = (v[i] - max v) / temperature, the kept ids
+ *      are those with v[i] > -inf and
+ *        min_p > 0:  z[i] >= ln(min_p)
+ *        top_k > 0:  v[i] >= the top_k-th largest kept v (ties kept)
+ *        top_p < 1:  z[i] >= t, t the largest value for which the kept
+ *                    ids with z >= t hold >= top_p of the kept exp(z)
+ *      and the token is the kept id with the largest z[i] - ln(e[i]),
+ *      e[i] = -ln(u[i]), u[i] in (0, 1] the Philox-4x32-10 uniform of
+ *      key = seed, counter = (step, i): an exact draw from softmax(z)
+ *      over the kept ids, reproducible from (seed, step) alone.
+ */
+typedef struct {
+    int32_t   row;                  /* logits row this request reads */
+    float     temperature;          /* <= 0: greedy */
+    float     top_p;                /* >= 1: off */
+    float     min_p;                /* <= 0: off */
+    int32_t   top_k;                /* <= 0: off */
+    float     repetition_penalty;   /* for entries with repeat set */
+    int32_t   adjust_start;         /* this request's adjust entries */
+    int32_t   adjust_count;
+    uint64_t  seed;                 /* the sequence's random stream */
+    uint64_t  step;                 /* the position drawn */
+} pl_sample_req_t;
+
+typedef struct {
+    int32_t   id;                   /* < vocab; one entry per id */
+    int32_t   repeat;               /* 1: apply repetition_penalty */
+    float     bias;                 /* added first; -inf masks the id */
+    float     penalty;              /* added last */
+} pl_logit_adjust_t;
+
 typedef struct pl_backend_s  pl_backend_t;
 
 struct pl_backend_s {
@@ -151,6 +195,14 @@ struct pl_backend_s {
     void (*download_f32)(pl_backend_t *be, float *dst, const void *src,
                          size_t count);
 
+    /* tokens[i] (host memory) = the draw for reqs[i] (host memory) from
+       logits [rows][vocab] of dtype in backend memory, as defined above
+       pl_sample_req_t; adjust (host memory) holds every request's
+       entries.  Waits for the result. */
+    void (*sample)(pl_backend_t *be, int32_t *tokens, const void *logits,
+                   pl_dtype_t dtype, int vocab, const pl_sample_req_t *reqs,
+                   int n, const pl_logit_adjust_t *adjust, int n_adjust);
+
     /* Optional operations, NULL where a backend lacks them: a model that
        needs one refuses to load on that backend.  OPT uses them. */
 
@@ -180,6 +232,12 @@ struct pl_backend_s {
 
     void   *priv;
 };
+
+/* The sampling definition above on host f32 logits: the CPU backend's
+   sample operation, and what samples logits gathered on the host. */
+void pl_sample_host(int32_t *tokens, const float *logits, int vocab,
+    const pl_sample_req_t *reqs, int n, const pl_logit_adjust_t *adjust,
+    int n_adjust);
 
 /* Backend constructors; NULL (with a reason in err) when unavailable. */
 pl_backend_t *pl_backend_cpu_create(int threads, char *err, size_t errlen);
