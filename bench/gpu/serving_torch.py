@@ -2,6 +2,7 @@
 
 make-model DIR: a Llama-2-7B-shaped checkpoint with random bf16 weights
 (transformers' own initialisation, fixed seed), saved as safetensors.
+copy: only the copy bandwidth.
 baseline DIR BATCHES P G: transformers' generate (greedy, exactly G new
 tokens) at each batch size on the same shapes, and the device-to-device
 copy bandwidth; one line per measurement.
@@ -75,6 +76,8 @@ def baseline(path, batches, prompt, gen):
 if __name__ == "__main__":
     if sys.argv[1] == "make-model":
         make_model(sys.argv[2])
+    elif sys.argv[1] == "copy":
+        copy_bandwidth()
     else:
         copy_bandwidth()
         baseline(sys.argv[2], [int(b) for b in sys.argv[3].split(",")],
