@@ -159,3 +159,4 @@ test-gpu: $(GPU_TESTS) $(if $(wildcard tools/mktinymodel.c),$(TINY))
 bench-gpu: $(GPU_BENCHES)
 	$(BUILD)/bench/gpu/attention
 	python3 bench/gpu/attention_torch.py
+	$(BUILD)/bench/gpu/gemv

@@ -1,7 +1,10 @@
 /*
  * gemm: out[n][w.rows] = x[n][w.cols] . w^T (+ bias), the model's linear
- * layers, through cuBLAS on tensor cores: bf16 operands, fp32 accumulate,
- * bf16 result.
+ * layers: bf16 operands, fp32 accumulate, bf16 result.  Up to
+ * pl_cuda_gemv_n_small() rows of x (decode) go to the weight-streaming
+ * kernel of gemv.cu, which reads W at the copy bandwidth where cuBLAS's
+ * small-n kernels do not; everything else, and any shape that kernel does
+ * not take, goes through cuBLAS on tensor cores.
  *
  * Row-major out = x . w^T is, read column-major, out^T = w^T' . x^T', so
  * the call is C[rows][n] = op_T(W)[rows][cols] . X[cols][n] with leading
@@ -11,6 +14,7 @@
  */
 
 #include "pl_cuda.cuh"
+#include "gemv.cuh"
 
 
 __global__ void
@@ -43,8 +47,18 @@ bias_add(pl_backend_t *be, void *out, const pl_weight_t *bias, int n,
 }
 
 
-void
-pl_cuda_matmul(pl_backend_t *be, void *out, const void *x,
+static void
+check_weight(const pl_weight_t *w)
+{
+    if (w->dtype != PL_DT_BF16) {
+        pl_cuda_fail("matmul", "weight was not loaded by this backend "
+                     "(bf16 expected)");
+    }
+}
+
+
+extern "C" void
+pl_cuda_matmul_cublas(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n)
 {
     const float     one = 1.0f, zero = 0.0f;
@@ -53,10 +67,7 @@ pl_cuda_matmul(pl_backend_t *be, void *out, const void *x,
     if (n <= 0) {
         return;
     }
-    if (w->dtype != PL_DT_BF16) {
-        pl_cuda_fail("matmul", "weight was not loaded by this backend "
-                     "(bf16 expected)");
-    }
+    check_weight(w);
     rc = cublasGemmEx(pl_cuda(be)->cublas, CUBLAS_OP_T, CUBLAS_OP_N,
                       (int) w->rows, n, (int) w->cols, &one,
                       w->data, CUDA_R_16BF, (int) w->cols,
@@ -69,4 +80,21 @@ pl_cuda_matmul(pl_backend_t *be, void *out, const void *x,
     if (bias != NULL) {
         bias_add(be, out, bias, n, w->rows);
     }
+}
+
+
+void
+pl_cuda_matmul(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *bias, int n)
+{
+    if (n <= 0) {
+        return;
+    }
+    check_weight(w);
+    if (n <= pl_cuda_gemv_n_small()
+        && pl_cuda_gemv(be, out, x, w, bias, n, -1) == 0)
+    {
+        return;
+    }
+    pl_cuda_matmul_cublas(be, out, x, w, bias, n);
 }
