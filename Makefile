@@ -12,7 +12,10 @@ CC       ?= gcc
 NVCC     ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA     ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(abspath $(dir $(NVCC))/..)
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# sm_90a: Hopper's own cubin (wgmma, setmaxnreg); it runs on compute
+# capability 9.0 only, which is all sm_90 code ever ran on.  PTX for the rest.
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a \
+             -gencode arch=compute_90,code=compute_90
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fopenmp \

@@ -96,4 +96,202 @@ swz(int r, int c)
     return (uint32_t) (r * D * 2 + ((c ^ (r & 7)) << 4));
 }
 
+
+/*
+ * Hopper (sm_90a only: compiled where __CUDA_ARCH_FEAT_SM90_ALL is set)
+ *
+ * wgmma: a warpgroup (4 consecutive warps, the first one's index a
+ * multiple of 4) computes D[64][N] (+)= A[64][16] . B[16][N].  D, fp32,
+ * N / 2 registers per thread: warp w of the group holds rows 16w .. 16w +
+ * 15, and each 8-column chunk n of them is laid out as an mma.m16n8 C
+ * fragment: d[4n + e] is row g + 8 (e / 2), column 8n + 2c + (e % 2)
+ * (g = lane / 4, c = lane % 4).  A from registers is the mma.m16n8k16 A
+ * fragment of the warp's 16 rows, so the D of one product, two 8-column
+ * chunks at a time, packed to bf16, is the A of the next.
+ *
+ * Operands in shared memory are read through a 64-bit descriptor: start
+ * address, leading (LBO) and stride (SBO) byte offsets, each >> 4, and
+ * the swizzle mode (1 << 62: 128-byte).  The 128-byte swizzle lays a
+ * matrix out in rows of 128 bytes (64 bf16) and XORs the 16-byte chunk
+ * index of each row with the row's index modulo 8, the pattern repeating
+ * every 1024 bytes (so every tile base is 1024-aligned); sw128() below
+ * is that address.
+ *   K-major (the 16 k of one instruction contiguous: Q for S = Q K^T,
+ *   and K as its B): rows of the M or N index, 8-row groups SBO apart;
+ *   the k-th 16-wide slice of a 64-wide row starts 32k bytes in.  LBO
+ *   is unused.
+ *   MN-major (B = V for O = P V, "transposed"): rows of the K index
+ *   (tokens), each holding 64 consecutive n; 8-row groups SBO apart,
+ *   64-wide n blocks LBO apart.
+ * Writes by ordinary stores or cp.async become visible to wgmma (the
+ * async proxy) only after fence.proxy.async in the writing thread, before
+ * the barrier that hands the tile over.
+ */
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+/* byte offset of 16-byte chunk c of row r in [c / 8][rows][64] bf16 */
+template <int ROWS>
+static __device__ __forceinline__ uint32_t
+sw128(int r, int c)
+{
+    return (uint32_t) ((c >> 3) * ROWS * 128 + r * 128
+                       + (((c & 7) ^ (r & 7)) << 4));
+}
+
+
+static __device__ __forceinline__ uint64_t
+wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t) ((addr & 0x3ffff) >> 4)
+           | (uint64_t) ((lbo & 0x3ffff) >> 4) << 16
+           | (uint64_t) ((sbo & 0x3ffff) >> 4) << 32
+           | 1ull << 62;
+}
+
+
+#define WG_D8(i)                                                          \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]),           \
+    "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_D64                                                            \
+    WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40),       \
+    WG_D8(48), WG_D8(56)
+#define WG_R64                                                            \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, "   \
+    "%15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, "    \
+    "%28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, "    \
+    "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, "    \
+    "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+/* d (+)= A . B, m64n128k16, A and B K-major in shared memory; d = A . B
+   when acc is 0 */
+static __device__ __forceinline__ void
+wgmma_128_ss(float (&d)[64], uint64_t a, uint64_t b, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 WG_R64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : WG_D64
+                 : "l"(a), "l"(b), "r"(acc)
+                 : "memory");
+}
+
+
+/* d += A . B, m64n128k16, A in registers, B MN-major in shared memory */
+static __device__ __forceinline__ void
+wgmma_128_rs_t(float (&d)[64], const uint32_t (&a)[4], uint64_t b)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 WG_R64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+                 : WG_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+                 : "memory");
+}
+
+#undef WG_D8
+#undef WG_D64
+#undef WG_R64
+
+
+/* order register accesses before the next wgmma */
+static __device__ __forceinline__ void
+wgmma_fence(void)
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+
+static __device__ __forceinline__ void
+wgmma_commit(void)
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+
+template <int N>
+static __device__ __forceinline__ void
+wgmma_wait(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N)
+                 : "memory");
+}
+
+
+/* The compiler sees a wgmma's accumulators as written when it is
+   issued; this pins every later access of d after the wait. */
+static __device__ __forceinline__ void
+wgmma_hold(float (&d)[64])
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++) {
+        asm volatile("" : "+f"(d[i]) :: "memory");
+    }
+}
+
+
+static __device__ __forceinline__ void
+fence_proxy_async(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+
+static __device__ __forceinline__ void
+mbar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
+                 :: "r"(bar), "r"(count) : "memory");
+}
+
+
+static __device__ __forceinline__ void
+mbar_arrive(uint32_t bar)
+{
+    asm volatile("{\n.reg .b64 st;\n"
+                 "mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n"
+                 :: "r"(bar) : "memory");
+}
+
+
+/*
+ * Wait until the phase of the given parity has completed; called by whole
+ * warps, which leave it converged for the .aligned instructions after it.
+ * A wait of 2^33 cycles (seconds) can only be a protocol bug: the thread
+ * exits, so the launch ends with its output unwritten instead of hanging
+ * the device.  (exit, not trap: a trap makes ptxas ignore setmaxnreg
+ * when it allocates the registers of the code around it.)
+ */
+static __device__ __forceinline__ void
+mbar_wait(uint32_t bar, int parity)
+{
+    long long  t0 = clock64();
+    uint32_t   done;
+
+    for ( ;; ) {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], "
+                     "%2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if (done) {
+            break;
+        }
+        if (clock64() - t0 > (1ll << 33)) {
+            asm volatile("exit;\n" ::: "memory");
+        }
+    }
+    __syncwarp();
+}
+
+
+static __device__ __forceinline__ float
+ex2(float x)
+{
+    float  y;
+
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+#endif /* __CUDA_ARCH_FEAT_SM90_ALL */
+
 #endif /* PL_MMA_CUH */

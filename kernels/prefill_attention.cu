@@ -20,9 +20,16 @@
  * Which sequences: those with at least ATTN_PREFILL_MIN_QLEN query rows.
  * A small scan kernel numbers their tiles (tile_start); blocks are handed
  * out from the last tile down, so the longest causal tiles start first.
+ *
+ * On Hopper (compute capability 9.0) head size 128 goes to the wgmma
+ * kernel of prefill_attention_sm90.cu instead (tiles of 128 rows); this
+ * kernel serves every other case.  PAGEDLLM_CUDA_PREFILL=mma forces this
+ * one, PAGEDLLM_CUDA_PREFILL_STAGES=3 gives the Hopper kernel three KV
+ * tiles in flight instead of two (benchmark overrides).
  */
 
 #include <float.h>
+#include <string.h>
 
 #include "attention.cuh"
 #include "mma.cuh"
@@ -30,6 +37,14 @@
 #define PF_BM             64          /* query rows per block */
 #define PF_BN             64          /* KV tokens per tile */
 #define PF_THREADS        128
+#define PF_BM_SM90        128         /* query rows per Hopper block */
+
+/* prefill_attention_sm90.cu; p.tile_start numbers tiles of PF_BM_SM90 */
+void pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
+    int stages);
+
+/* which kernel the last prefill launch ran, for tests and benchmarks */
+static const char  *prefill_kernel_name;
 
 
 /* Gather KV tile j (tokens j*BN ..) of K and V into shared memory. */
@@ -300,11 +315,11 @@ prefill_attention_kernel(const attn_params_t p)
 }
 
 
-/* tile_start[s] = tiles of the sequences before s (those with at least
-   min_qlen rows); one block, a chunk of sequences per thread. */
+/* tile_start[s] = tiles of bm rows of the sequences before s (those with
+   at least min_qlen rows); one block, a chunk of sequences per thread. */
 __global__ void __launch_bounds__(1024)
 tile_scan_kernel(const int32_t *query_start, int num_seqs, int min_qlen,
-    int32_t *tile_start)
+    int bm, int32_t *tile_start)
 {
     __shared__ int  part[1024];
     int             per = (num_seqs + 1023) / 1024;
@@ -314,7 +329,7 @@ tile_scan_kernel(const int32_t *query_start, int num_seqs, int min_qlen,
     for (int s = b; s < e; s++) {
         int  q = query_start[s + 1] - query_start[s];
 
-        sum += q >= min_qlen ? (q + PF_BM - 1) / PF_BM : 0;
+        sum += q >= min_qlen ? (q + bm - 1) / bm : 0;
     }
     part[threadIdx.x] = sum;
     __syncthreads();
@@ -330,7 +345,7 @@ tile_scan_kernel(const int32_t *query_start, int num_seqs, int min_qlen,
         int  q = query_start[s + 1] - query_start[s];
 
         tile_start[s] = run;
-        run += q >= min_qlen ? (q + PF_BM - 1) / PF_BM : 0;
+        run += q >= min_qlen ? (q + bm - 1) / bm : 0;
     }
     if (threadIdx.x == 1023) {
         tile_start[num_seqs] = part[1023];
@@ -358,24 +373,71 @@ launch_prefill(pl_cuda_t *cu, const attn_params_t &p, int rows)
 }
 
 
+/* Hopper's kernel: compute capability 9.0 exactly (its cubin is sm_90a),
+   unless the environment asks for the mma.sync kernel */
+static bool
+use_sm90(pl_cuda_t *cu, int head_dim)
+{
+    static int   cc[64];
+    const char  *force = getenv("PAGEDLLM_CUDA_PREFILL");
+    int          d = cu->device & 63;
+
+    if (head_dim != 128 || (force != NULL && strcmp(force, "mma") == 0)) {
+        return false;
+    }
+    if (cc[d] == 0) {
+        int  major = 0, minor = 0;
+
+        pl_cuda_check(cudaDeviceGetAttribute(&major,
+                          cudaDevAttrComputeCapabilityMajor, cu->device),
+                      "prefill attention");
+        pl_cuda_check(cudaDeviceGetAttribute(&minor,
+                          cudaDevAttrComputeCapabilityMinor, cu->device),
+                      "prefill attention");
+        cc[d] = major * 10 + minor;
+    }
+    return cc[d] == 90;
+}
+
+
 int
 pl_cuda_prefill_attention(pl_cuda_t *cu, attn_params_t *p, int rows)
 {
+    bool  sm90;
+    int   stages;
+
     if ((p->head_dim != 64 && p->head_dim != 128)
         || p->num_seqs > ATTN_TC_SEQS)
     {
         return 0;
     }
+    sm90 = use_sm90(cu, p->head_dim);
     p->tile_start = attn_tile_start(cu);
     p->tc_min_qlen = ATTN_PREFILL_MIN_QLEN;
     tile_scan_kernel<<<1, 1024, 0, cu->stream>>>(p->query_start, p->num_seqs,
                                                  ATTN_PREFILL_MIN_QLEN,
+                                                 sm90 ? PF_BM_SM90 : PF_BM,
                                                  p->tile_start);
     PL_CUDA_LAUNCHED("prefill tile scan");
-    if (p->head_dim == 64) {
+    if (sm90) {
+        stages = pl_cuda_env_int("PAGEDLLM_CUDA_PREFILL_STAGES", 2) == 3
+                 ? 3 : 2;
+        pl_cuda_prefill_sm90(cu, *p, rows, stages);
+        prefill_kernel_name = stages == 3 ? "sm90 wgmma, 3 stages"
+                                          : "sm90 wgmma";
+    } else if (p->head_dim == 64) {
         launch_prefill<64>(cu, *p, rows);
+        prefill_kernel_name = "mma.sync";
     } else {
         launch_prefill<128>(cu, *p, rows);
+        prefill_kernel_name = "mma.sync";
     }
     return 1;
+}
+
+
+extern "C" const char *
+pl_cuda_prefill_kernel(void)
+{
+    return prefill_kernel_name != NULL ? prefill_kernel_name : "none";
 }

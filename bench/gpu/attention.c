@@ -3,7 +3,10 @@
  * 128, block 16) at the shapes of docs/BENCHMARKS.md, reported as the
  * bandwidth of reading K and V once, next to a device-to-device copy
  * measured in the same process; and one causal prefill of 4096 tokens,
- * reported in TFLOP/s.
+ * reported in TFLOP/s (4 x heads x 128 x the (query, key) pairs the
+ * causal mask keeps), on the default kernel and, for comparison in the
+ * same run, with three KV stages and on the mma.sync kernel (the
+ * PAGEDLLM_CUDA_PREFILL* overrides); the kernel that ran is named.
  *
  * Physical blocks are shuffled.  Shapes whose cache fits in L2 a few times
  * over rotate among several caches, so every timed call reads from device
@@ -21,6 +24,9 @@
 
 /* the backend's stream (kernels/cuda_backend.cu), for event timing */
 cudaStream_t pl_cuda_stream(pl_backend_t *be);
+
+/* the kernel of the last prefill launch (kernels/prefill_attention.cu) */
+const char *pl_cuda_prefill_kernel(void);
 
 #define HEAD_DIM    128
 #define BLOCK       16
@@ -285,8 +291,9 @@ bench_prefill(int len, int heads)
     fill_random(q, bytes);
     b = BE->batch_upload(BE, &h);
     sec = time_attention(out, q, kc, vc, b, 1, &s);
-    printf("ours prefill causal %d x %d heads %.1f us %.1f TFLOP/s\n", len,
-           heads, sec * 1e6, flops / sec / 1e12);
+    printf("ours prefill causal %d x %d heads %.1f us %.1f TFLOP/s (%s)\n",
+           len, heads, sec * 1e6, flops / sec / 1e12,
+           pl_cuda_prefill_kernel());
     BE->free(BE, kc);
     BE->free(BE, vc);
     BE->free(BE, q);
@@ -352,6 +359,12 @@ main(int argc, char **argv)
     }
     if (strcmp(only, "decode") != 0) {
         bench_prefill(4096, 32);
+        setenv("PAGEDLLM_CUDA_PREFILL_STAGES", "3", 1);
+        bench_prefill(4096, 32);
+        unsetenv("PAGEDLLM_CUDA_PREFILL_STAGES");
+        setenv("PAGEDLLM_CUDA_PREFILL", "mma", 1);
+        bench_prefill(4096, 32);
+        unsetenv("PAGEDLLM_CUDA_PREFILL");
     }
     BE->destroy(BE);
     return 0;

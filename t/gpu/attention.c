@@ -6,11 +6,22 @@
  * sizes 64, 96, 128, 256; grouped-query ratios 1 to 32 (7, 12, 20 among
  * them).
  * The batch reaches the GPU through batch_upload, as the model sends it.
+ *
+ * Prefill rows run on one of two kernels: on Hopper, head size 128, the
+ * wgmma one (tiles of 128 rows, two warpgroups of 64, KV tiles of 128),
+ * else the mma.sync one; every name says which ran.  The prefill edge
+ * cases (rows around the tile and warpgroup sizes, prefixes on and off
+ * the tile grid, many KV tiles) run on both.  A failing comparison says
+ * where the output differs: rows and dimensions as maps of 8-wide groups,
+ * and the first differing (row, head) with its place in the tile.
  */
 
 #include "pair.h"
 
 #define ATTN_BOUND  1e-2
+
+/* kernels/prefill_attention.cu: the kernel of the last prefill launch */
+const char *pl_cuda_prefill_kernel(void);
 
 typedef struct {
     int  qlen;
@@ -90,6 +101,91 @@ build_batch(const attn_case_t *c, pl_batch_t *b, int32_t *qs, int32_t *cl,
 }
 
 
+/* ||got - want|| / ||want|| over one row of one head */
+static double
+row_err(const float *g, const float *c, int n)
+{
+    double  num = 0.0, den = 0.0;
+    int     i;
+
+    for (i = 0; i < n; i++) {
+        double  d = (double) g[i] - (double) c[i];
+
+        if (!isfinite(g[i])) {
+            return INFINITY;
+        }
+        num += d * d;
+        den += (double) c[i] * c[i];
+    }
+    return sqrt(num / (den > 0.0 ? den : 1.0));
+}
+
+
+/*
+ * Where a failed comparison differs: per sequence, which 8-row groups of
+ * a 128-row tile and which 8-wide groups of dimensions hold bad (row,
+ * head) pairs ('x'), unwritten ones (NaN) counted apart; then the first
+ * bad pair with its place in the tile (consumer group of 64 rows, warp of
+ * 16, row in the warp) and its worst dimension.
+ */
+static void
+locate(const attn_case_t *c, const int32_t *qs, const float *g,
+    const float *w)
+{
+    int  s, r, h, i, hd = c->head_dim, nh = c->n_heads, shown = 0;
+
+    for (s = 0; s < c->num_seqs; s++) {
+        char  rmap[17], dmap[33];
+        int   bad = 0, nan = 0, nd = hd / 8 < 32 ? hd / 8 : 32;
+
+        memset(rmap, '.', 16);
+        memset(dmap, '.', nd);
+        rmap[16] = '\0';
+        dmap[nd] = '\0';
+        for (r = qs[s]; r < qs[s + 1]; r++) {
+            for (h = 0; h < nh; h++) {
+                const float  *gr = g + ((size_t) r * nh + h) * hd;
+                const float  *wr = w + ((size_t) r * nh + h) * hd;
+                int           row = r - qs[s], worst = 0;
+                double        e = row_err(gr, wr, hd);
+
+                if (e <= 4 * ATTN_BOUND) {
+                    continue;
+                }
+                bad++;
+                nan += isinf(e);
+                rmap[(row % 128) / 8] = 'x';
+                for (i = 0; i < hd; i++) {
+                    if (!(fabsf(gr[i] - wr[i]) <= 0.05f
+                          + 0.05f * fabsf(wr[i])))
+                    {
+                        dmap[i / 8 < nd ? i / 8 : nd - 1] = 'x';
+                    }
+                    if (!(fabsf(gr[i] - wr[i])
+                          <= fabsf(gr[worst] - wr[worst])))
+                    {
+                        worst = i;
+                    }
+                }
+                if (shown++ < 3) {
+                    diag("  seq %d row %d (tile row %d: group %d, warp %d, "
+                         "row %d) head %d: error %.2e, dim %d got %g want "
+                         "%g", s, row, row % 128, row % 128 / 64,
+                         row % 64 / 16, row % 16, h, e, worst, gr[worst],
+                         wr[worst]);
+                }
+            }
+        }
+        if (bad > 0) {
+            diag("  seq %d (%d rows, context %d): %d of %d (row, head) "
+                 "bad, %d unwritten; tile rows by 8 [%s] dims by 8 [%s]",
+                 s, qs[s + 1] - qs[s], c->seqs[s].ctx, bad,
+                 (qs[s + 1] - qs[s]) * nh, nan, rmap, dmap);
+        }
+    }
+}
+
+
 static void
 run_case(const attn_case_t *c, const char *what)
 {
@@ -126,11 +222,20 @@ run_case(const attn_case_t *c, const char *what)
     P.cpu->attention(P.cpu, oc, qc, kc, vc, P.cpu->batch_upload(P.cpu, &hb),
                      c->n_heads, c->n_kv_heads, c->head_dim, c->block_size,
                      1.0f / sqrtf((float) c->head_dim));
-    snprintf(name, sizeof(name), "attention %s: block %d, head %d, heads "
-             "%d/%d, %d seqs, %d rows, max context %d", what, c->block_size,
+    snprintf(name, sizeof(name), "attention %s%s%s%s: block %d, head %d, "
+             "heads %d/%d, %d seqs, %d rows, max context %d", what,
+             hb.max_query_len >= 16 ? " [" : "",
+             hb.max_query_len >= 16 ? pl_cuda_prefill_kernel() : "",
+             hb.max_query_len >= 16 ? "]" : "", c->block_size,
              c->head_dim, c->n_heads, c->n_kv_heads, c->num_seqs, rows,
              hb.max_context_len);
-    pair_close(&P, og, oc, qn, ATTN_BOUND, name);
+    if (!pair_close(&P, og, oc, qn, ATTN_BOUND, name)) {
+        float  *g = pair_get(P.gpu, og, qn), *w = pair_get(P.cpu, oc, qn);
+
+        locate(c, qs, g, w);
+        free(g);
+        free(w);
+    }
 
     P.gpu->free(P.gpu, kg);
     P.gpu->free(P.gpu, vg);
@@ -208,6 +313,50 @@ decode_case(int bs, int hd, int nh, int nkv, int num_seqs, int max_ctx)
 }
 
 
+/*
+ * The prefill kernels' edges: whole prefills of 16, 64 (the second
+ * group of a 128-row tile empty), 65, 128 and 1000 rows; chunks over a
+ * cached prefix off the tile grid (77 tokens), on it (256), far in (17
+ * rows after 983) and spanning a tile boundary, next to a decode row and
+ * a sequence sharing blocks; and (many_tiles_case) a 2100-row chunk, 17
+ * KV tiles, so the ring of KV stages wraps many times.
+ */
+static void
+tile_edge_cases(int bs, int nh, int nkv)
+{
+    attn_case_t  whole = { bs, 128, nh, nkv, 5, {
+        { 1000, 1000, 0 },
+        { 16, 16, 0 },
+        { 64, 64, 0 },
+        { 65, 65, 0 },
+        { 128, 128, 0 },
+    } };
+    attn_case_t  chunks = { bs, 128, nh, nkv, 6, {
+        { 300, 377, 0 },
+        { 256, 512, 0 },
+        { 17, 1000, 0 },
+        { 1, 900, 0 },
+        { 129, 129 + 255, 1 },
+        { 100 + pair_int(100), 700 + pair_int(300), 0 },
+    } };
+
+    run_case(&whole, "whole prefills");
+    run_case(&chunks, "chunks over cached context");
+}
+
+
+static void
+many_tiles_case(int bs)
+{
+    attn_case_t  c = { bs, 128, 4, 1, 2, {
+        { 2100, 2100 + pair_int(300), 0 },
+        { 1, 40, 0 },
+    } };
+
+    run_case(&c, "many KV tiles");
+}
+
+
 static void
 long_case(void)
 {
@@ -253,6 +402,22 @@ main(void)
     decode_case(16, 128, 32, 1, 3, 2000);
     mixed_case(16, 64, 40, 2);
     long_case();
+
+    /* the prefill edges on the default kernel (wgmma on Hopper), with
+       three KV stages, then on the mma.sync one */
+    for (i = 0; i < 3; i++) {
+        if (i == 1) {
+            setenv("PAGEDLLM_CUDA_PREFILL_STAGES", "3", 1);
+        } else if (i == 2) {
+            unsetenv("PAGEDLLM_CUDA_PREFILL_STAGES");
+            setenv("PAGEDLLM_CUDA_PREFILL", "mma", 1);
+        }
+        tile_edge_cases(16, 8, 8);
+        tile_edge_cases(i == 1 ? 16 : 32, 8, 2);
+        tile_edge_cases(8, 12, 2);
+        many_tiles_case(16);
+    }
+    unsetenv("PAGEDLLM_CUDA_PREFILL");
     P.gpu->destroy(P.gpu);
     P.cpu->destroy(P.cpu);
     return done_testing();
