@@ -146,6 +146,28 @@ attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
 }
 
 
+/*
+ * The partial of a split holding no token of its row (it starts past the
+ * context): accumulator 0, sum 0, what a split over no tokens computes,
+ * written without touching the cache.  Heads h0 .. h0+ng-1 of row; all
+ * threads of the block.
+ */
+static __device__ __forceinline__ void
+attn_empty_split(const attn_params_t &p, int row, int h0, int ng)
+{
+    int64_t  rh0 = (int64_t) row * p.n_heads + h0;
+
+    for (int i = threadIdx.x; i < ng * p.head_dim; i += blockDim.x) {
+        int64_t  ps = (rh0 + i / p.head_dim) * p.num_splits + blockIdx.z;
+
+        p.part_acc[ps * p.head_dim + i % p.head_dim] = 0.0f;
+        if (i % p.head_dim == 0) {
+            p.part_ml[ps] = make_float2(-FLT_MAX, 0.0f);
+        }
+    }
+}
+
+
 static inline int32_t *
 attn_tile_start(pl_cuda_t *cu)
 {

@@ -15,7 +15,9 @@
  * of DEC_TBL at a time), so no K/V copy waits on a table load.  At the end
  * the warps' states are merged through shared memory; with several splits
  * the block writes a partial and the last one to finish merges them
- * (attn_merge_if_last).
+ * (attn_merge_if_last).  A split that starts past its row's context (a
+ * short sequence beside a long one, or max_context_len rounded up for a
+ * CUDA graph) writes an empty partial without loading anything.
  *
  * Pipeline: DEC_STAGES tile buffers, DEC_STAGES - 1 tiles in flight while
  * one is computed, one barrier per tile (a stage is refilled only after
@@ -305,6 +307,12 @@ decode_attention_kernel(const attn_params_t p)
     float           o[D / 8][4], m[2], l[2];
 
     if (p.tc_min_qlen > 0 && q1 - q0 >= p.tc_min_qlen) {
+        return;
+    }
+    if (ntiles == 0 && p.num_splits > 1) {
+        attn_empty_split(p, row, kvh * p.group + g0, ng);
+        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh, &last,
+                                        (float *) dec_smem);
         return;
     }
     for (int i = threadIdx.x; i < DEC_ROWS * (D / 8); i += DEC_THREADS) {

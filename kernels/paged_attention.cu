@@ -251,6 +251,12 @@ paged_attention_kernel(const attn_params_t p)
     if (p.tc_min_qlen > 0 && q1 - q0 >= p.tc_min_qlen) {
         return;
     }
+    if (t1 <= t0 && p.num_splits > 1) {
+        attn_empty_split(p, row, kvh * p.group + g0, min(GT, p.group - g0));
+        attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh, &last,
+                                         &red[0][0][0]);
+        return;
+    }
 #pragma unroll
     for (int g = 0; g < GT; g++) {
         int  h = kvh * p.group + g0 + g;
