@@ -7,6 +7,11 @@
  * since the caller reads host memory next.  The batch description is
  * packed into one pinned buffer and sent with a single copy, so an
  * iteration costs one host-to-device transfer for all its index arrays.
+ *
+ * Decode iterations can instead replay CUDA graphs (graphs_run): one
+ * recording per batch shape, whose arrays sit at addresses fixed by the
+ * shape, so a replay is one copy and one cudaGraphLaunch.  cuBLAS gets a
+ * workspace of its own at creation so nothing allocates under capture.
  */
 
 #include <stdio.h>
@@ -250,6 +255,227 @@ cuda_batch_upload(pl_backend_t *be, const pl_batch_t *host)
 }
 
 
+/* ---- decode graphs ---- */
+
+
+/*
+ * A set's shapes share one device buffer (and one pinned staging buffer
+ * of the same layout): a shape's arrays sit at offsets that depend only
+ * on (num_seqs, max_blocks_per_seq), so a recording's pointers stay
+ * right for every later batch of its shape.  Shapes may overlap in the
+ * buffer because the copy before each replay and the replay itself run
+ * in stream order.
+ */
+typedef struct {
+    int              num_seqs;
+    int              max_blocks;
+    int              max_ctx;
+    cudaGraphExec_t  exec;
+    pl_batch_t       batch;          /* backend pointers of this shape */
+} graph_shape_t;
+
+#define GRAPH_ARRAYS  7
+
+struct pl_graphs_s {
+    int              max_seqs;
+    int              max_blocks;
+    void            *host;           /* pinned staging */
+    void            *dev;
+    graph_shape_t   *shapes;
+    int              n_shapes;
+    int              cap;
+};
+
+
+/* Offsets of the batch arrays of a shape, in the order token_ids,
+   positions, slot_mapping, query_start, context_lens, block_tables,
+   logits_rows; returns the bytes they span. */
+static size_t
+graph_layout(int num_seqs, int max_blocks, size_t *off)
+{
+    int     count[GRAPH_ARRAYS] = {
+        num_seqs, num_seqs, num_seqs, num_seqs + 1, num_seqs,
+        num_seqs * max_blocks, num_seqs
+    };
+    size_t  at = 0;
+    int     i;
+
+    for (i = 0; i < GRAPH_ARRAYS; i++) {
+        off[i] = at;
+        at += batch_array_bytes(count[i]);
+    }
+    return at;
+}
+
+
+static void
+cuda_graphs_destroy(pl_backend_t *be, pl_graphs_t *g)
+{
+    int  i;
+
+    if (g == NULL) {
+        return;
+    }
+    pl_cuda_check(cudaStreamSynchronize(pl_cuda(be)->stream),
+                  "graphs_destroy");
+    for (i = 0; i < g->n_shapes; i++) {
+        cudaGraphExecDestroy(g->shapes[i].exec);
+    }
+    free(g->shapes);
+    cudaFreeHost(g->host);
+    cudaFree(g->dev);
+    free(g);
+}
+
+
+static pl_graphs_t *
+cuda_graphs_create(pl_backend_t *be, int max_seqs, int max_blocks)
+{
+    pl_graphs_t  *g;
+    size_t        off[GRAPH_ARRAYS], bytes;
+
+    if (max_seqs < 1 || max_blocks < 1) {
+        return NULL;
+    }
+    g = (pl_graphs_t *) calloc(1, sizeof(pl_graphs_t));
+    if (g == NULL) {
+        return NULL;
+    }
+    g->max_seqs = max_seqs;
+    g->max_blocks = max_blocks;
+    bytes = graph_layout(max_seqs, max_blocks, off);
+    if (cudaMallocHost(&g->host, bytes) != cudaSuccess
+        || cudaMalloc(&g->dev, bytes) != cudaSuccess)
+    {
+        cudaGetLastError();
+        cuda_graphs_destroy(be, g);
+        return NULL;
+    }
+    return g;
+}
+
+
+/* The set's entry for host's shape, added (without a recording) when it
+   is new; NULL when out of memory. */
+static graph_shape_t *
+graph_shape(pl_graphs_t *g, const pl_batch_t *host)
+{
+    graph_shape_t  *sh, *grown;
+    size_t          off[GRAPH_ARRAYS];
+    const int32_t  *a[GRAPH_ARRAYS];
+    int             i, cap;
+
+    for (i = 0; i < g->n_shapes; i++) {
+        sh = &g->shapes[i];
+        if (sh->num_seqs == host->num_seqs
+            && sh->max_blocks == host->max_blocks_per_seq
+            && sh->max_ctx == host->max_context_len)
+        {
+            return sh;
+        }
+    }
+    if (g->n_shapes == g->cap) {
+        cap = g->cap ? 2 * g->cap : 16;
+        grown = (graph_shape_t *) realloc(g->shapes,
+                                          cap * sizeof(graph_shape_t));
+        if (grown == NULL) {
+            return NULL;
+        }
+        g->shapes = grown;
+        g->cap = cap;
+    }
+    sh = &g->shapes[g->n_shapes++];
+    sh->num_seqs = host->num_seqs;
+    sh->max_blocks = host->max_blocks_per_seq;
+    sh->max_ctx = host->max_context_len;
+    sh->exec = NULL;
+    graph_layout(sh->num_seqs, sh->max_blocks, off);
+    for (i = 0; i < GRAPH_ARRAYS; i++) {
+        a[i] = (const int32_t *) ((char *) g->dev + off[i]);
+    }
+    sh->batch = *host;
+    sh->batch.token_ids = a[0];
+    sh->batch.positions = a[1];
+    sh->batch.slot_mapping = a[2];
+    sh->batch.query_start = a[3];
+    sh->batch.context_lens = a[4];
+    sh->batch.block_tables = a[5];
+    sh->batch.logits_rows = a[6];
+    return sh;
+}
+
+
+/* host's arrays into the staging buffer at the shape's offsets, then one
+   copy into place */
+static void
+graph_put_batch(pl_cuda_t *cu, pl_graphs_t *g, const pl_batch_t *host)
+{
+    int             ns = host->num_seqs;
+    size_t          off[GRAPH_ARRAYS], bytes;
+    const int32_t  *src[GRAPH_ARRAYS] = {
+        host->token_ids, host->positions, host->slot_mapping,
+        host->query_start, host->context_lens, host->block_tables,
+        host->logits_rows
+    };
+    int             count[GRAPH_ARRAYS] = {
+        ns, ns, ns, ns + 1, ns, ns * host->max_blocks_per_seq, ns
+    };
+    int             i;
+
+    bytes = graph_layout(ns, host->max_blocks_per_seq, off);
+    pl_cuda_check(cudaEventSynchronize(cu->batch_copied), "graphs_run");
+    for (i = 0; i < GRAPH_ARRAYS; i++) {
+        memcpy((char *) g->host + off[i], src[i],
+               (size_t) count[i] * sizeof(int32_t));
+    }
+    pl_cuda_check(cudaMemcpyAsync(g->dev, g->host, bytes,
+                                  cudaMemcpyHostToDevice, cu->stream),
+                  "graphs_run");
+    pl_cuda_check(cudaEventRecord(cu->batch_copied, cu->stream),
+                  "graphs_run");
+}
+
+
+/*
+ * A shape's first batch runs eagerly (which also makes every lazily
+ * loaded kernel and cuBLAS's per-shape state exist before capture) and
+ * is then captured; instantiating and uploading the graph now keeps that
+ * cost out of the next iteration.
+ */
+static int
+cuda_graphs_run(pl_backend_t *be, pl_graphs_t *g, const pl_batch_t *host,
+    pl_graph_record_t record, void *arg)
+{
+    pl_cuda_t      *cu = pl_cuda(be);
+    graph_shape_t  *sh;
+    cudaGraph_t     graph;
+
+    if (host->num_tokens != host->num_seqs || host->num_seqs < 1
+        || host->num_seqs > g->max_seqs || host->max_blocks_per_seq < 1
+        || host->max_blocks_per_seq > g->max_blocks
+        || (sh = graph_shape(g, host)) == NULL)
+    {
+        return -1;
+    }
+    graph_put_batch(cu, g, host);
+    if (sh->exec != NULL) {
+        pl_cuda_check(cudaGraphLaunch(sh->exec, cu->stream), "graph launch");
+        return 1;
+    }
+    record(arg, &sh->batch);
+    pl_cuda_check(cudaStreamBeginCapture(cu->stream,
+                                         cudaStreamCaptureModeThreadLocal),
+                  "graph capture");
+    record(arg, &sh->batch);
+    pl_cuda_check(cudaStreamEndCapture(cu->stream, &graph), "graph capture");
+    pl_cuda_check(cudaGraphInstantiate(&sh->exec, graph, 0),
+                  "graph instantiate");
+    cudaGraphDestroy(graph);
+    pl_cuda_check(cudaGraphUpload(sh->exec, cu->stream), "graph upload");
+    return 0;
+}
+
+
 static void
 cuda_download_f32(pl_backend_t *be, float *dst, const void *src,
     size_t count)
@@ -288,6 +514,7 @@ cuda_destroy(pl_backend_t *be)
             cudaStreamSynchronize(cu->stream);
         }
         cudaFree(cu->attn_scratch);
+        cudaFree(cu->cublas_workspace);
         cudaFree(cu->f32_stage);
         cudaFree(cu->batch_dev);
         cudaFreeHost(cu->batch_host);
@@ -333,6 +560,9 @@ cuda_wire(pl_backend_t *be)
     be->layernorm = pl_cuda_layernorm;
     be->add = pl_cuda_add;
     be->relu = pl_cuda_relu;
+    be->graphs_create = cuda_graphs_create;
+    be->graphs_destroy = cuda_graphs_destroy;
+    be->graphs_run = cuda_graphs_run;
 }
 
 
@@ -366,8 +596,14 @@ cuda_open(pl_cuda_t *cu, int device)
     {
         return "cannot create a CUDA stream";
     }
+    /* the workspace after the stream: cublasSetStream resets it */
     if (cublasCreate(&cu->cublas) != CUBLAS_STATUS_SUCCESS
-        || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS)
+        || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS
+        || cudaMalloc(&cu->cublas_workspace, PL_CUDA_CUBLAS_WORKSPACE)
+           != cudaSuccess
+        || cublasSetWorkspace(cu->cublas, cu->cublas_workspace,
+                              PL_CUDA_CUBLAS_WORKSPACE)
+           != CUBLAS_STATUS_SUCCESS)
     {
         return "cannot create a cuBLAS handle";
     }

@@ -30,6 +30,11 @@ extern "C" {
    never allocates. */
 #define PL_CUDA_ATTN_SCRATCH  (64u << 20)
 
+/* cuBLAS's workspace, given to the handle at creation: it then never
+   allocates, which graph capture requires (32 MiB: what cuBLAS asks for
+   on Hopper). */
+#define PL_CUDA_CUBLAS_WORKSPACE  (32u << 20)
+
 typedef struct {
     int             device;
     int             num_sms;
@@ -37,6 +42,7 @@ typedef struct {
     cublasHandle_t  cublas;
 
     void           *attn_scratch;        /* PL_CUDA_ATTN_SCRATCH bytes */
+    void           *cublas_workspace;    /* PL_CUDA_CUBLAS_WORKSPACE */
 
     /* batch_upload: pinned staging and its device twin */
     void           *batch_host;

@@ -119,6 +119,13 @@ typedef struct {
 
 typedef struct pl_backend_s  pl_backend_t;
 
+/* A backend's recordings of decode iterations (opaque; see graphs_run). */
+typedef struct pl_graphs_s   pl_graphs_t;
+
+/* What a recording runs: the operations of one iteration over the
+   backend batch b. */
+typedef void (*pl_graph_record_t)(void *arg, const pl_batch_t *b);
+
 struct pl_backend_s {
     const char   *name;              /* "cpu", "cuda" */
     pl_dtype_t    act_dtype;
@@ -229,6 +236,29 @@ struct pl_backend_s {
        fallback: malloc and free */
     void *(*alloc_host)(pl_backend_t *be, size_t bytes);
     void  (*free_host)(pl_backend_t *be, void *p);
+
+    /* Optional replay of recorded decode iterations (CUDA graphs); NULL
+       where a backend lacks it, and callers then run every operation
+       themselves.  A set holds one recording per batch shape: num_seqs
+       sequences of one query token each, max_blocks_per_seq block-table
+       entries, max_context_len; at most max_seqs and max_blocks.  The
+       recording keeps every operation's arguments (the model's buffers
+       included), so a set must go before any buffer it saw does. */
+    pl_graphs_t *(*graphs_create)(pl_backend_t *be, int max_seqs,
+                                  int max_blocks);
+    void (*graphs_destroy)(pl_backend_t *be, pl_graphs_t *g);
+
+    /* Copy host (a batch of one of the set's shapes) into that shape's
+       own backend arrays, then: the first time the shape is seen, run
+       record(arg, b) with b describing those arrays and record it; every
+       later time replay the recording without calling record.  What
+       record queues may depend on the batch only through b's arrays and
+       its shape, and must not wait for the backend.  Returns 1 replayed,
+       0 ran and recorded, -1 when host is no shape of the set (nothing
+       ran). */
+    int  (*graphs_run)(pl_backend_t *be, pl_graphs_t *g,
+                       const pl_batch_t *host, pl_graph_record_t record,
+                       void *arg);
 
     void   *priv;
 };
