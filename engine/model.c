@@ -58,6 +58,12 @@
 /* OPT's learned positions start at row 2 of embed_positions */
 #define PL_OPT_POS_OFFSET  2
 
+/* decode graphs: the widest batch recorded, the shortest context bucket,
+   and the temporary cache of the profiling run */
+#define PL_DECODE_MAX_SEQS  256
+#define PL_DECODE_MIN_CTX   256
+#define PL_PROFILE_BLOCKS   4
+
 /* a weight and its bias (bias.data NULL when the layer has none) */
 typedef struct {
     pl_weight_t  w;
@@ -92,14 +98,26 @@ typedef struct {
     int32_t  *split_q;          /* head rows of qkv, see split_indices() */
     int32_t  *split_k;
     int32_t  *split_v;
-    int32_t  *pos_ids;          /* OPT: [T] rows of embed_positions */
-    int32_t  *pos_host;         /* their host copy (malloc) */
     int32_t  *emb_ids;          /* world > 1: [T] rows of the vocabulary
                                    slice */
     int32_t  *emb_host;         /* their host copy (malloc) */
     void     *gathered;         /* world > 1: [world][S][vocab slice] */
     float    *gathered_host;    /* rank 0: its host copy (malloc) */
 } pl_scratch_t;
+
+/* decode iterations padded to recorded shapes (pl_model.h) */
+typedef struct {
+    pl_decode_mode_t    mode;
+    int                 ready;          /* 1: arrays (and set) made,
+                                           -1: cannot pad, 0: not yet */
+    pl_graphs_t        *set;            /* the backend's recordings */
+    int                 max_seqs;       /* padded batches hold at most */
+    int                 max_blocks;     /*   these */
+    int32_t            *arrays;         /* the padded batch's arrays */
+    pl_batch_t          batch;          /* the padded batch (host) */
+    long                recorded;
+    long                replayed;
+} pl_decode_t;
 
 /* memory the model frees at the end: backend memory or host malloc */
 typedef struct {
@@ -135,6 +153,8 @@ struct pl_model_s {
 
     pl_weight_t         embed;
     pl_weight_t         pos_embed;      /* OPT */
+    pl_weight_t         pos_rows;       /* OPT: pos_embed from row 2 on,
+                                           indexed by position */
     pl_linear_t         norm;           /* final norm; OPT: may be absent */
     pl_weight_t         lm_head;
     pl_layer_t         *layers;
@@ -153,6 +173,8 @@ struct pl_model_s {
     int                 block_size;
     void              **k_cache;        /* [num_layers] */
     void              **v_cache;
+
+    pl_decode_t         dec;
 };
 
 
@@ -631,6 +653,11 @@ load_outer(pl_model_t *m, char *err, size_t errlen)
     {
         return -1;
     }
+    m->pos_rows = m->pos_embed;
+    m->pos_rows.data = (char *) m->pos_embed.data
+                       + (size_t) PL_OPT_POS_OFFSET * c->hidden_size
+                         * pl_dtype_size(m->pos_embed.dtype);
+    m->pos_rows.rows -= PL_OPT_POS_OFFSET;
     return m->arch.final_norm
            ? load_linear(m, &m->norm, m->prefix, "final_layer_norm", 0,
                          c->hidden_size, 1, err, errlen)
@@ -875,11 +902,27 @@ free_owned(pl_model_t *m, void *p)
 }
 
 
+/* The recordings hold pointers to the cache and the scratch: they go
+   whenever either does. */
+static void
+free_decode(pl_model_t *m)
+{
+    if (m->dec.set != NULL) {
+        m->be->graphs_destroy(m->be, m->dec.set);
+    }
+    free(m->dec.arrays);
+    m->dec.set = NULL;
+    m->dec.arrays = NULL;
+    m->dec.ready = 0;
+}
+
+
 static void
 free_kv(pl_model_t *m)
 {
     int  l;
 
+    free_decode(m);
     for (l = 0; m->k_cache != NULL && l < m->cfg.num_layers; l++) {
         free_owned(m, m->k_cache[l]);
         free_owned(m, m->v_cache[l]);
@@ -898,14 +941,14 @@ free_scratch(pl_model_t *m)
     pl_scratch_t  *s = &m->s;
     void          *all[] = {
         s->x, s->h, s->qkv, s->q, s->k, s->v, s->attn, s->y, s->up, s->act,
-        s->rows, s->logits, s->split_q, s->pos_ids, s->emb_ids, s->gathered
+        s->rows, s->logits, s->split_q, s->emb_ids, s->gathered
     };
     size_t         i;
 
+    free_decode(m);
     for (i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         free_owned(m, all[i]);
     }
-    free(s->pos_host);
     free(s->emb_host);
     free(s->gathered_host);
     memset(s, 0, sizeof(*s));
@@ -979,23 +1022,6 @@ split_indices(pl_model_t *m, int max_tokens, char *err, size_t errlen)
     }
     free(host);
     return m->s.split_q != NULL ? 0 : -1;
-}
-
-
-/* OPT: room for each token's row of embed_positions, here and on the host */
-static int
-position_ids(pl_model_t *m, int max_tokens, char *err, size_t errlen)
-{
-    if (m->arch.family != PL_FAMILY_OPT) {
-        return 0;
-    }
-    m->s.pos_host = malloc((size_t) max_tokens * sizeof(int32_t));
-    if (m->s.pos_host == NULL) {
-        return model_fail(err, errlen, "out of memory");
-    }
-    m->s.pos_ids = model_alloc(m, (size_t) max_tokens * sizeof(int32_t),
-                               "position ids", err, errlen);
-    return m->s.pos_ids != NULL ? 0 : -1;
 }
 
 
@@ -1078,7 +1104,6 @@ pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
         || (s->logits = model_alloc(m, S * m->sh.vocab * a, "logits", err,
                                     errlen)) == NULL
         || split_indices(m, max_tokens, err, errlen) != 0
-        || position_ids(m, max_tokens, err, errlen) != 0
         || parallel_scratch(m, max_tokens, max_seqs, err, errlen) != 0)
     {
         free_scratch(m);
@@ -1259,6 +1284,168 @@ check_batch(const pl_model_t *m, const pl_batch_t *b, char *err,
 }
 
 
+/* ---- decode iterations: padding to recorded shapes ---- */
+
+
+/* The batch size a decode batch of n sequences runs as: 1, 2, 4, then
+   the next multiple of 8 (few shapes, little padding), at most most. */
+static int
+decode_seqs(int n, int most)
+{
+    int  p = n <= 2 ? n : n <= 4 ? 4 : (n + 7) / 8 * 8;
+
+    return p < most ? p : most;
+}
+
+
+/* The context bucket of a longest context ctx: a power of two from
+   PL_DECODE_MIN_CTX.  It sets the attention's split count, so that a
+   recording stays valid while contexts grow within it. */
+static int
+decode_ctx(int ctx)
+{
+    int  b = PL_DECODE_MIN_CTX;
+
+    while (b < ctx && b < (1 << 30)) {
+        b *= 2;
+    }
+    return b;
+}
+
+
+static int
+decode_blocks(const pl_model_t *m, int bucket)
+{
+    return (bucket + m->block_size - 1) / m->block_size;
+}
+
+
+/* The padded batch's arrays and, with graphs, the backend's set, made on
+   first use for the prepared sizes and the cache: no context can exceed
+   the cache or the model's positions.  1, or 0 when decode batches run
+   as they are. */
+static int
+decode_ready(pl_model_t *m)
+{
+    pl_decode_t  *d = &m->dec;
+    int64_t       ctx = (int64_t) m->num_blocks * m->block_size;
+    int           most;
+
+    if (d->ready != 0) {
+        return d->ready > 0;
+    }
+    d->ready = -1;
+    if (m->sh.world != 1 || d->mode == PL_DECODE_EAGER
+        || (d->mode == PL_DECODE_GRAPHS && m->be->graphs_run == NULL))
+    {
+        return 0;
+    }
+    most = m->max_seqs < m->max_tokens ? m->max_seqs : m->max_tokens;
+    d->max_seqs = most < PL_DECODE_MAX_SEQS ? most : PL_DECODE_MAX_SEQS;
+    if (ctx > m->cfg.max_position_embeddings) {
+        ctx = m->cfg.max_position_embeddings;
+    }
+    d->max_blocks = decode_blocks(m, decode_ctx((int) ctx));
+    d->arrays = malloc(((size_t) d->max_seqs * (6 + d->max_blocks) + 1)
+                       * sizeof(int32_t));
+    if (d->arrays == NULL) {
+        return 0;
+    }
+    if (d->mode == PL_DECODE_GRAPHS) {
+        d->set = m->be->graphs_create(m->be, d->max_seqs, d->max_blocks);
+        if (d->set == NULL) {
+            free(d->arrays);
+            d->arrays = NULL;
+            return 0;
+        }
+    }
+    d->ready = 1;
+    return 1;
+}
+
+
+/*
+ * A decode batch (every sequence one query row) that graphs or the
+ * padded mode run: m->dec.batch := it padded to its shape.  Rows past
+ * the batch hold token 0 at position 0 with no slot (nothing stored),
+ * context 0 (nothing attended; the kernels write zeros) and themselves
+ * as logits row; block tables widen to the bucket's width with block 0,
+ * which nothing reads past a context.  1, or 0 to run the batch as it
+ * is (prefill, eager mode, or too wide for what was prepared).
+ */
+static int
+decode_pad(pl_model_t *m, const pl_batch_t *batch)
+{
+    pl_decode_t  *d = &m->dec;
+    int           n = batch->num_seqs, S, W, ctx, w, s;
+    int32_t      *ids, *pos, *slots, *qs, *cl, *rows, *tbl;
+
+    if (d->mode == PL_DECODE_EAGER || batch->num_tokens != n
+        || !decode_ready(m))
+    {
+        return 0;
+    }
+    S = decode_seqs(n, d->max_seqs);
+    ctx = decode_ctx(batch->max_context_len);
+    W = decode_blocks(m, ctx);
+    if (n > S || W > d->max_blocks) {
+        return 0;
+    }
+    ids = d->arrays;
+    pos = ids + S;
+    slots = pos + S;
+    cl = slots + S;
+    rows = cl + S;
+    qs = rows + S;
+    tbl = qs + S + 1;
+    w = batch->max_blocks_per_seq < W ? batch->max_blocks_per_seq : W;
+    memcpy(ids, batch->token_ids, (size_t) n * sizeof(int32_t));
+    memcpy(pos, batch->positions, (size_t) n * sizeof(int32_t));
+    memcpy(slots, batch->slot_mapping, (size_t) n * sizeof(int32_t));
+    memcpy(cl, batch->context_lens, (size_t) n * sizeof(int32_t));
+    memset(tbl, 0, (size_t) S * W * sizeof(int32_t));
+    for (s = 0; s < n; s++) {
+        memcpy(tbl + (size_t) s * W,
+               batch->block_tables + (size_t) s * batch->max_blocks_per_seq,
+               (size_t) w * sizeof(int32_t));
+    }
+    for (s = n; s < S; s++) {
+        ids[s] = 0;
+        pos[s] = 0;
+        slots[s] = -1;
+        cl[s] = 0;
+    }
+    for (s = 0; s < S; s++) {
+        qs[s] = s;
+        rows[s] = s;
+    }
+    qs[S] = S;
+    d->batch = (pl_batch_t) {
+        .num_tokens = S, .num_seqs = S, .token_ids = ids, .positions = pos,
+        .slot_mapping = slots, .query_start = qs, .context_lens = cl,
+        .block_tables = tbl, .logits_rows = rows, .max_blocks_per_seq = W,
+        .max_query_len = 1, .max_context_len = ctx
+    };
+    return 1;
+}
+
+
+void
+pl_model_set_decode_mode(pl_model_t *m, pl_decode_mode_t mode)
+{
+    free_decode(m);
+    m->dec.mode = mode;
+}
+
+
+void
+pl_model_graph_counts(const pl_model_t *m, long *recorded, long *replayed)
+{
+    *recorded = m->dec.recorded;
+    *replayed = m->dec.replayed;
+}
+
+
 static const pl_weight_t *
 bias_of(const pl_linear_t *lin)
 {
@@ -1413,12 +1600,13 @@ embed_slice(pl_model_t *m, const pl_batch_t *host)
 }
 
 
-/* x = token embeddings (+ OPT's learned positions) */
+/* x = token embeddings (+ OPT's learned positions); host is read only
+   with tensor parallelism */
 static void
 embed(pl_model_t *m, const pl_batch_t *host, const pl_batch_t *b)
 {
     pl_backend_t  *be = m->be;
-    int            T = b->num_tokens, i;
+    int            T = b->num_tokens;
 
     if (m->sh.world == 1) {
         be->embedding(be, m->s.x, &m->embed, b->token_ids, T);
@@ -1428,11 +1616,7 @@ embed(pl_model_t *m, const pl_batch_t *host, const pl_batch_t *b)
     if (m->arch.family != PL_FAMILY_OPT) {
         return;
     }
-    for (i = 0; i < T; i++) {
-        m->s.pos_host[i] = host->positions[i] + PL_OPT_POS_OFFSET;
-    }
-    be->upload(be, m->s.pos_ids, m->s.pos_host, (size_t) T * sizeof(int32_t));
-    be->embedding(be, m->s.y, &m->pos_embed, m->s.pos_ids, T);
+    be->embedding(be, m->s.y, &m->pos_rows, b->positions, T);
     be->add(be, m->s.x, m->s.y, T, m->cfg.hidden_size);
 }
 
@@ -1493,28 +1677,17 @@ gather_logits(pl_model_t *m, int S, float *logits)
 }
 
 
-int
-pl_model_forward_logits(pl_model_t *m, const pl_batch_t *batch,
-    float *host_logits, pl_logits_t *out, char *err, size_t errlen)
+/* One iteration from the token ids of b (backend memory) to the logits
+   of its sequences' rows in m->s.logits; host (the same batch on the
+   host) is read only with tensor parallelism. */
+static void
+run_layers(pl_model_t *m, const pl_batch_t *host, const pl_batch_t *b)
 {
     pl_backend_t             *be = m->be;
     const pl_model_config_t  *c = &m->cfg;
-    const pl_batch_t         *b;
     int                       l;
 
-    if (m->tp != NULL) {
-        *out = (pl_logits_t) { host_logits, PL_DT_F32, 1 };
-        return pl_tp_forward(m->tp, batch, host_logits, err, errlen);
-    }
-    if (check_batch(m, batch, err, errlen) != 0) {
-        return -1;
-    }
-    b = be->batch_upload(be, batch);
-    if (b == NULL) {
-        return model_fail(err, errlen, "the %s backend cannot take the "
-                          "batch", be->name);
-    }
-    embed(m, batch, b);
+    embed(m, host, b);
     for (l = 0; l < c->num_layers; l++) {
         if (m->arch.family == PL_FAMILY_LLAMA) {
             llama_layer(m, l, b);
@@ -1527,6 +1700,50 @@ pl_model_forward_logits(pl_model_t *m, const pl_batch_t *batch,
     be->gather_rows(be, m->s.rows, final_hidden(m, b), b->logits_rows,
                     b->num_seqs, c->hidden_size);
     be->matmul(be, m->s.logits, m->s.rows, &m->lm_head, NULL, b->num_seqs);
+}
+
+
+/* what a decode recording runs (one rank: the host batch is not read) */
+static void
+record_layers(void *arg, const pl_batch_t *b)
+{
+    run_layers(arg, NULL, b);
+}
+
+
+int
+pl_model_forward_logits(pl_model_t *m, const pl_batch_t *batch,
+    float *host_logits, pl_logits_t *out, char *err, size_t errlen)
+{
+    pl_backend_t      *be = m->be;
+    const pl_batch_t  *run = batch, *b;
+    int                rc;
+
+    if (m->tp != NULL) {
+        *out = (pl_logits_t) { host_logits, PL_DT_F32, 1 };
+        return pl_tp_forward(m->tp, batch, host_logits, err, errlen);
+    }
+    if (check_batch(m, batch, err, errlen) != 0) {
+        return -1;
+    }
+    if (decode_pad(m, batch)) {
+        run = &m->dec.batch;
+        if (m->dec.mode == PL_DECODE_GRAPHS) {
+            rc = be->graphs_run(be, m->dec.set, run, record_layers, m);
+            if (rc >= 0) {
+                m->dec.recorded += rc == 0;
+                m->dec.replayed += rc == 1;
+                *out = (pl_logits_t) { m->s.logits, be->act_dtype, 0 };
+                return 0;
+            }
+        }
+    }
+    b = be->batch_upload(be, run);
+    if (b == NULL) {
+        return model_fail(err, errlen, "the %s backend cannot take the "
+                          "batch", be->name);
+    }
+    run_layers(m, run, b);
     if (m->sh.world == 1) {
         *out = (pl_logits_t) { m->s.logits, be->act_dtype, 0 };
     } else {
@@ -1558,6 +1775,196 @@ pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
                             (size_t) batch->num_seqs * m->cfg.vocab_size);
     }
     return 0;
+}
+
+
+/* ---- the profiling run before the KV cache is sized ---- */
+
+
+/*
+ * b := sequences of len[s] tokens from position 0 (prompt chunks), in a
+ * cache of nb blocks: slots -1 (nothing is stored, so sequences may share
+ * blocks), block tables cycling over the blocks.  a has room for the
+ * arrays.
+ */
+static void
+profile_batch(pl_batch_t *b, int32_t *a, const int *len, int S, int W,
+    int nb)
+{
+    int32_t  *ids, *pos, *slots, *qs, *cl, *rows, *tbl;
+    int       s, i, T = 0, max_len = 0;
+
+    for (s = 0; s < S; s++) {
+        T += len[s];
+    }
+    ids = a;
+    pos = ids + T;
+    slots = pos + T;
+    cl = slots + T;
+    rows = cl + S;
+    qs = rows + S;
+    tbl = qs + S + 1;
+    T = 0;
+    for (s = 0; s < S; s++) {
+        qs[s] = T;
+        for (i = 0; i < len[s]; i++, T++) {
+            ids[T] = 0;
+            pos[T] = i;
+            slots[T] = -1;
+        }
+        cl[s] = len[s];
+        rows[s] = T - 1;
+        max_len = len[s] > max_len ? len[s] : max_len;
+        for (i = 0; i < W; i++) {
+            tbl[(size_t) s * W + i] = i % nb;
+        }
+    }
+    qs[S] = T;
+    *b = (pl_batch_t) {
+        .num_tokens = T, .num_seqs = S, .token_ids = ids, .positions = pos,
+        .slot_mapping = slots, .query_start = qs, .context_lens = cl,
+        .block_tables = tbl, .logits_rows = rows, .max_blocks_per_seq = W,
+        .max_query_len = max_len, .max_context_len = max_len
+    };
+}
+
+
+/* recordings possible for contexts up to max_context (and the model's
+   positions): batch sizes times context buckets */
+static int
+decode_shapes(const pl_model_t *m, int max_context)
+{
+    int  most = m->dec.max_seqs, sizes = 0, buckets = 1, n;
+    int  top = decode_ctx(max_context < m->cfg.max_position_embeddings
+                          ? max_context : m->cfg.max_position_embeddings);
+
+    for (n = 1; n <= most; n = decode_seqs(n, most) + 1) {
+        sizes++;
+    }
+    for (n = PL_DECODE_MIN_CTX; n < top; n *= 2) {
+        buckets++;
+    }
+    return sizes * buckets;
+}
+
+
+/* The widest decode batch (every sequence at position 0), recorded; the
+   device memory the recording took.  A backend that did not record it
+   leaves graph_shapes 0. */
+static int
+profile_graph(pl_model_t *m, pl_model_profile_t *prof, int32_t *a,
+    float *logits, int max_context, char *err, size_t errlen)
+{
+    pl_backend_t  *be = m->be;
+    long           recorded = m->dec.recorded;
+    pl_batch_t     b;
+    pl_logits_t    out;
+    size_t         before, after, total;
+    int           *len, S, s;
+
+    if (m->dec.mode != PL_DECODE_GRAPHS || !decode_ready(m)) {
+        return 0;
+    }
+    S = m->dec.max_seqs;
+    len = malloc((size_t) S * sizeof(int));
+    if (len == NULL) {
+        return model_fail(err, errlen, "out of memory");
+    }
+    for (s = 0; s < S; s++) {
+        len[s] = 1;
+    }
+    profile_batch(&b, a, len, S, 1, PL_PROFILE_BLOCKS);
+    free(len);
+
+    /* first eagerly, so that kernels loaded on first use are not counted
+       as the recording's */
+    run_layers(m, &b, be->batch_upload(be, &b));
+    be->sync(be);
+    if (be->mem_info(be, &before, &total) != 0) {
+        return model_fail(err, errlen, "the %s backend cannot tell its "
+                          "free memory", be->name);
+    }
+    if (pl_model_forward_logits(m, &b, logits, &out, err, errlen) != 0) {
+        return -1;
+    }
+    be->sync(be);
+    if (m->dec.recorded == recorded) {
+        return 0;
+    }
+    if (be->mem_info(be, &after, &total) != 0) {
+        return model_fail(err, errlen, "the %s backend cannot tell its "
+                          "free memory", be->name);
+    }
+    prof->graph_bytes = before > after ? before - after : 0;
+    prof->graph_shapes = decode_shapes(m, max_context);
+    return 0;
+}
+
+
+int
+pl_model_profile(pl_model_t *m, int block_size, int max_context,
+    pl_model_profile_t *prof, char *err, size_t errlen)
+{
+    const pl_model_t  *r0 = m->tp != NULL ? pl_tp_rank0(m->tp) : m;
+    int                S = r0->max_seqs, T = r0->max_tokens;
+    int                cap = m->cfg.max_position_embeddings;
+    int               *len = NULL, s, left, add, W, rc = -1;
+    int32_t           *a = NULL;
+    float             *logits = NULL;
+    pl_batch_t         b;
+
+    memset(prof, 0, sizeof(*prof));
+    if (T == 0) {
+        return model_fail(err, errlen, "model: prepare() must run before "
+                          "the profiling run");
+    }
+    S = S < T ? S : T;
+    if (pl_model_kv_alloc(m, PL_PROFILE_BLOCKS, block_size, err, errlen)
+        != 0)
+    {
+        return -1;
+    }
+    prof->kv_bytes = PL_PROFILE_BLOCKS
+                     * pl_model_kv_block_bytes(m, block_size);
+
+    /* one token each, then the rest as long chunks as positions allow */
+    len = malloc((size_t) S * sizeof(int));
+    if (len == NULL) {
+        goto oom;
+    }
+    left = T - S;
+    for (s = 0; s < S; s++) {
+        add = left < cap - 1 ? left : cap - 1;
+        len[s] = 1 + add;
+        left -= add;
+    }
+    prof->tokens = T - left;
+    prof->seqs = S;
+    W = (len[0] + block_size - 1) / block_size;
+    a = malloc(((size_t) 3 * T + 3 * S + 1 + (size_t) S * W)
+               * sizeof(int32_t));
+    logits = malloc((size_t) S * m->cfg.vocab_size * sizeof(float));
+    if (a == NULL || logits == NULL) {
+        goto oom;
+    }
+    profile_batch(&b, a, len, S, W, PL_PROFILE_BLOCKS);
+    if (pl_model_forward(m, &b, logits, err, errlen) == 0
+        && (m->tp != NULL
+            || profile_graph(m, prof, a, logits, max_context, err, errlen)
+               == 0))
+    {
+        rc = 0;
+    }
+    free(len);
+    free(a);
+    free(logits);
+    return rc;
+
+oom:
+    free(len);
+    free(a);
+    free(logits);
+    return model_fail(err, errlen, "out of memory for the profiling run");
 }
 
 

@@ -116,6 +116,58 @@ int pl_model_kv_copy_blocks(pl_model_t *m, const int32_t *src,
 int pl_model_kv_swap(pl_model_t *m, void *host_pool, const int32_t *from,
     const int32_t *to, int n, int direction);
 
+/*
+ * Decode iterations (every sequence one query token) on a backend that
+ * records them (be->graphs_run, CUDA graphs): the batch is padded to the
+ * next recorded size (1, 2, 4, then multiples of 8 up to 256, at most
+ * the prepared max_seqs) with rows that store nothing and attend to
+ * nothing, its block tables widened to a context bucket (powers of two
+ * from 256) that fixes the attention's split, and the iteration replays
+ * the recording of that shape, made on the shape's first use.  Prefill
+ * iterations, tensor parallelism and backends without recordings run
+ * every operation from the host.
+ *
+ *   PL_DECODE_GRAPHS   the default
+ *   PL_DECODE_EAGER    batches as they come (--enforce-eager)
+ *   PL_DECODE_PADDED   batches padded as for graphs but launched one
+ *                      operation at a time on any backend: what a replay
+ *                      must reproduce bit for bit (tests), and the cost
+ *                      of padding alone
+ */
+typedef enum {
+    PL_DECODE_GRAPHS = 0,
+    PL_DECODE_EAGER,
+    PL_DECODE_PADDED
+} pl_decode_mode_t;
+
+void pl_model_set_decode_mode(pl_model_t *m, pl_decode_mode_t mode);
+
+/* Decode iterations recorded (each a new shape) and replayed so far. */
+void pl_model_graph_counts(const pl_model_t *m, long *recorded,
+    long *replayed);
+
+/*
+ * Before sizing the KV cache: the largest iteration prepare() allows
+ * (max_tokens tokens in max_seqs sequences: prompt chunks of up to
+ * max_position_embeddings tokens and single tokens) runs once against a
+ * temporary cache of a few blocks of block_size, so that everything a
+ * backend makes on first use exists and shows in its free memory; with
+ * decode graphs on, the widest decode batch is recorded too and the
+ * device memory the recording took measured.  The temporary cache stays
+ * until the next pl_model_kv_alloc() replaces it.  0, or -1 with err.
+ */
+typedef struct {
+    int     tokens;             /* the iteration run */
+    int     seqs;
+    size_t  kv_bytes;           /* the temporary cache (per rank) */
+    size_t  graph_bytes;        /* one decode recording; 0 without */
+    int     graph_shapes;       /* recordings possible for contexts up
+                                   to max_context (0 without graphs) */
+} pl_model_profile_t;
+
+int pl_model_profile(pl_model_t *m, int block_size, int max_context,
+    pl_model_profile_t *prof, char *err, size_t errlen);
+
 /* Ranks the model is split over (1 without tensor parallelism). */
 int pl_model_tp_size(const pl_model_t *m);
 
