@@ -191,6 +191,11 @@ pl_engine_load_model(pl_engine_t *e)
     }
 
     e->mc = pl_model_config(e->model);
+    if (e->cfg.enforce_eager) {
+        pl_model_set_decode_mode(e->model, PL_DECODE_EAGER);
+        pl_log(PL_LOG_INFO, "decode iterations run eagerly "
+               "(--enforce-eager)");
+    }
     pl_log(PL_LOG_INFO, "architecture: %s, %d layers, hidden %d, %d heads "
            "(%d kv), vocab %d, %s weights", e->mc->arch, e->mc->num_layers,
            e->mc->hidden_size, e->mc->num_heads, e->mc->num_kv_heads,
@@ -208,13 +213,61 @@ pl_engine_load_model(pl_engine_t *e)
 }
 
 
+/*
+ * Bytes of the GPU the KV cache may take: --gpu-memory-utilization of the
+ * card, minus everything in use after a profiling run of the largest
+ * batch the scheduler may plan (weights, activation scratch, workspaces
+ * and whatever else the backend makes on first use) but the run's own
+ * temporary cache, minus room for the decode graphs recorded later (one
+ * measured, times the shapes possible).  0, or -1 when it cannot be
+ * measured.
+ */
+static int
+pl_engine_gpu_budget(pl_engine_t *e, double *budget)
+{
+    pl_model_profile_t  prof;
+    size_t              free_b, total_b;
+    double              in_use, graphs;
+    char                err[512];
+
+    if (pl_model_profile(e->model, e->cfg.block_size, e->max_model_len,
+                         &prof, err, sizeof(err)) != 0)
+    {
+        pl_log(PL_LOG_ERROR, "profiling run: %s", err);
+        return -1;
+    }
+    if (e->be->mem_info(e->be, &free_b, &total_b) != 0) {
+        pl_log(PL_LOG_ERROR, "cannot read the device's free memory");
+        return -1;
+    }
+
+    in_use = (double) (total_b - free_b) - (double) prof.kv_bytes;
+    graphs = (double) prof.graph_bytes * prof.graph_shapes;
+
+    pl_log(PL_LOG_INFO, "profiling run of %d tokens in %d sequences: "
+           "%.0f MiB of the device's %.0f MiB in use after it",
+           prof.tokens, prof.seqs, in_use / PL_MIB,
+           (double) total_b / PL_MIB);
+    if (prof.graph_shapes > 0) {
+        pl_log(PL_LOG_INFO, "decode graphs: up to %d shapes, recorded when "
+               "first used; one took %.1f MiB, %.1f MiB kept for them",
+               prof.graph_shapes, (double) prof.graph_bytes / PL_MIB,
+               graphs / PL_MIB);
+    }
+
+    *budget = e->cfg.gpu_memory_utilization * (double) total_b - in_use
+              - graphs;
+
+    return 0;
+}
+
+
 /* Blocks the memory budget allows, or -1; at most what int32 slot
    numbers can address. */
 static int
 pl_engine_kv_budget(pl_engine_t *e, size_t block_bytes)
 {
     double  max = (double) (INT32_MAX / e->cfg.block_size);
-    size_t  free_b, total_b;
     double  budget;
 
     if (e->cfg.num_blocks > 0) {
@@ -223,13 +276,7 @@ pl_engine_kv_budget(pl_engine_t *e, size_t block_bytes)
     } else if (strcmp(e->be->name, "cuda") != 0) {
         budget = (double) e->cfg.kv_cache_mb * PL_MIB;
 
-    } else if (e->be->mem_info(e->be, &free_b, &total_b) == 0) {
-        /* utilization of the card, minus what weights and scratch use now */
-        budget = e->cfg.gpu_memory_utilization * (double) total_b
-                 - (double) (total_b - free_b);
-
-    } else {
-        pl_log(PL_LOG_ERROR, "cannot read the device's free memory");
+    } else if (pl_engine_gpu_budget(e, &budget) != 0) {
         return -1;
     }
 
@@ -248,7 +295,10 @@ pl_engine_size_kv(pl_engine_t *e)
     int     tokens;
 
     e->num_blocks = pl_engine_kv_budget(e, block_bytes);
-    if (e->num_blocks <= 0) {
+    if (e->num_blocks < 0) {
+        return -1;
+    }
+    if (e->num_blocks == 0) {
         pl_log(PL_LOG_ERROR, "no memory left for the KV cache (a block of "
                "%d tokens takes %zu bytes)", e->cfg.block_size, block_bytes);
         return -1;

@@ -39,6 +39,7 @@ typedef struct {
     int          preemption_mode;       /* pl_preempt_mode_t */
     int          swap_space_mb;         /* host pool, swap mode only */
     int          kv_policy;             /* pl_kv_policy_t (baselines) */
+    int          enforce_eager;         /* no CUDA graphs for decode */
 } pl_engine_config_t;
 
 void pl_engine_config_defaults(pl_engine_config_t *cfg);

@@ -56,6 +56,10 @@ static const char  usage_text[] =
 "                                 on the CPU, GPUs 0..N-1 with cuda; N\n"
 "                                 must divide the attention and KV heads\n"
 "                                 (default 1)\n"
+"  --enforce-eager                launch every kernel of decode iterations\n"
+"                                 from the host instead of replaying CUDA\n"
+"                                 graphs (graphs are used on one GPU by\n"
+"                                 default)\n"
 "  --log-level LEVEL              error, warn, info or debug (default info)\n"
 "  --help                         this text\n";
 
@@ -64,7 +68,7 @@ enum {
     OPT_BLOCK_SIZE, OPT_KV_MB, OPT_GPU_UTIL, OPT_NUM_BLOCKS, OPT_MAX_SEQS,
     OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_HELP,
     OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY,
-    OPT_TP_SIZE
+    OPT_TP_SIZE, OPT_ENFORCE_EAGER
 };
 
 static const struct option  options[] = {
@@ -90,6 +94,8 @@ static const struct option  options[] = {
     { "swap-space",              required_argument, NULL, OPT_SWAP_SPACE },
     { "kv-policy",               required_argument, NULL, OPT_KV_POLICY },
     { "tensor-parallel-size",    required_argument, NULL, OPT_TP_SIZE },
+    { "enforce-eager",           no_argument,       NULL,
+      OPT_ENFORCE_EAGER },
     { NULL, 0, NULL, 0 }
 };
 
@@ -230,6 +236,9 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
         break;
     case OPT_NO_PREFIX_CACHING:
         cfg->prefix_caching = 0;
+        break;
+    case OPT_ENFORCE_EAGER:
+        cfg->enforce_eager = 1;
         break;
     case OPT_PREEMPTION_MODE:
         bad = parse_name(arg, preemption_modes, 2, &cfg->preemption_mode);
