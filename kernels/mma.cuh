@@ -256,7 +256,7 @@ mbar_arrive(uint32_t bar)
 /*
  * Wait until the phase of the given parity has completed; called by whole
  * warps, which leave it converged for the .aligned instructions after it.
- * A wait of 2^33 cycles (seconds) can only be a protocol bug: the thread
+ * A wait of 2^31 cycles (a second) can only be a protocol bug: the thread
  * exits, so the launch ends with its output unwritten instead of hanging
  * the device.  (exit, not trap: a trap makes ptxas ignore setmaxnreg
  * when it allocates the registers of the code around it.)
@@ -275,7 +275,7 @@ mbar_wait(uint32_t bar, int parity)
         if (done) {
             break;
         }
-        if (clock64() - t0 > (1ll << 33)) {
+        if (clock64() - t0 > (1ll << 31)) {
             asm volatile("exit;\n" ::: "memory");
         }
     }

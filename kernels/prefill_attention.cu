@@ -357,15 +357,16 @@ template <int D>
 static void
 launch_prefill(pl_cuda_t *cu, const attn_params_t &p, int rows)
 {
-    static int  ready;
-    size_t      smem = (size_t) 4 * PF_BN * D * 2;
-    unsigned    tiles = (unsigned) ((rows + PF_BM - 1) / PF_BM + p.num_seqs);
+    static char  ready[64];            /* per device */
+    size_t       smem = (size_t) 4 * PF_BN * D * 2;
+    unsigned     tiles = (unsigned) ((rows + PF_BM - 1) / PF_BM
+                                     + p.num_seqs);
 
-    if (!ready) {
+    if (!ready[cu->device & 63]) {
         pl_cuda_check(cudaFuncSetAttribute(prefill_attention_kernel<D>,
                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                           (int) smem), "prefill attention");
-        ready = 1;
+        ready[cu->device & 63] = 1;
     }
     prefill_attention_kernel<D><<<dim3(tiles, p.n_heads), PF_THREADS, smem,
                                   cu->stream>>>(p);

@@ -503,16 +503,16 @@ template <int STAGES>
 static void
 launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows)
 {
-    static int  ready;
-    size_t      smem = sm90_smem_bytes<STAGES>();
-    int64_t     tiles = (rows + SM90_BM - 1) / SM90_BM + p.num_seqs;
+    static char  ready[64];            /* per device */
+    size_t       smem = sm90_smem_bytes<STAGES>();
+    int64_t      tiles = (rows + SM90_BM - 1) / SM90_BM + p.num_seqs;
 
-    if (!ready) {
+    if (!ready[cu->device & 63]) {
         pl_cuda_check(cudaFuncSetAttribute(
                           prefill_attention_sm90_kernel<STAGES>,
                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                           (int) smem), "prefill attention (sm90)");
-        ready = 1;
+        ready[cu->device & 63] = 1;
     }
     prefill_attention_sm90_kernel<STAGES>
         <<<(unsigned) (tiles * p.n_heads), SM90_THREADS, smem,
