@@ -153,7 +153,7 @@ locate(const attn_case_t *c, const int32_t *qs, const float *g,
                     continue;
                 }
                 bad++;
-                nan += isinf(e);
+                nan += isinf(e) != 0;
                 rmap[(row % 128) / 8] = 'x';
                 for (i = 0; i < hd; i++) {
                     if (!(fabsf(gr[i] - wr[i]) <= 0.05f
@@ -186,8 +186,10 @@ locate(const attn_case_t *c, const int32_t *qs, const float *g,
 }
 
 
+/* q_amp 0: every score 0, so each row averages the V rows it may see:
+   masking, the V gather and O += P V without the Q K^T product */
 static void
-run_case(const attn_case_t *c, const char *what)
+run_case_q(const attn_case_t *c, const char *what, float q_amp)
 {
     int          num_blocks, rows;
     int32_t      qs[13], cl[12], *tables;
@@ -204,7 +206,7 @@ run_case(const attn_case_t *c, const char *what)
     qn = (size_t) rows * c->n_heads * c->head_dim;
     kv = pair_rand(cs, 1.0f);
     vv = pair_rand(cs, 1.0f);
-    q = pair_rand(qn, 3.0f);
+    q = pair_rand(qn, q_amp);
     kc = pair_put(P.cpu, kv, cs);
     kg = pair_put(P.gpu, kv, cs);
     vc = pair_put(P.cpu, vv, cs);
@@ -249,6 +251,13 @@ run_case(const attn_case_t *c, const char *what)
     free(vv);
     free(q);
     free(tables);
+}
+
+
+static void
+run_case(const attn_case_t *c, const char *what)
+{
+    run_case_q(c, what, 3.0f);
 }
 
 
@@ -318,8 +327,9 @@ decode_case(int bs, int hd, int nh, int nkv, int num_seqs, int max_ctx)
  * group of a 128-row tile empty), 65, 128 and 1000 rows; chunks over a
  * cached prefix off the tile grid (77 tokens), on it (256), far in (17
  * rows after 983) and spanning a tile boundary, next to a decode row and
- * a sequence sharing blocks; and (many_tiles_case) a 2100-row chunk, 17
- * KV tiles, so the ring of KV stages wraps many times.
+ * a sequence sharing blocks; the chunks again with q = 0 (when only
+ * those fail, S = Q K^T is wrong); and (many_tiles_case) a 2100-row
+ * chunk, 17 KV tiles, so the ring of KV stages wraps many times.
  */
 static void
 tile_edge_cases(int bs, int nh, int nkv)
@@ -342,6 +352,7 @@ tile_edge_cases(int bs, int nh, int nkv)
 
     run_case(&whole, "whole prefills");
     run_case(&chunks, "chunks over cached context");
+    run_case_q(&chunks, "chunks, q = 0", 0.0f);
 }
 
 
