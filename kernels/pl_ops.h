@@ -76,26 +76,30 @@ typedef struct {
 /*
  * Sampling on the backend.  One request draws one token from one row of
  * logits; several requests may read the same row (a group's first draw).
- * Every backend implements the same definition, so a seeded draw is the
- * same token on the CPU and on the GPU (up to float rounding at exact
- * ties of a threshold):
+ * Every backend implements the same definition with the same arithmetic
+ * (kernels/sample_math.h: IEEE operations in a fixed order, its own ln
+ * and exp, integer masses), so a seeded draw is the same token on the CPU
+ * and on the GPU, to the bit:
  *
  *   1. v[i] = logits[row][i] (NaN -> -inf), then each of the request's
  *      adjust entries for id i (at most one per id):
  *          v = v + bias;  if (repeat) v = v > 0 ? v / rp : v * rp;
- *          v = v + penalty        (rp: repetition_penalty)
+ *          v = v + penalty        (rp: repetition_penalty; NaN -> -inf)
  *   2. greedy (temperature <= 0, top_k == 1, or max v not finite):
  *      the highest v, lowest id on ties.
  *   3. otherwise, with z[i] = (v[i] - max v) / temperature, the kept ids
  *      are those with v[i] > -inf and
- *        min_p > 0:  z[i] >= ln(min_p)
+ *        min_p > 0:  z[i] >= ln(min(min_p, 1))
  *        top_k > 0:  v[i] >= the top_k-th largest kept v (ties kept)
  *        top_p < 1:  z[i] >= t, t the largest value for which the kept
- *                    ids with z >= t hold >= top_p of the kept exp(z)
+ *                    ids with z >= t weigh >= top_p of the kept total,
+ *                    a weight being exp(z) in fixed point (2^40 = 1; 0
+ *                    below z = -32), the target at least 1
  *      and the token is the kept id with the largest z[i] - ln(e[i]),
- *      e[i] = -ln(u[i]), u[i] in (0, 1] the Philox-4x32-10 uniform of
- *      key = seed, counter = (step, i): an exact draw from softmax(z)
- *      over the kept ids, reproducible from (seed, step) alone.
+ *      lowest id on ties, e[i] = -ln(u[i]), u[i] in (0, 1) the uniform
+ *      of output word i % 4 of Philox-4x32-10 with key = seed, counter =
+ *      (i / 4, 0, step): an exact draw from softmax(z) over the kept ids
+ *      (the exponential race), reproducible from (seed, step) alone.
  */
 typedef struct {
     int32_t   row;                  /* logits row this request reads */

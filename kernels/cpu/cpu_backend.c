@@ -158,6 +158,7 @@ pl_backend_cpu_create(int threads, char *err, size_t errlen)
     be->silu_mul = pl_cpu_silu_mul;
     be->gather_rows = pl_cpu_gather_rows;
     be->download_f32 = cpu_download_f32;
+    be->sample = pl_cpu_sample;
     be->layernorm = pl_cpu_layernorm;
     be->add = pl_cpu_add;
     be->relu = pl_cpu_relu;

@@ -58,6 +58,9 @@ void pl_cpu_layernorm(pl_backend_t *be, void *out, const void *x,
 void pl_cpu_relu(pl_backend_t *be, void *out, const void *x, int n, int dim);
 void pl_cpu_add(pl_backend_t *be, void *residual, const void *x, int n,
     int dim);
+void pl_cpu_sample(pl_backend_t *be, int32_t *tokens, const void *logits,
+    pl_dtype_t dtype, int vocab, const pl_sample_req_t *reqs, int n,
+    const pl_logit_adjust_t *adjust, int n_adjust);
 void pl_cpu_gather_rows(pl_backend_t *be, void *out, const void *x,
     const int32_t *rows, int n, int dim);
 
