@@ -516,6 +516,7 @@ cuda_destroy(pl_backend_t *be)
         cudaFree(cu->attn_scratch);
         cudaFree(cu->cublas_workspace);
         cudaFree(cu->f32_stage);
+        pl_cuda_sample_free(cu);
         cudaFree(cu->batch_dev);
         cudaFreeHost(cu->batch_host);
         if (cu->batch_copied != NULL) {
@@ -556,6 +557,7 @@ cuda_wire(pl_backend_t *be)
     be->attention = pl_cuda_attention;
     be->silu_mul = pl_cuda_silu_mul;
     be->gather_rows = pl_cuda_gather_rows;
+    be->sample = pl_cuda_sample;
     be->download_f32 = cuda_download_f32;
     be->layernorm = pl_cuda_layernorm;
     be->add = pl_cuda_add;

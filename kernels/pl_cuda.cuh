@@ -56,6 +56,8 @@ typedef struct {
     /* download_f32: device fp32 staging */
     float          *f32_stage;
     size_t          f32_cap;
+
+    struct pl_cuda_sample_s  *sample;    /* sample.cu's staging */
 } pl_cuda_t;
 
 static inline pl_cuda_t *
@@ -144,6 +146,10 @@ void pl_cuda_silu_mul(pl_backend_t *be, void *out, const void *gate_up,
     int n, int inter);
 void pl_cuda_gather_rows(pl_backend_t *be, void *out, const void *x,
     const int32_t *rows, int n, int dim);
+void pl_cuda_sample(pl_backend_t *be, int32_t *tokens, const void *logits,
+    pl_dtype_t dtype, int vocab, const pl_sample_req_t *reqs, int n,
+    const pl_logit_adjust_t *adjust, int n_adjust);
+void pl_cuda_sample_free(pl_cuda_t *cu);
 
 /* dst (bf16 or fp32, chosen by dst_dtype) = src[count] of dtype src_dtype */
 void pl_cuda_convert(pl_backend_t *be, void *dst, pl_dtype_t dst_dtype,
