@@ -16,8 +16,10 @@
  *      requests' blocks;
  *   5. plan one iteration, execute the KV block moves it needs (copies,
  *      swaps), run the model once for the whole batch, sample a token for
- *      every sequence whose tokens are all computed, and check the stop
- *      conditions;
+ *      every sequence whose tokens are all computed (one sampling call
+ *      on the backend for all of them; only the token ids, and the rows
+ *      whose log-probabilities are asked for, come to the host), and
+ *      check the stop conditions;
  *   6. write each worker's pending TOKENS / FINISH records, ringing its
  *      doorbell at most once; what does not fit stays with the sequence
  *      (n_sent, finish_sent) and is retried next pass, so a full ring
@@ -78,6 +80,10 @@ typedef struct {
     void                      *host_pool;       /* swapped-out KV blocks */
     pl_runner_t                runner;
     pl_sampler_t               sampler;
+    pl_seq_t                 **draws;           /* sampler request i's */
+    int32_t                   *tokens;          /* what it drew */
+    int                        host_row;        /* of host_row_data */
+    const float               *host_row_data;
     pl_ipc_identity_t          identity;
 
     int                        lfd;
@@ -490,6 +496,20 @@ pl_engine_kv_manager(pl_engine_t *e)
 }
 
 
+/* Room for the most draws one iteration makes: every planned sequence
+   forking into a whole group. */
+static int
+pl_engine_init_draws(pl_engine_t *e)
+{
+    size_t  n = (size_t) e->cfg.max_num_seqs * PL_SEQ_GROUP_MAX;
+
+    e->draws = malloc(n * sizeof(pl_seq_t *));
+    e->tokens = malloc(n * sizeof(int32_t));
+
+    return e->draws && e->tokens ? 0 : -1;
+}
+
+
 static int
 pl_engine_init_parts(pl_engine_t *e)
 {
@@ -500,7 +520,8 @@ pl_engine_init_parts(pl_engine_t *e)
         || pl_runner_init(&e->runner, e->cfg.max_num_batched_tokens,
                           e->cfg.max_num_seqs, max_blocks,
                           e->mc->vocab_size) != 0
-        || pl_sampler_init(&e->sampler, e->mc->vocab_size) != 0)
+        || pl_sampler_init(&e->sampler, e->mc->vocab_size) != 0
+        || pl_engine_init_draws(e) != 0)
     {
         pl_log(PL_LOG_ERROR, "out of memory setting up the engine");
         return -1;
@@ -960,7 +981,6 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
 
     s->ignore_eos = (r->flags & PL_SUBMIT_IGNORE_EOS) != 0;
     s->seed = (r->flags & PL_SUBMIT_HAS_SEED) ? r->seed : e->seed_counter++;
-    pl_rng_seed(&s->rng, s->seed);
     s->arrival = ++e->arrivals;
     s->n_return = r->n ? (int) r->n : 1;
     s->best_of = r->best_of ? (int) r->best_of : s->n_return;
@@ -1320,33 +1340,21 @@ pl_engine_logprobs_room(pl_seq_t *s)
 }
 
 
-/* Sample s's next token from its row of logits and append it (keeping
-   its cumulative logprob when best_of ranks the group); -1 when its
-   logprobs have no memory. */
+/* Queue s's next draw, from logits row row, in the sampler's batch;
+   -1 when out of memory. */
 static int
-pl_engine_sample(pl_engine_t *e, pl_seq_t *s, const float *logits)
+pl_engine_queue(pl_engine_t *e, pl_seq_t *s, int row)
 {
-    pl_history_t    h = { s->tokens, s->n_prompt, s->n_tokens };
-    pl_logprobs_t  *lp = NULL, chosen;
-    int32_t         t;
+    pl_history_t  h = { s->tokens, s->n_prompt, s->n_tokens };
+    int           i;
 
-    if (s->sampling.logprobs) {
-        if (pl_engine_logprobs_room(s) != 0) {
-            return -1;
-        }
-        lp = &s->logprobs[pl_seq_generated(s)];
+    i = pl_sampler_add(&e->sampler, row, &s->sampling, &h,
+                       pl_seq_stream_seed(s->leader->seed, s->index),
+                       (uint64_t) pl_seq_generated(s));
+    if (i < 0) {
+        return -1;
     }
-
-    t = pl_sample(&e->sampler, logits, &s->sampling, &h, &s->rng, lp);
-    pl_seq_append(s, t);
-
-    if (s->leader->best_of > s->leader->n_return) {
-        if (lp == NULL) {
-            pl_sampler_logprobs(&e->sampler, logits, t, 0, &chosen);
-            lp = &chosen;
-        }
-        s->cum_logprob += lp->logprob;
-    }
+    e->draws[i] = s;
 
     return 0;
 }
@@ -1375,34 +1383,18 @@ pl_engine_fork(pl_engine_t *e, pl_seq_t *l)
 }
 
 
-/* s's next token from logits; s finishes when it stops. */
+/* Queue the draws from s's row of logits: one for s, or, at a
+   request's first sample, one for each member of the group it forks
+   into (every member reads the same row). */
 static void
-pl_engine_step(pl_engine_t *e, pl_seq_t *s, const float *logits)
-{
-    int  reason;
-
-    if (pl_engine_sample(e, s, logits) != 0) {
-        pl_engine_fail(e, s, 503, "the engine is out of memory");
-        return;
-    }
-    e->totals.generation_tokens_total++;
-
-    reason = pl_engine_stop_reason(e, s, s->tokens[s->n_tokens - 1]);
-    if (reason) {
-        pl_engine_finish(e, s, reason);
-    }
-}
-
-
-/* Sample s's row of logits: once for s, or, at a request's first
-   sample, once for each member of the group it forks into. */
-static void
-pl_engine_sample_row(pl_engine_t *e, pl_seq_t *s, const float *logits)
+pl_engine_queue_row(pl_engine_t *e, pl_seq_t *s, int row)
 {
     int  i;
 
     if (s->n_members >= s->best_of) {
-        pl_engine_step(e, s, logits);
+        if (pl_engine_queue(e, s, row) != 0) {
+            pl_engine_fail(e, s, 503, "the engine is out of memory");
+        }
         return;
     }
 
@@ -1411,8 +1403,110 @@ pl_engine_sample_row(pl_engine_t *e, pl_seq_t *s, const float *logits)
         return;
     }
 
-    for (i = 0; i < s->n_members && s->fail_reason == 0; i++) {
-        pl_engine_step(e, s->members[i], logits);
+    for (i = 0; i < s->n_members; i++) {
+        if (pl_engine_queue(e, s->members[i], row) != 0) {
+            pl_engine_fail(e, s, 503, "the engine is out of memory");
+            return;
+        }
+    }
+}
+
+
+/* Every queued draw at once: on the backend, where the logits are, or on
+   the host when tensor parallelism gathered them there. */
+static void
+pl_engine_draw(pl_engine_t *e, const pl_logits_t *logits)
+{
+    pl_sampler_t  *sm = &e->sampler;
+
+    if (sm->n_reqs == 0) {
+        return;
+    }
+
+    if (logits->on_host) {
+        pl_sample_host(e->tokens, logits->data, e->mc->vocab_size, sm->reqs,
+                       sm->n_reqs, sm->adjust, sm->n_adjust);
+    } else {
+        e->be->sample(e->be, e->tokens, logits->data, logits->dtype,
+                      e->mc->vocab_size, sm->reqs, sm->n_reqs, sm->adjust,
+                      sm->n_adjust);
+    }
+}
+
+
+/* Row row of logits on the host; the draws of one row come one after
+   the other, so the last row brought down is kept. */
+static const float *
+pl_engine_host_row(pl_engine_t *e, const pl_logits_t *logits, int row)
+{
+    if (e->host_row != row) {
+        e->host_row_data = pl_runner_host_row(&e->runner, e->be, logits,
+                                              row);
+        e->host_row = row;
+    }
+
+    return e->host_row_data;
+}
+
+
+/* The log-probabilities of s drawing t from row, where the request asks
+   for them, and its cumulative logprob when best_of ranks the group;
+   -1 when its logprobs have no memory. */
+static int
+pl_engine_logprobs(pl_engine_t *e, pl_seq_t *s, int32_t t,
+    const pl_logits_t *logits, int row)
+{
+    int             ranks = s->leader->best_of > s->leader->n_return;
+    pl_logprobs_t  *lp, chosen;
+    const float    *host;
+
+    if (!s->sampling.logprobs && !ranks) {
+        return 0;
+    }
+
+    lp = &chosen;
+    if (s->sampling.logprobs) {
+        if (pl_engine_logprobs_room(s) != 0) {
+            return -1;
+        }
+        lp = &s->logprobs[pl_seq_generated(s)];
+    }
+
+    host = pl_engine_host_row(e, logits, row);
+    pl_sampler_logprobs(&e->sampler, host, t,
+                        s->sampling.logprobs ? s->sampling.logprobs - 1 : 0,
+                        lp);
+
+    if (ranks) {
+        s->cum_logprob += lp->logprob;
+    }
+
+    return 0;
+}
+
+
+/* s drew t from row: append it; s finishes when it stops.  Nothing when
+   its request failed while the draws were queued. */
+static void
+pl_engine_step(pl_engine_t *e, pl_seq_t *s, int32_t t,
+    const pl_logits_t *logits, int row)
+{
+    int  reason;
+
+    if (s->finish_reason != 0) {
+        return;
+    }
+
+    if (pl_engine_logprobs(e, s, t, logits, row) != 0) {
+        pl_engine_fail(e, s, 503, "the engine is out of memory");
+        return;
+    }
+    pl_seq_append(s, t);
+    e->totals.generation_tokens_total++;
+
+    reason = pl_engine_stop_reason(e, s, t);
+    if (reason) {
+        pl_engine_finish(e, s, reason);
     }
 }
 
@@ -1422,6 +1516,7 @@ pl_engine_iterate(pl_engine_t *e)
 {
     pl_scheduler_t  *sc = &e->sched;
     pl_seq_t        *planned[sc->max_num_seqs];
+    pl_logits_t      logits;
     int              i, n;
     pl_seq_t        *s;
     char             err[512];
@@ -1441,7 +1536,9 @@ pl_engine_iterate(pl_engine_t *e)
     }
 
     pl_runner_build(&e->runner, &e->bm, sc->entries, n);
-    if (pl_runner_forward(&e->runner, e->model, err, sizeof(err)) != 0) {
+    if (pl_runner_forward(&e->runner, e->model, &logits, err, sizeof(err))
+        != 0)
+    {
         pl_engine_forward_failed(e, err);
         return;
     }
@@ -1454,12 +1551,23 @@ pl_engine_iterate(pl_engine_t *e)
         planned[i] = sc->entries[i].seq;
     }
 
+    /* one draw per sequence whose tokens are all computed, all drawn in
+       one call, then appended in the plan's order */
+    pl_sampler_reset(&e->sampler);
     for (i = 0; i < n; i++) {
         s = planned[i];
         if (s->state == PL_SEQ_FINISHED || s->n_computed < s->n_tokens) {
             continue;       /* its request failed, or a prompt chunk */
         }
-        pl_engine_sample_row(e, s, pl_runner_logits(&e->runner, i));
+        pl_engine_queue_row(e, s, i);
+    }
+
+    pl_engine_draw(e, &logits);
+
+    e->host_row = -1;
+    for (i = 0; i < e->sampler.n_reqs; i++) {
+        pl_engine_step(e, e->draws[i], e->tokens[i], &logits,
+                       e->sampler.reqs[i].row);
     }
 }
 
@@ -1684,6 +1792,8 @@ pl_engine_shutdown(pl_engine_t *e)
     }
 
     free(e->recbuf);
+    free(e->draws);
+    free(e->tokens);
     pl_sampler_destroy(&e->sampler);
     pl_runner_destroy(&e->runner);
     pl_sched_destroy(&e->sched);

@@ -10,6 +10,10 @@
  * project.  The block tables are packed with the batch's longest table as
  * the row stride; padding entries hold block 0, a valid block no kernel
  * reads past the context length.
+ *
+ * The logits stay where the model computed them.  The host buffer (one
+ * row per sequence) receives them only when tensor parallelism gathers
+ * them there, or row by row when the engine needs log-probabilities.
  */
 
 #include <stdio.h>
@@ -173,7 +177,27 @@ pl_runner_moves(pl_model_t *m, const pl_block_manager_t *bm, void *host_pool,
 
 
 int
-pl_runner_forward(pl_runner_t *r, pl_model_t *m, char *err, size_t errlen)
+pl_runner_forward(pl_runner_t *r, pl_model_t *m, pl_logits_t *out,
+    char *err, size_t errlen)
 {
-    return pl_model_forward(m, &r->batch, r->logits, err, errlen);
+    return pl_model_forward_logits(m, &r->batch, r->logits, out, err,
+                                   errlen);
+}
+
+
+const float *
+pl_runner_host_row(pl_runner_t *r, pl_backend_t *be,
+    const pl_logits_t *logits, int i)
+{
+    size_t       at = (size_t) i * r->vocab_size;
+    float       *host = r->logits + at;
+
+    if (logits->on_host) {
+        return (const float *) logits->data + at;
+    }
+
+    be->download_f32(be, host, (const char *) logits->data
+                               + at * pl_dtype_size(logits->dtype),
+                     (size_t) r->vocab_size);
+    return host;
 }

@@ -2,8 +2,11 @@
  * runner: turns the scheduler's plan into the model's batch description
  * (token ids, positions, KV slots, block tables, context lengths, query
  * offsets, logits rows) in host memory, executes the KV block moves the
- * block manager decided, runs the model once for the whole batch and keeps
- * the logits for the sampler.
+ * block manager decided, runs the model once for the whole batch and
+ * says where its logits are: in the backend's memory, where the sampling
+ * operation reads them, or in the runner's host buffer (tensor
+ * parallelism gathers them there).  Rows the host needs (log-
+ * probabilities) come down one by one into that same buffer.
  */
 
 #ifndef PL_RUNNER_H
@@ -29,7 +32,7 @@ typedef struct {
     int32_t     *context_lens;      /* [max_seqs] */
     int32_t     *block_tables;      /* [max_seqs][max_blocks_per_seq] */
     int32_t     *logits_rows;       /* [max_seqs] */
-    float       *logits;            /* [max_seqs][vocab_size] */
+    float       *logits;            /* [max_seqs][vocab_size], host */
 
     pl_batch_t   batch;
 } pl_runner_t;
@@ -53,14 +56,14 @@ void pl_runner_build(pl_runner_t *r, const pl_block_manager_t *bm,
 int  pl_runner_moves(pl_model_t *m,
     const pl_block_manager_t *bm, void *host_pool, char *err, size_t errlen);
 
-/* Run the model on r->batch.  0, or -1 with err. */
-int  pl_runner_forward(pl_runner_t *r, pl_model_t *m, char *err,
-    size_t errlen);
+/* Run the model on r->batch; *out says where the logits are (valid
+   until the next forward).  0, or -1 with err. */
+int  pl_runner_forward(pl_runner_t *r, pl_model_t *m, pl_logits_t *out,
+    char *err, size_t errlen);
 
-static inline const float *
-pl_runner_logits(const pl_runner_t *r, int i)
-{
-    return r->logits + (size_t) i * r->vocab_size;
-}
+/* Row i of logits as host fp32: in place when they are on the host,
+   else brought down from be into r->logits first. */
+const float *pl_runner_host_row(pl_runner_t *r, pl_backend_t *be,
+    const pl_logits_t *logits, int i);
 
 #endif /* PL_RUNNER_H */

@@ -1,16 +1,22 @@
 /*
- * sampler: picks the next token from one row of host logits, with every
- * OpenAI / vLLM sampling parameter: logit bias, min_tokens, repetition,
- * presence and frequency penalties, temperature, min-p, top-k and top-p,
- * and the log-probabilities of the chosen token and of the most likely
- * ones.  Each request draws from its own seeded random generator so that
- * its tokens do not depend on what else is in the batch.
+ * sampler: turns each sequence's OpenAI / vLLM sampling parameters and
+ * its tokens so far into one sampling request for the backend
+ * (pl_sample_req_t and its pl_logit_adjust_t entries, pl_ops.h): logit
+ * bias, min_tokens, repetition, presence and frequency penalties become
+ * per-id adjustments, temperature, min-p, top-k and top-p pass through.
+ * The draw itself happens on the backend (be->sample) or on the host
+ * (pl_sample_host), the same definition either way.
+ *
+ * It also computes log-probabilities of the chosen token and of the most
+ * likely ones, on host logits, for the requests that ask for them.
  */
 
 #ifndef PL_SAMPLER_H
 #define PL_SAMPLER_H
 
 #include <stdint.h>
+
+#include "pl_ops.h"
 
 #define PL_SAMPLER_MAX_LOGPROBS  20
 #define PL_SAMPLER_MAX_EOS       8
@@ -53,33 +59,23 @@ typedef struct {
     float             top_logprobs[PL_SAMPLER_MAX_LOGPROBS];
 } pl_logprobs_t;
 
-/* xoshiro256** state */
+/* One batch of requests being built, and per-id scratch for one
+   vocabulary size; reused across batches. */
 typedef struct {
-    uint64_t  s[4];
-} pl_rng_t;
+    int                 vocab_size;
+    int32_t            *slot;       /* per id: its entry in the request
+                                       being built, or -1 */
+    uint32_t           *times;      /* per id: times in the output */
+    int                 n_eos;
+    int32_t             eos[PL_SAMPLER_MAX_EOS];
 
-typedef struct {
-    float     logit;
-    int32_t   id;
-} pl_candidate_t;
-
-/* Scratch for one vocabulary size; reused across calls. */
-typedef struct {
-    int              vocab_size;
-    pl_candidate_t  *cand;
-    float           *work;          /* the row being adjusted */
-    uint32_t        *occ;           /* per id: seen bit + output count */
-    int32_t         *touched;       /* ids whose occ is non-zero */
-    int              n_eos;
-    int32_t          eos[PL_SAMPLER_MAX_EOS];
+    pl_sample_req_t    *reqs;
+    int                 n_reqs;
+    int                 reqs_cap;
+    pl_logit_adjust_t  *adjust;
+    int                 n_adjust;
+    int                 adjust_cap;
 } pl_sampler_t;
-
-/* Seed the generator from one 64-bit seed (expanded by splitmix64). */
-void     pl_rng_seed(pl_rng_t *rng, uint64_t seed);
-uint64_t pl_rng_next(pl_rng_t *rng);
-
-/* Uniform double in [0, 1). */
-double   pl_rng_uniform(pl_rng_t *rng);
 
 /* 0, or -1 when out of memory. */
 int      pl_sampler_init(pl_sampler_t *s, int vocab_size);
@@ -88,20 +84,36 @@ void     pl_sampler_destroy(pl_sampler_t *s);
 /* The end-of-sequence ids that min_tokens masks (at most 8 are kept). */
 void     pl_sampler_set_eos(pl_sampler_t *s, const int32_t *ids, int n);
 
+/* Start a new batch: no requests, no entries. */
+void     pl_sampler_reset(pl_sampler_t *s);
+
+/*
+ * Append the request that draws the token after history h (NULL: no
+ * tokens yet; it feeds the penalties and min_tokens) from logits row
+ * row, with parameters p, from the random stream seed at position step
+ * (the index of the output token drawn).  Its index in s->reqs, or -1
+ * when out of memory.
+ */
+int      pl_sampler_add(pl_sampler_t *s, int row,
+    const pl_sampling_params_t *p, const pl_history_t *h, uint64_t seed,
+    uint64_t step);
+
 /* Highest logit, lowest id on ties; NaN never wins. */
 int32_t  pl_argmax(const float *logits, int n);
 
+/* The raw model log-softmax of row logits: of id, and the n best. */
+void     pl_sampler_logprobs(const pl_sampler_t *s, const float *logits,
+    int32_t id, int n, pl_logprobs_t *lp);
+
 /*
- * The next token for this row of vocab_size logits.  h (NULL: no tokens
- * yet) feeds the penalties and min_tokens; lp (NULL when p->logprobs is
- * 0) receives the log-probabilities.
+ * One request on one row of host logits, drawn by pl_sample_host(), with
+ * its log-probabilities in lp when p->logprobs asks (lp may be NULL
+ * otherwise): what the engine does for a sequence, as one call, for
+ * tests and tools.  Resets s's batch.  The token, or -1 when out of
+ * memory.
  */
 int32_t  pl_sample(pl_sampler_t *s, const float *logits,
-    const pl_sampling_params_t *p, const pl_history_t *h, pl_rng_t *rng,
-    pl_logprobs_t *lp);
-
-/* The raw model log-softmax of row logits: of id, and the n best. */
-void     pl_sampler_logprobs(pl_sampler_t *s, const float *logits,
-    int32_t id, int n, pl_logprobs_t *lp);
+    const pl_sampling_params_t *p, const pl_history_t *h, uint64_t seed,
+    uint64_t step, pl_logprobs_t *lp);
 
 #endif /* PL_SAMPLER_H */

@@ -102,7 +102,6 @@ pl_seq_fork(const pl_seq_t *leader, int index)
     s->sampling.bias = pl_seq_dup(p->bias, p->n_bias * sizeof(*p->bias));
     s->sampling.stop_ids = pl_seq_dup(p->stop_ids,
                                       p->n_stop_ids * sizeof(int32_t));
-    pl_rng_seed(&s->rng, pl_seq_stream_seed(leader->seed, index));
 
     if ((p->n_bias && s->sampling.bias == NULL)
         || (p->n_stop_ids && s->sampling.stop_ids == NULL))

@@ -1,7 +1,7 @@
 /*
  * sequence: one request's generation state inside the engine (its tokens,
  * how many of them have KV in the cache, its blocks, sampling parameters,
- * random generator, and what of its output the worker has not received
+ * random stream, and what of its output the worker has not received
  * yet), plus a small table that finds a worker's live requests by the
  * request id the worker chose.
  *
@@ -38,7 +38,6 @@ struct pl_seq_s {
     struct pl_conn_s      *conn;          /* the worker that submitted it */
 
     pl_sampling_params_t   sampling;      /* bias, stop_ids owned here */
-    pl_rng_t               rng;
     pl_logprobs_t         *logprobs;      /* per generated token, when */
     int                    logprobs_cap;  /* sampling.logprobs asks */
     int                    max_tokens;
