@@ -289,13 +289,15 @@ sample_scan(const uint64_t *hist, int nb, uint64_t *target, bool first,
 
 /*
  * The largest key K for which the elements with key >= K weigh at least
- * want(total weight): emit(g) calls g(key, weight) for every element;
+ * want(total weight): emit(g) calls g(key, x) for every element, whose
+ * weight is weigh(x), asked only while its key matches the bits fixed so
+ * far (so top_p's exp runs over the whole row once, not three times);
  * 0 (keep everything) when want answers 0.  *kept: the weight of the
  * elements kept.
  */
-template <typename E, typename W>
+template <typename E, typename G, typename W>
 static __device__ uint32_t
-sample_select(E emit, W want, uint64_t *hist, sample_shared_t *sh,
+sample_select(E emit, G weigh, W want, uint64_t *hist, sample_shared_t *sh,
     uint64_t *kept)
 {
     uint32_t  prefix = 0, mask = 0;
@@ -316,11 +318,11 @@ sample_select(E emit, W want, uint64_t *hist, sample_shared_t *sh,
         }
         __syncthreads();
 
-        emit([&](uint32_t key, uint64_t w) {
+        emit([&](uint32_t key, float x) {
             if ((key & mask) == prefix) {
                 atomicAdd((unsigned long long *) &hist[(key >> shift)
                                                        & (nb - 1)],
-                          (unsigned long long) w);
+                          (unsigned long long) weigh(x));
             }
         });
         __syncthreads();
@@ -422,10 +424,11 @@ sample_kernel(int32_t *tokens, const T *logits, int vocab,
             [&](auto g) {
                 sample_visit(src, [&](int32_t id, float v) {
                     if (candidate(v)) {
-                        g(pl_sample_key(v), 1);
+                        g(pl_sample_key(v), v);
                     }
                 });
             },
+            [](float) { return (uint64_t) 1; },
             [&](uint64_t total) {
                 return total <= (uint64_t) r.top_k ? 0
                                                    : (uint64_t) r.top_k;
@@ -463,10 +466,11 @@ sample_kernel(int32_t *tokens, const T *logits, int vocab,
                     }
                     z = pl_sample_z(v, mv, t);
                     if (z >= PL_SAMPLE_Z_FLOOR) {
-                        g(pl_sample_key(z), pl_sample_weight(z));
+                        g(pl_sample_key(z), z);
                     }
                 });
             },
+            [](float z) { return pl_sample_weight(z); },
             [&](uint64_t total) {
                 return pl_sample_target(r.top_p, total);
             },
