@@ -16,7 +16,9 @@
  *     causally (only on the tiles that reach past the warpgroup's first
  *     row), update an online softmax in base 2 in registers, and
  *     accumulate O += P V with wgmma, P converted to bf16 in registers
- *     and fed as the A operand, V read "transposed" from shared memory.
+ *     and fed as the A operand, V read "transposed" from shared memory;
+ *     the products of tile j + 1's S and tile j's P V are issued
+ *     together, so the softmax runs while the tensor cores work.
  * Hand-over through mbarriers per stage: K full and V full (arrived by
  * the 128 producer threads once their copies landed, after
  * fence.proxy.async: cp.async writes are generic, wgmma reads async),
@@ -36,8 +38,6 @@
  * The kernel body exists only in the sm_90a build; prefill_attention.cu
  * launches it on devices of compute capability 9.0 only.
  */
-
-#include <float.h>
 
 #include "attention.cuh"
 #include "mma.cuh"
