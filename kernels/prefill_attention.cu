@@ -24,8 +24,8 @@
  * On Hopper (compute capability 9.0) head size 128 goes to the wgmma
  * kernel of prefill_attention_sm90.cu instead (tiles of 128 rows); this
  * kernel serves every other case.  PAGEDLLM_CUDA_PREFILL=mma forces this
- * one, PAGEDLLM_CUDA_PREFILL_STAGES=3 gives the Hopper kernel three KV
- * tiles in flight instead of two (benchmark overrides).
+ * one, PAGEDLLM_CUDA_PREFILL_STAGES=2 gives the Hopper kernel two KV
+ * stages instead of three (benchmark overrides).
  */
 
 #include <float.h>
@@ -421,10 +421,10 @@ pl_cuda_prefill_attention(pl_cuda_t *cu, attn_params_t *p, int rows)
                                                  p->tile_start);
     PL_CUDA_LAUNCHED("prefill tile scan");
     if (sm90) {
-        stages = pl_cuda_env_int("PAGEDLLM_CUDA_PREFILL_STAGES", 2) == 3
-                 ? 3 : 2;
+        stages = pl_cuda_env_int("PAGEDLLM_CUDA_PREFILL_STAGES", 3) == 2
+                 ? 2 : 3;
         pl_cuda_prefill_sm90(cu, *p, rows, stages);
-        prefill_kernel_name = stages == 3 ? "sm90 wgmma, 3 stages"
+        prefill_kernel_name = stages == 2 ? "sm90 wgmma, 2 stages"
                                           : "sm90 wgmma";
     } else if (p->head_dim == 64) {
         launch_prefill<64>(cu, *p, rows);

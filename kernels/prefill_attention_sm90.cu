@@ -522,16 +522,19 @@ launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows)
 
 
 /*
- * p.tile_start must number the tiles of SM90_BM rows.  stages: KV tiles
- * in flight, 2 (160 KB of shared memory) or 3 (224 KB).
+ * p.tile_start must number the tiles of SM90_BM rows.  stages: KV
+ * stages, 3 (224 KB of shared memory) or 2 (160 KB).  A consumer holds
+ * two stages at a time (tile j's K, tile j - 1's V) and frees the older
+ * one late in its step, so with two the producer starts tile j + 1 only
+ * then and the consumers wait for it; three keep a tile in flight.
  */
 void
 pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
     int stages)
 {
-    if (stages == 3) {
-        launch_sm90<3>(cu, p, rows);
-    } else {
+    if (stages == 2) {
         launch_sm90<2>(cu, p, rows);
+    } else {
+        launch_sm90<3>(cu, p, rows);
     }
 }

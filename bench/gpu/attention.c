@@ -5,7 +5,7 @@
  * measured in the same process; and one causal prefill of 4096 tokens,
  * reported in TFLOP/s (4 x heads x 128 x the (query, key) pairs the
  * causal mask keeps), on the default kernel and, for comparison in the
- * same run, with three KV stages and on the mma.sync kernel (the
+ * same run, with two KV stages and on the mma.sync kernel (the
  * PAGEDLLM_CUDA_PREFILL* overrides); the kernel that ran is named.
  *
  * Physical blocks are shuffled.  Shapes whose cache fits in L2 a few times
@@ -359,7 +359,7 @@ main(int argc, char **argv)
     }
     if (strcmp(only, "decode") != 0) {
         bench_prefill(4096, 32);
-        setenv("PAGEDLLM_CUDA_PREFILL_STAGES", "3", 1);
+        setenv("PAGEDLLM_CUDA_PREFILL_STAGES", "2", 1);
         bench_prefill(4096, 32);
         unsetenv("PAGEDLLM_CUDA_PREFILL_STAGES");
         setenv("PAGEDLLM_CUDA_PREFILL", "mma", 1);
