@@ -2044,25 +2044,45 @@ pl_model_kv_swap_rank(pl_model_t *m, void *host_pool, int world, int rank,
     size_t   lb, hb;
     int32_t  dev;
     char    *host, *k, *v;
-    int      i, l;
+    void   **dst = NULL, **src = NULL;
+    int      i, l, j = 0, out = direction == PL_KV_SWAP_OUT;
 
     lb = kv_layer_block_bytes(m);
     hb = 2 * lb * m->cfg.num_layers;
     for (i = 0; i < n; i++) {
-        if (!kv_block_ok(m, direction == PL_KV_SWAP_OUT ? from[i] : to[i])) {
+        if (!kv_block_ok(m, out ? from[i] : to[i])) {
+            return -1;
+        }
+    }
+    if (n <= 0) {
+        return 0;
+    }
+
+    /* with the backend's swap, every chunk of the step in one call */
+    if (m->be->swap != NULL) {
+        dst = malloc((size_t) n * 2 * m->cfg.num_layers * sizeof(void *));
+        src = malloc((size_t) n * 2 * m->cfg.num_layers * sizeof(void *));
+        if (dst == NULL || src == NULL) {
+            free(dst);
+            free(src);
             return -1;
         }
     }
 
     for (i = 0; i < n; i++) {
-        dev = direction == PL_KV_SWAP_OUT ? from[i] : to[i];
+        dev = out ? from[i] : to[i];
         host = (char *) host_pool
-               + ((size_t) (direction == PL_KV_SWAP_OUT ? to[i] : from[i])
-                  * world + rank) * hb;
+               + ((size_t) (out ? to[i] : from[i]) * world + rank) * hb;
         for (l = 0; l < m->cfg.num_layers; l++) {
             k = (char *) m->k_cache[l] + (size_t) dev * lb;
             v = (char *) m->v_cache[l] + (size_t) dev * lb;
-            if (direction == PL_KV_SWAP_OUT) {
+            if (dst != NULL) {
+                dst[j] = out ? (void *) (host + 2 * l * lb) : (void *) k;
+                src[j++] = out ? (void *) k : (void *) (host + 2 * l * lb);
+                dst[j] = out ? (void *) (host + (2 * l + 1) * lb) : (void *) v;
+                src[j++] = out ? (void *) v
+                               : (void *) (host + (2 * l + 1) * lb);
+            } else if (out) {
                 m->be->download(m->be, host + 2 * l * lb, k, lb);
                 m->be->download(m->be, host + (2 * l + 1) * lb, v, lb);
             } else {
@@ -2072,6 +2092,11 @@ pl_model_kv_swap_rank(pl_model_t *m, void *host_pool, int world, int rank,
         }
     }
 
+    if (dst != NULL) {
+        m->be->swap(m->be, dst, (const void *const *) src, j, lb, out);
+        free(dst);
+        free(src);
+    }
     return 0;
 }
 

@@ -513,6 +513,7 @@ cuda_destroy(pl_backend_t *be)
         if (cu->stream != NULL) {
             cudaStreamSynchronize(cu->stream);
         }
+        pl_cuda_moves_free(cu);
         cudaFree(cu->attn_scratch);
         cudaFree(cu->cublas_workspace);
         cudaFree(cu->f32_stage);
@@ -565,6 +566,10 @@ cuda_wire(pl_backend_t *be)
     be->graphs_create = cuda_graphs_create;
     be->graphs_destroy = cuda_graphs_destroy;
     be->graphs_run = cuda_graphs_run;
+    be->copy = pl_cuda_copy;
+    be->alloc_host = pl_cuda_alloc_host;
+    be->free_host = pl_cuda_free_host;
+    be->swap = pl_cuda_swap;
 }
 
 

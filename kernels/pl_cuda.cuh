@@ -58,6 +58,7 @@ typedef struct {
     size_t          f32_cap;
 
     struct pl_cuda_sample_s  *sample;    /* sample.cu's staging */
+    struct pl_cuda_moves_s   *moves;     /* kv_moves.cu's copy stream */
 } pl_cuda_t;
 
 static inline pl_cuda_t *
@@ -117,6 +118,16 @@ pl_bf16x8_to_f32(uint4 v, float *f)
 
 /* The backend's stream, for benchmarks that time it with events. */
 extern "C" cudaStream_t pl_cuda_stream(pl_backend_t *be);
+
+/* kv_moves.cu: KV block copies, pinned host memory, swaps on a stream of
+   their own */
+extern "C" void  pl_cuda_copy(pl_backend_t *be, void *dst, const void *src,
+    size_t bytes);
+extern "C" void *pl_cuda_alloc_host(pl_backend_t *be, size_t bytes);
+extern "C" void  pl_cuda_free_host(pl_backend_t *be, void *p);
+extern "C" void  pl_cuda_swap(pl_backend_t *be, void *const *dst,
+    const void *const *src, int n, size_t bytes, int to_host);
+void pl_cuda_moves_free(pl_cuda_t *cu);
 
 /* launchers, one per operation file */
 void pl_cuda_embedding(pl_backend_t *be, void *out, const pl_weight_t *table,

@@ -241,6 +241,14 @@ struct pl_backend_s {
     void *(*alloc_host)(pl_backend_t *be, size_t bytes);
     void  (*free_host)(pl_backend_t *be, void *p);
 
+    /* dst[i] = src[i], bytes each, i < n, between backend memory and host
+       memory from alloc_host (to_host: dst is host memory), off the
+       compute path: ordered after every operation queued before and
+       before every operation queued after, without the caller waiting
+       (fallback: download or upload, chunk by chunk) */
+    void  (*swap)(pl_backend_t *be, void *const *dst, const void *const *src,
+                  int n, size_t bytes, int to_host);
+
     /* Optional replay of recorded decode iterations (CUDA graphs); NULL
        where a backend lacks it, and callers then run every operation
        themselves.  A set holds one recording per batch shape: num_seqs

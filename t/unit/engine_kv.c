@@ -1,5 +1,6 @@
 /*
- * The KV cache manager through the real pagedllm-engine (tiny model, CPU),
+ * The KV cache manager through the real pagedllm-engine (tiny model; on
+ * the CPU unless PAGEDLLM_TEST_DEVICE names another device, e.g. cuda),
  * driven by a fake worker (fake_worker.h): greedy output is the same token
  * for token whether requests run alone in an ample pool, or together in a
  * pool far too small, preempted by recompute or by swap; a second request
@@ -122,14 +123,15 @@ make_prompts(void)
 static int
 references(const char *build)
 {
-    static const char *const  flags[] = {
-        "--device", "cpu", "--block-size", "16", "--num-blocks", "512",
+    const char  *flags[] = {
+        "--device", NULL, "--block-size", "16", "--num-blocks", "512",
         "--no-prefix-caching", NULL
     };
     fw_t        w;
     pl_stats_t  st;
     int         i, good = 1;
 
+    flags[1] = fw_device();
     if (!ok(fw_engine_start(build, flags, NULL) == 0
             && fw_attach(&w, take) == 0,
             "reference engine: ample pool, prefix caching off"))
@@ -166,13 +168,14 @@ references(const char *build)
 static void
 test_recompute_and_prefix(const char *build)
 {
-    static const char *const  flags[] = {
-        "--device", "cpu", "--block-size", "16", "--num-blocks", "64",
+    const char  *flags[] = {
+        "--device", NULL, "--block-size", "16", "--num-blocks", "64",
         "--preemption-mode", "recompute", NULL
     };
     fw_t        w;
     pl_stats_t  st, before;
 
+    flags[1] = fw_device();
     if (!ok(fw_engine_start(build, flags, NULL) == 0
             && fw_attach(&w, take) == 0,
             "engine: 64 blocks (1024 tokens) for 6 x 400 tokens, "
@@ -216,14 +219,15 @@ test_recompute_and_prefix(const char *build)
 static void
 test_swap(const char *build)
 {
-    static const char *const  flags[] = {
-        "--device", "cpu", "--block-size", "16", "--num-blocks", "64",
+    const char  *flags[] = {
+        "--device", NULL, "--block-size", "16", "--num-blocks", "64",
         "--preemption-mode", "swap", "--swap-space", "16",
         "--no-prefix-caching", NULL
     };
     fw_t        w;
     pl_stats_t  st;
 
+    flags[1] = fw_device();
     if (!ok(fw_engine_start(build, flags, NULL) == 0
             && fw_attach(&w, take) == 0,
             "engine: 64 blocks, preemption by swap, 16 MiB swap space"))
@@ -251,13 +255,14 @@ test_swap(const char *build)
 static void
 test_orca_max(const char *build)
 {
-    static const char *const  flags[] = {
-        "--device", "cpu", "--block-size", "16", "--num-blocks", "64",
+    const char  *flags[] = {
+        "--device", NULL, "--block-size", "16", "--num-blocks", "64",
         "--kv-policy", "orca-max", "--max-model-len", "512", NULL
     };
     fw_t        w;
     pl_stats_t  st;
 
+    flags[1] = fw_device();
     if (!ok(fw_engine_start(build, flags, NULL) == 0
             && fw_attach(&w, take) == 0,
             "engine: the Orca-Max baseline, 512-token reservations"))
