@@ -43,6 +43,11 @@ typedef struct {
     int                    n_heads;
     int                    group;         /* query heads per KV head */
     int                    chunks;        /* head chunks per KV head */
+    int                    n_hc;          /* KV heads x chunks (decode) */
+    int                    heads_first;   /* decode grid: x = head chunk,
+                                             y = row (else x = row) */
+    int                    pdl_trigger;   /* decode: release the next
+                                             dependent launch early */
     int                    head_dim;
     int                    log2_block;
     int                    max_blocks;
@@ -74,10 +79,33 @@ attn_seq_of_row(const attn_params_t &p, int r)
 }
 
 /*
+ * Programmatic dependent launch (sm_90): wait until the previous kernel
+ * of the stream has finished and its writes are visible (a no-op when the
+ * kernel was launched without the attribute), and let the next dependent
+ * launch begin.
+ */
+static __device__ __forceinline__ void
+attn_grid_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void
+attn_grid_release(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+
+/*
  * After a split block wrote its partial: the last of the (row, head
- * group)'s split blocks to arrive (atomic counter, reset for the next
- * launch) merges every split's partial into out for heads g0 .. g0+ng-1
- * of KV head kvh.  The splits' (max, sum) pairs become weights in shared
+ * group)'s split blocks to arrive (atomic counter number unit, reset for
+ * the next launch) merges every split's partial into out for heads
+ * g0 .. g0+ng-1 of KV head kvh.  The splits' (max, sum) pairs become weights in shared
  * memory first (smem: ng * (ATTN_MAX_SPLITS + 1) floats the block no
  * longer needs), so the accumulator loads of the final sum are independent
  * and all in flight together.  Called by all THREADS threads of the
@@ -86,7 +114,7 @@ attn_seq_of_row(const attn_params_t &p, int r)
 template <int THREADS>
 static __device__ __forceinline__ void
 attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
-    int *last, float *smem)
+    int64_t unit, int *last, float *smem)
 {
     float  (*w)[ATTN_MAX_SPLITS] = (float (*)[ATTN_MAX_SPLITS]) smem;
     float  *inv_sum = smem + ng * ATTN_MAX_SPLITS;
@@ -96,7 +124,7 @@ attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        int  *cnt = p.counters + (int64_t) row * gridDim.y + blockIdx.y;
+        int  *cnt = p.counters + unit;
 
         *last = atomicAdd(cnt, 1) == ns - 1;
         if (*last) {

@@ -24,10 +24,28 @@
  * every warp has passed the barrier that follows its last use).  One bulk
  * copy per 256-byte token row through the copy engine measured 2.4 times
  * slower than these cp.async.  Splits: as many as one wave of resident
- * blocks holds, no split under 128 tokens, at most ATTN_MAX_SPLITS.  For
- * benchmarking,
- * PAGEDLLM_CUDA_ATTN_STAGES (2, 3 or 4), PAGEDLLM_CUDA_ATTN_SPLIT_MIN and
- * PAGEDLLM_CUDA_ATTN_SPLITS (a fixed count) override them.
+ * blocks holds, no split under 128 tokens, at most ATTN_MAX_SPLITS.
+ *
+ * Launch order and overlap.  Blocks are numbered rows first (blockIdx.x is
+ * the row) or, with PAGEDLLM_CUDA_ATTN_ORDER=1, heads first, so that the
+ * blocks resident at one moment read the KV heads of the same few
+ * physical blocks, which lie side by side in memory (a page of 16 tokens
+ * holds every KV head).  With PAGEDLLM_CUDA_ATTN_PDL=1 the kernel is
+ * launched as a programmatic dependent launch: its blocks may start while
+ * the previous kernel drains, stage their block-table page (batch arrays
+ * come from a host copy that precedes the previous kernel) and only then
+ * wait (griddepcontrol.wait) before touching q, the cache or the outputs;
+ * with =2 a block also releases the next such launch once it has loaded
+ * its last tile.
+ *
+ * Knobs read at every call (benchmarks and tests switch them in one
+ * process; a CUDA graph keeps the ones of its capture):
+ * PAGEDLLM_CUDA_ATTN_STAGES (2, 3 or 4; default 3),
+ * PAGEDLLM_CUDA_ATTN_SHORT_CTX and PAGEDLLM_CUDA_ATTN_SHORT_STAGES (when
+ * max_context_len <= SHORT_CTX, SHORT_STAGES stages: fewer stages, more
+ * resident blocks to hide each short block's start; default off),
+ * PAGEDLLM_CUDA_ATTN_SPLIT_MIN, PAGEDLLM_CUDA_ATTN_SPLITS (a fixed count),
+ * PAGEDLLM_CUDA_ATTN_ORDER and PAGEDLLM_CUDA_ATTN_PDL (above; default 0).
  */
 
 #include <float.h>
@@ -288,10 +306,12 @@ decode_attention_kernel(const attn_params_t p)
     __shared__ int32_t  tbl[DEC_TBL];
     __shared__ int      last;
 
-    int             row = blockIdx.x, seq = attn_seq_of_row(p, row);
+    int             row = p.heads_first ? blockIdx.y : blockIdx.x;
+    int             hc = p.heads_first ? blockIdx.x : blockIdx.y;
+    int             seq = attn_seq_of_row(p, row);
     int             q0 = p.query_start[seq], q1 = p.query_start[seq + 1];
-    int             kvh = blockIdx.y / p.chunks;
-    int             g0 = (blockIdx.y % p.chunks) * DEC_ROWS;
+    int             kvh = hc / p.chunks;
+    int             g0 = (hc % p.chunks) * DEC_ROWS;
     int             ng = min(DEC_ROWS, p.group - g0);
     int             warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int             ctx = p.context_lens[seq] - (q1 - row) + 1;
@@ -310,11 +330,18 @@ decode_attention_kernel(const attn_params_t p)
         return;
     }
     if (ntiles == 0 && p.num_splits > 1) {
+        attn_grid_wait();
         attn_empty_split(p, row, kvh * p.group + g0, ng);
-        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh, &last,
+        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh,
+                                        row * p.n_hc + hc, &last,
                                         (float *) dec_smem);
         return;
     }
+
+    /* the table page only depends on the batch arrays: staged before the
+       wait for the previous kernel (a no-op unless launched with PDL) */
+    stage_table(tbl, table, b0, bend);
+    attn_grid_wait();
     for (int i = threadIdx.x; i < DEC_ROWS * (D / 8); i += DEC_THREADS) {
         int   r = i / (D / 8), c = i % (D / 8);
         bool  valid = r < ng;
@@ -324,7 +351,6 @@ decode_attention_kernel(const attn_params_t p)
                           + (valid ? r : 0)) * D + c * 8, valid);
     }
     cp_async_commit();
-    stage_table(tbl, table, b0, bend);
 #pragma unroll
     for (int j = 0; j < STAGES - 1; j++) {
         issue_next<D, STAGES>(p, tbl, table, b0, bend, kvh, t0, t1, ntiles,
@@ -366,12 +392,54 @@ decode_attention_kernel(const attn_params_t p)
         }
     }
     cp_async_wait<0>();
+    if (p.pdl_trigger) {
+        attn_grid_release();
+    }
 
     finish_block<D>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp, lane);
     if (p.num_splits > 1) {
-        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh, &last,
+        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh,
+                                        row * p.n_hc + hc, &last,
                                         (float *) dec_smem);
     }
+}
+
+
+/* The launch knobs, read at every call (see the header). */
+typedef struct {
+    int  stages;
+    int  short_ctx;
+    int  short_stages;
+    int  split_min;
+    int  splits;
+    int  heads_first;
+    int  pdl;
+} dec_knobs_t;
+
+
+static int
+env_or(const char *name, int dflt)
+{
+    const char  *v = getenv(name);
+
+    return v != NULL && *v != '\0' ? atoi(v) : dflt;
+}
+
+
+static dec_knobs_t
+read_knobs(void)
+{
+    dec_knobs_t  k;
+
+    k.stages = env_or("PAGEDLLM_CUDA_ATTN_STAGES", DEC_STAGES);
+    k.short_ctx = env_or("PAGEDLLM_CUDA_ATTN_SHORT_CTX", 0);
+    k.short_stages = env_or("PAGEDLLM_CUDA_ATTN_SHORT_STAGES", 2);
+    k.split_min = env_or("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 128);
+    k.splits = env_or("PAGEDLLM_CUDA_ATTN_SPLITS", 0);
+    k.heads_first = env_or("PAGEDLLM_CUDA_ATTN_ORDER", 0) == 1;
+    k.pdl = env_or("PAGEDLLM_CUDA_ATTN_PDL", 0);
+    k.split_min = k.split_min > 0 ? k.split_min : 128;
+    return k;
 }
 
 
@@ -382,25 +450,20 @@ decode_attention_kernel(const attn_params_t p)
  * within the scratch.
  */
 static int
-choose_splits(int slots, int64_t units, int max_ctx, int64_t rows_heads,
-    int head_dim)
+choose_splits(const dec_knobs_t &k, int slots, int64_t units, int max_ctx,
+    int64_t rows_heads, int head_dim)
 {
-    static int  split_min, forced;
-    int64_t     most, fit, want = slots / units;
+    int64_t  most, fit, want = slots / units;
 
-    if (split_min == 0) {
-        split_min = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 128);
-        forced = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_SPLITS", 0);
-    }
     if (units > ATTN_COUNTERS) {
         return 1;
     }
-    most = (max_ctx + split_min - 1) / split_min;
+    most = (max_ctx + k.split_min - 1) / k.split_min;
     fit = ATTN_PARTIAL_BYTES
           / (rows_heads * (head_dim * sizeof(float) + sizeof(float2)));
     most = most < fit ? most : fit;
     most = most < ATTN_MAX_SPLITS ? most : ATTN_MAX_SPLITS;
-    want = forced > 0 ? forced : want;
+    want = k.splits > 0 ? k.splits : want;
     want = want < most ? want : most;
     return want > 1 ? (int) want : 1;
 }
@@ -408,13 +471,17 @@ choose_splits(int slots, int64_t units, int max_ctx, int64_t rows_heads,
 
 template <int D, int STAGES>
 static void
-launch_decode(pl_cuda_t *cu, attn_params_t p, int rows, int max_ctx)
+launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
+    int rows, int max_ctx)
 {
-    static int  per_sm;
-    size_t      smem = (size_t) (DEC_ROWS + STAGES * 2 * DEC_BN) * D * 2;
-    auto        kernel = decode_attention_kernel<D, STAGES>;
-    int         n_kv = p.n_heads / p.group;
-    int64_t     units;
+    static int           per_sm;
+    size_t               smem = (size_t) (DEC_ROWS + STAGES * 2 * DEC_BN)
+                                * D * 2;
+    auto                 kernel = decode_attention_kernel<D, STAGES>;
+    int                  n_kv = p.n_heads / p.group;
+    int64_t              units;
+    cudaLaunchConfig_t   cfg = {};
+    cudaLaunchAttribute  at[1];
 
     if (per_sm == 0) {
         pl_cuda_check(cudaFuncSetAttribute(kernel,
@@ -426,16 +493,30 @@ launch_decode(pl_cuda_t *cu, attn_params_t p, int rows, int max_ctx)
         per_sm = per_sm > 0 ? per_sm : 1;
     }
     p.chunks = (p.group + DEC_ROWS - 1) / DEC_ROWS;
-    units = (int64_t) rows * n_kv * p.chunks;
-    p.num_splits = choose_splits(per_sm * cu->num_sms, units, max_ctx,
+    p.n_hc = n_kv * p.chunks;
+    units = (int64_t) rows * p.n_hc;
+    p.num_splits = choose_splits(k, per_sm * cu->num_sms, units, max_ctx,
                                  (int64_t) rows * p.n_heads, D);
     p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
     p.split_tokens = (p.split_tokens + DEC_BN - 1) & ~(DEC_BN - 1);
     p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
     p.part_ml = (float2 *) (p.part_acc
                             + (int64_t) rows * p.n_heads * p.num_splits * D);
-    kernel<<<dim3(rows, n_kv * p.chunks, p.num_splits), DEC_THREADS, smem,
-             cu->stream>>>(p);
+
+    /* heads first puts the rows in gridDim.y (at most 65535) */
+    p.heads_first = k.heads_first && rows <= 65535;
+    p.pdl_trigger = k.pdl == 2;
+
+    cfg.gridDim = p.heads_first ? dim3(p.n_hc, rows, p.num_splits)
+                                : dim3(rows, p.n_hc, p.num_splits);
+    cfg.blockDim = dim3(DEC_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cu->stream;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = k.pdl > 0 ? 1 : 0;
+    pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, p), "decode attention");
     PL_CUDA_LAUNCHED("decode attention");
 }
 
@@ -444,20 +525,21 @@ template <int D>
 static void
 launch_stages(pl_cuda_t *cu, const attn_params_t &p, int rows, int max_ctx)
 {
-    static int  stages;
+    dec_knobs_t  k = read_knobs();
+    int          stages = k.stages;
 
-    if (stages == 0) {
-        stages = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_STAGES", DEC_STAGES);
+    if (k.short_ctx > 0 && max_ctx <= k.short_ctx) {
+        stages = k.short_stages;
     }
     switch (stages) {
     case 2:
-        launch_decode<D, 2>(cu, p, rows, max_ctx);
+        launch_decode<D, 2>(cu, k, p, rows, max_ctx);
         break;
     case 4:
-        launch_decode<D, 4>(cu, p, rows, max_ctx);
+        launch_decode<D, 4>(cu, k, p, rows, max_ctx);
         break;
     default:
-        launch_decode<D, 3>(cu, p, rows, max_ctx);
+        launch_decode<D, 3>(cu, k, p, rows, max_ctx);
         break;
     }
 }

@@ -253,8 +253,10 @@ paged_attention_kernel(const attn_params_t p)
     }
     if (t1 <= t0 && p.num_splits > 1) {
         attn_empty_split(p, row, kvh * p.group + g0, min(GT, p.group - g0));
-        attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh, &last,
-                                         &red[0][0][0]);
+        attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh,
+                                         (int64_t) row * gridDim.y
+                                         + blockIdx.y,
+                                         &last, &red[0][0][0]);
         return;
     }
 #pragma unroll
@@ -332,8 +334,9 @@ paged_attention_kernel(const attn_params_t p)
         return;
     }
 
-    attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh, &last,
-                                     &red[0][0][0]);
+    attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh,
+                                     (int64_t) row * gridDim.y + blockIdx.y,
+                                     &last, &red[0][0][0]);
 }
 
 

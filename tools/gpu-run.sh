@@ -6,8 +6,11 @@
 #
 #     sh tools/gpu-run.sh [sweep] [profile]
 #
-# "sweep" also runs the decode benchmark under fixed split counts and
-# pipeline depths; "profile" runs it and the prefill one under ncu.
+# "sweep" also runs the decode benchmark under each setting of the
+# decode kernel's knobs (pipeline depth, splits, grid order, programmatic
+# dependent launch) and prints one line of TB/s per setting, then runs
+# graphs.t and attention.t under the new launch paths; "profile" runs the
+# decode benchmark and the prefill one under ncu.
 # The machine has no network: when jansson's headers are missing there,
 # the Debian packages carried in .gpu-debs/ are unpacked under /tmp
 # (fetch them here once: mkdir .gpu-debs && cd .gpu-debs &&
@@ -76,12 +79,29 @@ fi
 
 make BUILD=$B -j"$JOBS" bench-gpu > "$OUT/bench.log" 2>&1 || status=1
 if [ $SWEEP = 1 ]; then
-    for v in "2 128" "3 128" "2 512"; do
-        set -- $v
-        echo "# stages $1 split_min $2" >> "$OUT/sweep.log"
-        PAGEDLLM_CUDA_ATTN_STAGES=$1 PAGEDLLM_CUDA_ATTN_SPLIT_MIN=$2 \
+    # the decode benchmark under each setting of the decode kernel's
+    # knobs (PAGEDLLM_CUDA_ATTN_<name>=<value>, kernels/
+    # decode_attention.cu); the first line is the defaults
+    for v in "" "STAGES=2" "STAGES=4" "SPLIT_MIN=64" "SPLIT_MIN=256" \
+             "STAGES=2 SPLIT_MIN=512" "SPLITS=16" "STAGES=2 SPLITS=12" \
+             "ORDER=1" "ORDER=1 STAGES=2" "PDL=1" "PDL=2" \
+             "PDL=2 ORDER=1" "PDL=2 ORDER=1 STAGES=2" \
+             "SHORT_CTX=512 SHORT_STAGES=2 PDL=2 ORDER=1"; do
+        echo "# ${v:-defaults}" >> "$OUT/sweep.log"
+        env $(for kv in $v; do echo "PAGEDLLM_CUDA_ATTN_$kv"; done) \
             $B/bench/gpu/attention decode >> "$OUT/sweep.log" 2>&1
     done
+    # the new launch paths inside CUDA graphs and under the knobs the
+    # test does not set itself
+    PAGEDLLM_BUILD=$(pwd)/$B PAGEDLLM_CUDA_ATTN_PDL=2 \
+        PAGEDLLM_CUDA_ATTN_ORDER=1 $B/t/gpu/graphs.t \
+        > "$OUT/sweep-tests.log" 2>&1
+    echo "# graphs.t with PDL=2 ORDER=1: exit $?" >> "$OUT/sweep-tests.log"
+    PAGEDLLM_BUILD=$(pwd)/$B PAGEDLLM_CUDA_ATTN_PDL=2 \
+        PAGEDLLM_CUDA_ATTN_ORDER=1 PAGEDLLM_CUDA_ATTN_STAGES=2 \
+        $B/t/gpu/attention.t >> "$OUT/sweep-tests.log" 2>&1
+    echo "# attention.t with PDL=2 ORDER=1 STAGES=2: exit $?" \
+        >> "$OUT/sweep-tests.log"
 fi
 if [ $PROFILE = 1 ] && command -v ncu >/dev/null 2>&1; then
     for skip in 3 175; do
@@ -91,6 +111,23 @@ if [ $PROFILE = 1 ] && command -v ncu >/dev/null 2>&1; then
             --section MemoryWorkloadAnalysis $B/bench/gpu/attention decode \
             >> "$OUT/ncu.log" 2>&1
     done
+    # the prefill kernel (4th launch: after the warm-up) on the default
+    # variant and with each of its overrides; sections first, then stall
+    # reasons and tensor-pipe use as raw metrics (a separate call, so a
+    # metric this ncu lacks costs only that part)
+    for v in "" PAGEDLLM_CUDA_PREFILL_LOADS=wait \
+            PAGEDLLM_CUDA_PREFILL_PINGPONG=off PAGEDLLM_CUDA_PREFILL_STAGES=2; do
+        echo "# prefill ${v:-default}" >> "$OUT/ncu-prefill.log"
+        env $v timeout 120 ncu --clock-control none \
+            -k regex:prefill_attention --launch-skip 3 --launch-count 1 \
+            --section SpeedOfLight --section ComputeWorkloadAnalysis \
+            --section WarpStateStats --section MemoryWorkloadAnalysis \
+            $B/bench/gpu/attention prefill-one >> "$OUT/ncu-prefill.log" 2>&1
+        env $v timeout 120 ncu --clock-control none \
+            -k regex:prefill_attention --launch-skip 3 --launch-count 1 \
+            --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,lts__t_sector_hit_rate.pct \
+            $B/bench/gpu/attention prefill-one >> "$OUT/ncu-prefill.log" 2>&1
+    done
 fi
 
 echo
@@ -99,11 +136,21 @@ grep -v '^  ok' "$OUT/test-summary.log"
 echo "---- benchmarks (median of 40 calls) ----"
 grep -E "^(ours|torch|#)" "$OUT/bench.log"
 if [ -f "$OUT/sweep.log" ]; then
-    echo "---- sweep ----"
-    grep -E "^(# |ours decode)" "$OUT/sweep.log"
+    echo "---- sweep: decode TB/s per shape (order of the bench lines) ----"
+    awk '/^# / { if (n) print line; line = sprintf("%-44s", substr($0, 3));
+                 n = 1; next }
+         /^ours decode/ { line = line " " $6 }
+         END { if (n) print line }' "$OUT/sweep.log"
+    grep -E "^ours decode" "$OUT/sweep.log" | head -8 | awk '{ print "  " $3 }' \
+        | tr '\n' ' '; echo
+    grep -E "^not ok|^# .*exit" "$OUT/sweep-tests.log"
 fi
 if [ -f "$OUT/ncu.log" ]; then
     echo "---- ncu ----"
     grep -E "decode_attention|prefill_attention|DRAM Through|Memory Through|Compute \(SM\)|Achieved Occ|Theoretical Occ|Duration|Warp Cycles Per Issued|Issued Ipc|Block Limit" "$OUT/ncu.log"
+fi
+if [ -f "$OUT/ncu-prefill.log" ]; then
+    echo "---- ncu prefill ----"
+    grep -E "^# prefill|^ours|Duration|Compute \(SM\)|Memory Through|L2 Cache Through|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|Executed Ipc|SM Busy|sm__pipe|stalled|lts__t_sector|==ERROR|==WARNING" "$OUT/ncu-prefill.log"
 fi
 exit $status

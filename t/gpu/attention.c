@@ -39,6 +39,8 @@ typedef struct {
 } attn_case_t;
 
 static pair_t  P;
+static int     bucket;      /* max_context_len at least this (a CUDA
+                               graph's context bucket); 0: the longest */
 
 
 /* Fill host batch arrays: block tables over a shuffled pool. */
@@ -90,6 +92,9 @@ build_batch(const attn_case_t *c, pl_batch_t *b, int32_t *qs, int32_t *cl,
                              ? sp->ctx : b->max_context_len;
     }
     free(perm);
+    if (bucket > b->max_context_len) {
+        b->max_context_len = bucket;
+    }
     b->num_seqs = c->num_seqs;
     b->num_tokens = qs[c->num_seqs];
     b->query_start = qs;
@@ -322,6 +327,72 @@ decode_case(int bs, int hd, int nh, int nkv, int num_seqs, int max_ctx)
 }
 
 
+/* Short contexts (1 .. 192) under a max_context_len of 256, as a CUDA
+   graph's bucket passes it: splits past every context write empty
+   partials. */
+static void
+decode_bucket_case(int hd, int nh, int nkv, int num_seqs)
+{
+    attn_case_t  c = { 16, hd, nh, nkv, num_seqs, { { 0, 0, 0 } } };
+    int          s;
+
+    for (s = 0; s < num_seqs; s++) {
+        c.seqs[s].qlen = 1;
+        c.seqs[s].ctx = s == 0 ? 192 : 1 + pair_int(192);
+        c.seqs[s].share = s % 4 == 3;
+    }
+    bucket = 256;
+    run_case(&c, "decode, context bucket 256");
+    bucket = 0;
+}
+
+
+/*
+ * The decode kernel's launch knobs (kernels/decode_attention.cu, read at
+ * every call): heads-first grid with programmatic dependent launch and
+ * early release; two stages with 7 splits (a split count that does not
+ * divide the contexts); four stages with as many splits as allowed
+ * (ATTN_MAX_SPLITS: the in-kernel merge of many partials, empty ones
+ * among them); the short-context stage count.
+ */
+static void
+decode_knob_cases(void)
+{
+    static const char  *knobs[][2] = {
+        { "PAGEDLLM_CUDA_ATTN_ORDER", "1" },
+        { "PAGEDLLM_CUDA_ATTN_PDL", "2" },
+        { "PAGEDLLM_CUDA_ATTN_STAGES", "2" },
+        { "PAGEDLLM_CUDA_ATTN_SPLITS", "7" },
+        { "PAGEDLLM_CUDA_ATTN_STAGES", "4" },
+        { "PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "64" },
+        { "PAGEDLLM_CUDA_ATTN_SPLITS", "64" },
+        { "PAGEDLLM_CUDA_ATTN_SHORT_CTX", "4096" },
+        { "PAGEDLLM_CUDA_ATTN_PDL", "1" },
+    };
+    /* settings: knobs [from, to) of the table above */
+    static const int    set[][2] = { { 0, 2 }, { 2, 4 }, { 4, 7 },
+                                     { 7, 9 } };
+    size_t              i;
+    int                 k;
+
+    for (i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
+        for (k = set[i][0]; k < set[i][1]; k++) {
+            setenv(knobs[k][0], knobs[k][1], 1);
+            diag("%s=%s", knobs[k][0], knobs[k][1]);
+        }
+        decode_case(16, 128, 8, 1, 1, 5000);
+        decode_case(8, 64, 4, 4, 12, 3000);
+        decode_case(32, 128, 32, 1, 3, 2000);
+        decode_case(16, 128, 32, 32, 2, 700);
+        decode_bucket_case(128, 32, 32, 12);
+        decode_bucket_case(64, 8, 2, 5);
+        for (k = set[i][0]; k < set[i][1]; k++) {
+            unsetenv(knobs[k][0]);
+        }
+    }
+}
+
+
 /*
  * The prefill kernels' edges: whole prefills of 16, 64 (the second
  * group of a 128-row tile empty), 65, 128 and 1000 rows; chunks over a
@@ -411,6 +482,9 @@ main(void)
     prefill_case(16, 96, 6, 2);
     decode_case(16, 128, 28, 4, 2, 9000);
     decode_case(16, 128, 32, 1, 3, 2000);
+    decode_bucket_case(128, 32, 32, 12);
+    decode_bucket_case(64, 8, 2, 5);
+    decode_knob_cases();
     mixed_case(16, 64, 40, 2);
     long_case();
 
