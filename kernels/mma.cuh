@@ -253,6 +253,40 @@ mbar_arrive(uint32_t bar)
 }
 
 
+/* one arrival on bar once every cp.async the thread issued so far has
+   landed, without waiting for them (.noinc: the arrival is one of the
+   count given to mbar_init) */
+static __device__ __forceinline__ void
+cp_async_mbar_arrive(uint32_t bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n"
+                 :: "r"(bar) : "memory");
+}
+
+
+static __device__ __forceinline__ void
+cp_async_wait_all(void)
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+
+/* named barrier id (1 .. 15; 0 is __syncthreads) of n threads, whole
+   warps: wait for the other arrivals, or arrive without waiting */
+static __device__ __forceinline__ void
+named_bar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory");
+}
+
+
+static __device__ __forceinline__ void
+named_bar_arrive(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(n) : "memory");
+}
+
+
 /*
  * Wait until the phase of the given parity has completed; called by whole
  * warps, which leave it converged for the .aligned instructions after it.

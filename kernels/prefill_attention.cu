@@ -23,12 +23,16 @@
  *
  * On Hopper (compute capability 9.0) head size 128 goes to the wgmma
  * kernel of prefill_attention_sm90.cu instead (tiles of 128 rows); this
- * kernel serves every other case.  PAGEDLLM_CUDA_PREFILL=mma forces this
- * one, PAGEDLLM_CUDA_PREFILL_STAGES=2 gives the Hopper kernel two KV
- * stages instead of three (benchmark overrides).
+ * kernel serves every other case.  Benchmark overrides:
+ * PAGEDLLM_CUDA_PREFILL=mma forces this one; for the Hopper kernel,
+ * PAGEDLLM_CUDA_PREFILL_STAGES=2 two KV stages instead of three,
+ * PAGEDLLM_CUDA_PREFILL_LOADS=wait a producer that waits for each KV
+ * tile to land, PAGEDLLM_CUDA_PREFILL_PINGPONG=off consumers that do
+ * not take turns at the tensor cores.
  */
 
 #include <float.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "attention.cuh"
@@ -41,10 +45,11 @@
 
 /* prefill_attention_sm90.cu; p.tile_start numbers tiles of PF_BM_SM90 */
 void pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    int stages);
+    int stages, bool async, bool pingpong);
 
 /* which kernel the last prefill launch ran, for tests and benchmarks */
 static const char  *prefill_kernel_name;
+static char         prefill_kernel_buf[96];
 
 
 /* Gather KV tile j (tokens j*BN ..) of K and V into shared memory. */
@@ -401,11 +406,30 @@ use_sm90(pl_cuda_t *cu, int head_dim)
 }
 
 
+/* the Hopper kernel's variant from the environment, and its name */
+static void
+launch_sm90_env(pl_cuda_t *cu, const attn_params_t &p, int rows)
+{
+    const char  *loads = getenv("PAGEDLLM_CUDA_PREFILL_LOADS");
+    const char  *pp = getenv("PAGEDLLM_CUDA_PREFILL_PINGPONG");
+    int          stages;
+    bool         async, pingpong;
+
+    stages = pl_cuda_env_int("PAGEDLLM_CUDA_PREFILL_STAGES", 3) == 2 ? 2 : 3;
+    async = loads == NULL || strcmp(loads, "wait") != 0;
+    pingpong = pp == NULL || strcmp(pp, "off") != 0;
+    pl_cuda_prefill_sm90(cu, p, rows, stages, async, pingpong);
+    snprintf(prefill_kernel_buf, sizeof(prefill_kernel_buf),
+             "sm90 wgmma, %d stages, %s loads%s", stages,
+             async ? "async" : "waiting", pingpong ? ", ping-pong" : "");
+    prefill_kernel_name = prefill_kernel_buf;
+}
+
+
 int
 pl_cuda_prefill_attention(pl_cuda_t *cu, attn_params_t *p, int rows)
 {
     bool  sm90;
-    int   stages;
 
     if ((p->head_dim != 64 && p->head_dim != 128)
         || p->num_seqs > ATTN_TC_SEQS)
@@ -421,11 +445,7 @@ pl_cuda_prefill_attention(pl_cuda_t *cu, attn_params_t *p, int rows)
                                                  p->tile_start);
     PL_CUDA_LAUNCHED("prefill tile scan");
     if (sm90) {
-        stages = pl_cuda_env_int("PAGEDLLM_CUDA_PREFILL_STAGES", 3) == 2
-                 ? 2 : 3;
-        pl_cuda_prefill_sm90(cu, *p, rows, stages);
-        prefill_kernel_name = stages == 2 ? "sm90 wgmma, 2 stages"
-                                          : "sm90 wgmma";
+        launch_sm90_env(cu, *p, rows);
     } else if (p->head_dim == 64) {
         launch_prefill<64>(cu, *p, rows);
         prefill_kernel_name = "mma.sync";

@@ -10,7 +10,8 @@
  *     KV tile (128 tokens, up to the last position the block's rows may
  *     see), the K and V rows through the block table into shared memory
  *     with 16-byte cp.async (a tile spans several physical blocks, so
- *     there is no one bulk copy for it), STAGES tiles deep;
+ *     there is no one bulk copy for it), STAGES tiles deep, without
+ *     waiting for them to land (the copies arrive on the barriers);
  *   - two consumers of 64 query rows each, which per KV tile compute
  *     S = Q K^T with wgmma (Q and K from shared memory), mask it
  *     causally (only on the tiles that reach past the warpgroup's first
@@ -18,16 +19,20 @@
  *     accumulate O += P V with wgmma, P converted to bf16 in registers
  *     and fed as the A operand, V read "transposed" from shared memory;
  *     the products of tile j + 1's S and tile j's P V are issued
- *     together, so the softmax runs while the tensor cores work.
- * Hand-over through mbarriers per stage: K full and V full (arrived by
- * the 128 producer threads once their copies landed, after
- * fence.proxy.async: cp.async writes are generic, wgmma reads async),
- * and empty (arrived by the 256 consumer threads once their wgmmas
- * reading the stage are complete).  K and V are separate so S can start
- * while V is still arriving.  The consumers never wait for each other,
- * so one's softmax overlaps the other's products.  setmaxnreg moves the
- * producer's registers to the consumers, which hold S and O (64 fp32
- * each) and P.
+ *     together, so the softmax runs while the tensor cores work; the two
+ *     groups take turns issuing them (ping-pong, two named barriers), so
+ *     one's softmax overlaps the other's products.
+ * Hand-over through mbarriers per stage: K full and V full (one arrival
+ * per producer thread, made by its copies once they landed; each
+ * consumer runs fence.proxy.async after its wait: cp.async writes are
+ * generic, wgmma reads async), and empty (arrived by the 256 consumer
+ * threads once their wgmmas reading the stage are complete).  K and V
+ * are separate so S can start while V is still arriving.  setmaxnreg
+ * moves the producer's registers to the consumers, which hold S and O
+ * (64 fp32 each) and P.
+ * Variants for measurement (OPTS, prefill_attention.cu's overrides): a
+ * producer that waits for each tile before the next, and consumers that
+ * do not take turns.
  *
  * Shared memory, from a 1024-byte aligned base, every tile in the
  * 128-byte swizzled layout of mma.cuh ([2 halves of 64 dims][rows][128
@@ -50,6 +55,10 @@
 #define SM90_Q          (SM90_BM * SM90_D * 2)
 #define SM90_REGS_LOAD  40
 #define SM90_REGS_MATH  232         /* 128 x 40 + 256 x 232 <= 384 x 168 */
+
+/* variants (template OPTS), see sm90_produce and sm90_consume */
+#define SM90_ASYNC      1           /* producer does not wait for its copies */
+#define SM90_PINGPONG   2           /* consumers take turns at the products */
 
 
 template <int STAGES>
@@ -184,7 +193,16 @@ sm90_load_kv(const attn_params_t &p, const sm90_tile_t &t,
 }
 
 
-template <int STAGES>
+/*
+ * With SM90_ASYNC the full barriers are arrived on by the copies
+ * themselves (cp.async.mbarrier.arrive), so the producer goes on to the
+ * next free stage at once and up to STAGES tiles are in flight; the
+ * consumers' fence.proxy.async after their wait orders the landed bytes
+ * before their wgmma reads.  Without it, the producer waits for each
+ * tile to land before it issues the next (one tile in flight).  The K
+ * full barrier of tile 0 covers the Q rows too, issued before it.
+ */
+template <int STAGES, int OPTS>
 static __device__ __forceinline__ void
 sm90_produce(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
     uint32_t bars)
@@ -198,6 +216,12 @@ sm90_produce(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
             sm90_wait<STAGES>(bars, SM90_EMPTY, j - STAGES);
         }
         sm90_load_kv(p, t, p.k_cache, j, ks);
+        if (OPTS & SM90_ASYNC) {
+            cp_async_mbar_arrive(sm90_bar<STAGES>(bars, SM90_K_FULL, s));
+            sm90_load_kv(p, t, p.v_cache, j, ks + SM90_TILE);
+            cp_async_mbar_arrive(sm90_bar<STAGES>(bars, SM90_V_FULL, s));
+            continue;
+        }
         cp_async_commit();
         sm90_load_kv(p, t, p.v_cache, j, ks + SM90_TILE);
         cp_async_commit();
@@ -207,6 +231,9 @@ sm90_produce(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         cp_async_wait<0>();
         fence_proxy_async();
         mbar_arrive(sm90_bar<STAGES>(bars, SM90_V_FULL, s));
+    }
+    if (OPTS & SM90_ASYNC) {
+        cp_async_wait_all();
     }
 }
 
@@ -362,27 +389,71 @@ sm90_store(const attn_params_t &p, const sm90_tile_t &t, const float (&o)[64],
 }
 
 
+/* O *= c of the thread's two rows */
+static __device__ __forceinline__ void
+sm90_rescale(float (&o)[64], const float (&corr)[2])
+{
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        o[4 * n] *= corr[0];
+        o[4 * n + 1] *= corr[0];
+        o[4 * n + 2] *= corr[1];
+        o[4 * n + 3] *= corr[1];
+    }
+}
+
+
+/*
+ * With SM90_PINGPONG the two consumer groups issue their products in
+ * turns, group 0 first: a turn starts on the group's own named barrier
+ * (1 + cw) and ends arriving on the other's, so the tensor cores run
+ * one group's products while the other's softmax runs, instead of both
+ * groups' products colliding and then both softmaxes leaving the tensor
+ * cores idle.  Each group takes ntiles + 1 turns; group 1 arrives once
+ * before its first, to let group 0 start, and group 0 takes that extra
+ * arrival after its last turn, so no barrier is left half arrived.
+ */
+template <int OPTS>
+static __device__ __forceinline__ void
+sm90_turn_begin(int cw)
+{
+    if (OPTS & SM90_PINGPONG) {
+        named_bar_sync(1 + cw, 256);
+    }
+}
+
+
+template <int OPTS>
+static __device__ __forceinline__ void
+sm90_turn_end(int cw)
+{
+    if (OPTS & SM90_PINGPONG) {
+        named_bar_arrive(2 - cw, 256);
+    }
+}
+
+
 /*
  * Consumer warpgroup cw: its KV tiles 0 .. mine - 1 in a software
  * pipeline, so the softmax of tile j runs while the tensor cores do the
  * P V of tile j - 1:
  *     S_0 = Q K_0; softmax
- *     for j >= 1: issue S_j = Q K_j and O += P_{j-1} V_{j-1}; wait for
- *         S_j; softmax (P_j, the correction c_j); wait for the P V;
- *         release stage j - 1; O *= c_j
- *     O += P_last V_last
+ *     for j >= 1: issue S_j = Q K_j; O *= c_{j-1} (while S_j runs);
+ *         issue O += P_{j-1} V_{j-1}; wait for S_j; softmax (P_j, the
+ *         correction c_j); wait for the P V; release stage j - 1
+ *     O *= c_last; O += P_last V_last
  * which adds up to the same O as O = O c_j + P_j V_j tile by tile.
  * Every consumer thread also waits for and releases the tiles past its
  * own rows' last (the other group's), so the empty barriers count the
- * same arrivals in every phase.
+ * same arrivals in every phase; those count as turns too.
  */
-template <int STAGES>
+template <int STAGES, int OPTS>
 static __device__ __forceinline__ void
 sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
     uint32_t bars, int cw)
 {
     int          lane = threadIdx.x & 31, off = t.ctx - t.qlen, mine = 0;
-    int          rt, j;
+    int          rt, j, turns = 0;
     sm90_math_t  w;
     float        o[64], sc[64], m[2] = { -INFINITY, -INFINITY };
     float        l[2] = { 0.0f, 0.0f }, corr[2];
@@ -403,12 +474,18 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
     for (int i = 0; i < 64; i++) {
         o[i] = 0.0f;
     }
+    if ((OPTS & SM90_PINGPONG) && cw == 1) {
+        named_bar_arrive(1, 256);
+    }
 
     if (mine > 0) {
         sm90_wait<STAGES>(w.bars, SM90_K_FULL, 0);
         fence_proxy_async();
+        sm90_turn_begin<OPTS>(cw);
         wgmma_fence();
         sm90_issue_qk(w, sc, 0);
+        sm90_turn_end<OPTS>(cw);
+        turns++;
         wgmma_wait<0>();
         wgmma_hold(sc);
         sm90_tile_softmax(w, sc, m, l, corr, 0, off);
@@ -420,22 +497,20 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         sm90_wait<STAGES>(w.bars, SM90_K_FULL, j);
         sm90_wait<STAGES>(w.bars, SM90_V_FULL, j - 1);
         fence_proxy_async();
+        sm90_turn_begin<OPTS>(cw);
         wgmma_fence();
         sm90_issue_qk(w, sc, s);
+        sm90_rescale(o, corr);
+        wgmma_fence();
         sm90_issue_pv(w, o, pa, sp);
+        sm90_turn_end<OPTS>(cw);
+        turns++;
         wgmma_wait<1>();
         wgmma_hold(sc);
         sm90_tile_softmax(w, sc, m, l, corr, j, off);
         wgmma_wait<0>();
         wgmma_hold(o);
         mbar_arrive(sm90_bar<STAGES>(w.bars, SM90_EMPTY, sp));
-#pragma unroll
-        for (int n = 0; n < 16; n++) {
-            o[4 * n] *= corr[0];
-            o[4 * n + 1] *= corr[0];
-            o[4 * n + 2] *= corr[1];
-            o[4 * n + 3] *= corr[1];
-        }
         sm90_pack_p(pa, sc);
     }
     if (mine > 0) {
@@ -443,8 +518,12 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
 
         sm90_wait<STAGES>(w.bars, SM90_V_FULL, mine - 1);
         fence_proxy_async();
+        sm90_turn_begin<OPTS>(cw);
+        sm90_rescale(o, corr);
         wgmma_fence();
         sm90_issue_pv(w, o, pa, sp);
+        sm90_turn_end<OPTS>(cw);
+        turns++;
         wgmma_wait<0>();
         wgmma_hold(o);
         mbar_arrive(sm90_bar<STAGES>(w.bars, SM90_EMPTY, sp));
@@ -453,6 +532,18 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         sm90_wait<STAGES>(w.bars, SM90_K_FULL, j);
         sm90_wait<STAGES>(w.bars, SM90_V_FULL, j);
         mbar_arrive(sm90_bar<STAGES>(w.bars, SM90_EMPTY, j % STAGES));
+        sm90_turn_begin<OPTS>(cw);
+        sm90_turn_end<OPTS>(cw);
+        turns++;
+    }
+    if (OPTS & SM90_PINGPONG) {
+        for ( /* void */ ; turns < t.ntiles + 1; turns++) {
+            sm90_turn_begin<OPTS>(cw);
+            sm90_turn_end<OPTS>(cw);
+        }
+        if (cw == 0) {
+            named_bar_sync(1, 256);
+        }
     }
 
     sm90_store(p, t, o, l, rt);
@@ -461,7 +552,7 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
 
-template <int STAGES>
+template <int STAGES, int OPTS>
 __global__ void __launch_bounds__(SM90_THREADS, 1)
 prefill_attention_sm90_kernel(const attn_params_t p)
 {
@@ -486,11 +577,11 @@ prefill_attention_sm90_kernel(const attn_params_t p)
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n"
                      :: "n"(SM90_REGS_LOAD));
-        sm90_produce<STAGES>(p, t, qs, bars);
+        sm90_produce<STAGES, OPTS>(p, t, qs, bars);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n"
                      :: "n"(SM90_REGS_MATH));
-        sm90_consume<STAGES>(p, t, qs, bars, wg - 1);
+        sm90_consume<STAGES, OPTS>(p, t, qs, bars, wg - 1);
     }
 #else
     /* built for another target: the launcher never gets here */
@@ -499,7 +590,7 @@ prefill_attention_sm90_kernel(const attn_params_t p)
 }
 
 
-template <int STAGES>
+template <int STAGES, int OPTS>
 static void
 launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows)
 {
@@ -509,15 +600,32 @@ launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows)
 
     if (!ready[cu->device & 63]) {
         pl_cuda_check(cudaFuncSetAttribute(
-                          prefill_attention_sm90_kernel<STAGES>,
+                          prefill_attention_sm90_kernel<STAGES, OPTS>,
                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                           (int) smem), "prefill attention (sm90)");
         ready[cu->device & 63] = 1;
     }
-    prefill_attention_sm90_kernel<STAGES>
+    prefill_attention_sm90_kernel<STAGES, OPTS>
         <<<(unsigned) (tiles * p.n_heads), SM90_THREADS, smem,
            cu->stream>>>(p);
     PL_CUDA_LAUNCHED("prefill attention (sm90)");
+}
+
+
+template <int STAGES>
+static void
+launch_sm90_opts(pl_cuda_t *cu, const attn_params_t &p, int rows, bool async,
+    bool pingpong)
+{
+    if (async && pingpong) {
+        launch_sm90<STAGES, SM90_ASYNC | SM90_PINGPONG>(cu, p, rows);
+    } else if (async) {
+        launch_sm90<STAGES, SM90_ASYNC>(cu, p, rows);
+    } else if (pingpong) {
+        launch_sm90<STAGES, SM90_PINGPONG>(cu, p, rows);
+    } else {
+        launch_sm90<STAGES, 0>(cu, p, rows);
+    }
 }
 
 
@@ -527,14 +635,15 @@ launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows)
  * two stages at a time (tile j's K, tile j - 1's V) and frees the older
  * one late in its step, so with two the producer starts tile j + 1 only
  * then and the consumers wait for it; three keep a tile in flight.
+ * async, pingpong: the SM90_ASYNC and SM90_PINGPONG variants.
  */
 void
 pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    int stages)
+    int stages, bool async, bool pingpong)
 {
     if (stages == 2) {
-        launch_sm90<2>(cu, p, rows);
+        launch_sm90_opts<2>(cu, p, rows, async, pingpong);
     } else {
-        launch_sm90<3>(cu, p, rows);
+        launch_sm90_opts<3>(cu, p, rows, async, pingpong);
     }
 }
