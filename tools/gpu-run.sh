@@ -111,6 +111,23 @@ if [ $PROFILE = 1 ] && command -v ncu >/dev/null 2>&1; then
             --section MemoryWorkloadAnalysis $B/bench/gpu/attention decode \
             >> "$OUT/ncu.log" 2>&1
     done
+    # the prefill kernel (4th launch: after the warm-up) on the default
+    # variant and with each of its overrides; sections first, then stall
+    # reasons and tensor-pipe use as raw metrics (a separate call, so a
+    # metric this ncu lacks costs only that part)
+    for v in "" PAGEDLLM_CUDA_PREFILL_LOADS=wait \
+            PAGEDLLM_CUDA_PREFILL_PINGPONG=off PAGEDLLM_CUDA_PREFILL_STAGES=2; do
+        echo "# prefill ${v:-default}" >> "$OUT/ncu-prefill.log"
+        env $v timeout 120 ncu --clock-control none \
+            -k regex:prefill_attention --launch-skip 3 --launch-count 1 \
+            --section SpeedOfLight --section ComputeWorkloadAnalysis \
+            --section WarpStateStats --section MemoryWorkloadAnalysis \
+            $B/bench/gpu/attention prefill-one >> "$OUT/ncu-prefill.log" 2>&1
+        env $v timeout 120 ncu --clock-control none \
+            -k regex:prefill_attention --launch-skip 3 --launch-count 1 \
+            --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,lts__t_sector_hit_rate.pct \
+            $B/bench/gpu/attention prefill-one >> "$OUT/ncu-prefill.log" 2>&1
+    done
 fi
 
 echo
@@ -131,5 +148,9 @@ fi
 if [ -f "$OUT/ncu.log" ]; then
     echo "---- ncu ----"
     grep -E "decode_attention|prefill_attention|DRAM Through|Memory Through|Compute \(SM\)|Achieved Occ|Theoretical Occ|Duration|Warp Cycles Per Issued|Issued Ipc|Block Limit" "$OUT/ncu.log"
+fi
+if [ -f "$OUT/ncu-prefill.log" ]; then
+    echo "---- ncu prefill ----"
+    grep -E "^# prefill|^ours|Duration|Compute \(SM\)|Memory Through|L2 Cache Through|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|Executed Ipc|SM Busy|sm__pipe|stalled|lts__t_sector|==ERROR|==WARNING" "$OUT/ncu-prefill.log"
 fi
 exit $status

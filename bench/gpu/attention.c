@@ -5,8 +5,8 @@
  * measured in the same process; and one causal prefill of 4096 tokens,
  * reported in TFLOP/s (4 x heads x 128 x the (query, key) pairs the
  * causal mask keeps), on the default kernel and, for comparison in the
- * same run, with two KV stages and on the mma.sync kernel (the
- * PAGEDLLM_CUDA_PREFILL* overrides); the kernel that ran is named.
+ * same run, on each variant of the wgmma kernel and on the mma.sync one
+ * (the PAGEDLLM_CUDA_PREFILL* overrides); the kernel that ran is named.
  *
  * Physical blocks are shuffled.  Shapes whose cache fits in L2 a few times
  * over rotate among several caches, so every timed call reads from device
@@ -315,6 +315,54 @@ bench_prefill(int len, int heads)
 }
 
 
+/* set (on) or unset the "NAME=value" overrides of a variant */
+static void
+set_overrides(const char *const *kv, int on)
+{
+    char  name[64];
+    int   k;
+
+    for (k = 0; k < 2 && kv[k] != NULL; k++) {
+        size_t  n = strcspn(kv[k], "=");
+
+        snprintf(name, sizeof(name), "%.*s", (int) n, kv[k]);
+        if (on) {
+            setenv(name, kv[k] + n + 1, 1);
+        } else {
+            unsetenv(name);
+        }
+    }
+}
+
+
+/*
+ * The prefill on the default kernel, then under each override of
+ * kernels/prefill_attention.cu, one "NAME=value" or two per line (the
+ * wgmma kernel's variants, then the mma.sync kernel); each is unset
+ * again after its line.
+ */
+static void
+bench_prefill_variants(void)
+{
+    static const char  *variants[][2] = {
+        { NULL, NULL },
+        { "PAGEDLLM_CUDA_PREFILL_STAGES=2", NULL },
+        { "PAGEDLLM_CUDA_PREFILL_LOADS=wait", NULL },
+        { "PAGEDLLM_CUDA_PREFILL_PINGPONG=off", NULL },
+        { "PAGEDLLM_CUDA_PREFILL_LOADS=wait",
+          "PAGEDLLM_CUDA_PREFILL_PINGPONG=off" },
+        { "PAGEDLLM_CUDA_PREFILL=mma", NULL },
+    };
+    size_t  i;
+
+    for (i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+        set_overrides(variants[i], 1);
+        bench_prefill(4096, 32);
+        set_overrides(variants[i], 0);
+    }
+}
+
+
 static void
 bench_copy(void)
 {
@@ -345,7 +393,8 @@ bench_copy(void)
 }
 
 
-/* argv[1]: "decode" or "prefill" runs only that part */
+/* argv[1]: "decode" or "prefill" runs only that part; "prefill-one" the
+   prefill once, on the kernel the environment picks (for ncu) */
 int
 main(int argc, char **argv)
 {
@@ -371,19 +420,15 @@ main(int argc, char **argv)
     if (*only == '\0') {
         bench_copy();
     }
-    for (i = 0; strcmp(only, "prefill") != 0
+    for (i = 0; strncmp(only, "prefill", 7) != 0
                 && i < sizeof(shapes) / sizeof(shapes[0]); i++)
     {
         bench_decode(&shapes[i]);
     }
-    if (strcmp(only, "decode") != 0) {
+    if (strcmp(only, "prefill-one") == 0) {
         bench_prefill(4096, 32);
-        setenv("PAGEDLLM_CUDA_PREFILL_STAGES", "2", 1);
-        bench_prefill(4096, 32);
-        unsetenv("PAGEDLLM_CUDA_PREFILL_STAGES");
-        setenv("PAGEDLLM_CUDA_PREFILL", "mma", 1);
-        bench_prefill(4096, 32);
-        unsetenv("PAGEDLLM_CUDA_PREFILL");
+    } else if (strcmp(only, "decode") != 0) {
+        bench_prefill_variants();
     }
     BE->destroy(BE);
     return 0;

@@ -11,7 +11,8 @@
  * wgmma one (tiles of 128 rows, two warpgroups of 64, KV tiles of 128),
  * else the mma.sync one; every name says which ran.  The prefill edge
  * cases (rows around the tile and warpgroup sizes, prefixes on and off
- * the tile grid, many KV tiles) run on both.  A failing comparison says
+ * the tile grid, many KV tiles) run on both, the wgmma one in each of its
+ * variants (KV stages, loads, ping-pong).  A failing comparison says
  * where the output differs: rows and dimensions as maps of 8-wide groups,
  * and the first differing (row, head) with its place in the tile.
  */
@@ -489,12 +490,23 @@ main(void)
     long_case();
 
     /* the prefill edges on the default kernel (wgmma on Hopper), with
-       two KV stages instead of three, then on the mma.sync one */
-    for (i = 0; i < 3; i++) {
+       two KV stages instead of three, with a producer that waits for
+       each tile, with consumers that do not take turns, with both of
+       those, then on the mma.sync one */
+    for (i = 0; i < 6; i++) {
         if (i == 1) {
             setenv("PAGEDLLM_CUDA_PREFILL_STAGES", "2", 1);
         } else if (i == 2) {
             unsetenv("PAGEDLLM_CUDA_PREFILL_STAGES");
+            setenv("PAGEDLLM_CUDA_PREFILL_LOADS", "wait", 1);
+        } else if (i == 3) {
+            unsetenv("PAGEDLLM_CUDA_PREFILL_LOADS");
+            setenv("PAGEDLLM_CUDA_PREFILL_PINGPONG", "off", 1);
+        } else if (i == 4) {
+            setenv("PAGEDLLM_CUDA_PREFILL_LOADS", "wait", 1);
+        } else if (i == 5) {
+            unsetenv("PAGEDLLM_CUDA_PREFILL_LOADS");
+            unsetenv("PAGEDLLM_CUDA_PREFILL_PINGPONG");
             setenv("PAGEDLLM_CUDA_PREFILL", "mma", 1);
         }
         tile_edge_cases(16, 8, 8);
