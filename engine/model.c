@@ -26,8 +26,9 @@
  *           h = LN(x) when the decoder has a final layer norm, else x
  *   then:   logits = h[logits_rows] . Wlm_head
  *
- * where attention(h) = split(h . Wqkv + b), kv_write(k, v), paged attention
- * over the cache, then . Wo + b.  The batch comes from the engine's runner
+ * where attention(h) = split h . Wqkv + b into q, k, v (RoPE on q and k for
+ * Llama) with k and v stored in the cache, paged attention over the cache,
+ * then . Wo + b.  The batch comes from the engine's runner
  * but is checked in full before any kernel sees it: a bad index gives an
  * error, never a stray access.
  *
@@ -87,17 +88,12 @@ typedef struct {
     void     *h;                /* normed [T][hidden] */
     void     *qkv;              /* [T][(nh + 2 nkv) hd] */
     void     *q;                /* [T][nh hd] */
-    void     *k;                /* [T][nkv hd] */
-    void     *v;                /* [T][nkv hd] */
     void     *attn;             /* [T][nh hd] */
     void     *y;                /* block output [T][hidden] */
     void     *up;               /* [T][2 inter] (Llama) or [T][inter] */
     void     *act;              /* [T][inter] */
     void     *rows;             /* [S][hidden] */
     void     *logits;           /* [S][vocab] */
-    int32_t  *split_q;          /* head rows of qkv, see split_indices() */
-    int32_t  *split_k;
-    int32_t  *split_v;
     int32_t  *emb_ids;          /* world > 1: [T] rows of the vocabulary
                                    slice */
     int32_t  *emb_host;         /* their host copy (malloc) */
@@ -940,8 +936,8 @@ free_scratch(pl_model_t *m)
 {
     pl_scratch_t  *s = &m->s;
     void          *all[] = {
-        s->x, s->h, s->qkv, s->q, s->k, s->v, s->attn, s->y, s->up, s->act,
-        s->rows, s->logits, s->split_q, s->emb_ids, s->gathered
+        s->x, s->h, s->qkv, s->q, s->attn, s->y, s->up, s->act, s->rows,
+        s->logits, s->emb_ids, s->gathered
     };
     size_t         i;
 
@@ -980,48 +976,6 @@ const pl_model_config_t *
 pl_model_config(const pl_model_t *m)
 {
     return &m->cfg;
-}
-
-
-/*
- * The fused QKV output [T][(nh + 2 nkv) hd] seen as rows of head_dim: token
- * t's query head h is row t (nh + 2 nkv) + h, its KV head j's K row is
- * t (nh + 2 nkv) + nh + j and its V row t (nh + 2 nkv) + nh + nkv + j.
- * Gathering those rows splits q, k and v into contiguous tensors.
- */
-static int
-split_indices(pl_model_t *m, int max_tokens, char *err, size_t errlen)
-{
-    int       nh = m->sh.n_heads, nkv = m->sh.n_kv_heads;
-    int       stride = nh + 2 * nkv;
-    size_t    n = (size_t) max_tokens * stride;
-    int32_t  *host = malloc(n * sizeof(int32_t));
-    int32_t  *q = host, *k = host + (size_t) max_tokens * nh;
-    int32_t  *v = k + (size_t) max_tokens * nkv;
-    int       t, j;
-
-    if (host == NULL) {
-        return model_fail(err, errlen, "out of memory");
-    }
-    for (t = 0; t < max_tokens; t++) {
-        for (j = 0; j < nh; j++) {
-            q[t * nh + j] = t * stride + j;
-        }
-        for (j = 0; j < nkv; j++) {
-            k[t * nkv + j] = t * stride + nh + j;
-            v[t * nkv + j] = t * stride + nh + nkv + j;
-        }
-    }
-    m->s.split_q = model_alloc(m, n * sizeof(int32_t), "split indices", err,
-                               errlen);
-    if (m->s.split_q != NULL) {
-        m->be->upload(m->be, m->s.split_q, host, n * sizeof(int32_t));
-        m->be->sync(m->be);
-        m->s.split_k = m->s.split_q + (size_t) max_tokens * nh;
-        m->s.split_v = m->s.split_k + (size_t) max_tokens * nkv;
-    }
-    free(host);
-    return m->s.split_q != NULL ? 0 : -1;
 }
 
 
@@ -1089,10 +1043,6 @@ pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
                                  err, errlen)) == NULL
         || (s->q = model_alloc(m, T * qd * a, "activations", err, errlen))
            == NULL
-        || (s->k = model_alloc(m, T * kvd * a, "activations", err, errlen))
-           == NULL
-        || (s->v = model_alloc(m, T * kvd * a, "activations", err, errlen))
-           == NULL
         || (s->attn = model_alloc(m, T * qd * a, "activations", err, errlen))
            == NULL
         || (s->up = model_alloc(m, T * up * inter * a, "activations", err,
@@ -1103,7 +1053,6 @@ pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
                                   errlen)) == NULL
         || (s->logits = model_alloc(m, S * m->sh.vocab * a, "logits", err,
                                     errlen)) == NULL
-        || split_indices(m, max_tokens, err, errlen) != 0
         || parallel_scratch(m, max_tokens, max_seqs, err, errlen) != 0)
     {
         free_scratch(m);
@@ -1468,8 +1417,9 @@ all_reduce(pl_model_t *m, void *buf, size_t n)
 
 
 /* out = attention of layer l over in (both [T][hidden]), through the
-   paged cache: QKV projection, split, RoPE (Llama), cache write, paged
-   attention, output projection */
+   paged cache: QKV projection; its split into q and the cache, RoPE
+   (Llama) on the way, in one operation; paged attention; output
+   projection */
 static void
 attention_block(pl_model_t *m, int l, const pl_batch_t *b, const void *in,
     void *out)
@@ -1482,14 +1432,10 @@ attention_block(pl_model_t *m, int l, const pl_batch_t *b, const void *in,
     int                       nh = m->sh.n_heads, nkv = m->sh.n_kv_heads;
 
     be->matmul(be, s->qkv, in, &L->qkv.w, bias_of(&L->qkv), T);
-    be->gather_rows(be, s->q, s->qkv, s->split_q, T * nh, hd);
-    be->gather_rows(be, s->k, s->qkv, s->split_k, T * nkv, hd);
-    be->gather_rows(be, s->v, s->qkv, s->split_v, T * nkv, hd);
-    if (m->arch.family == PL_FAMILY_LLAMA) {
-        be->rope(be, s->q, s->k, b->positions, m->inv_freq, T, nh, nkv, hd);
-    }
-    be->kv_write(be, m->k_cache[l], m->v_cache[l], s->k, s->v,
-                 b->slot_mapping, T, nkv, hd);
+    be->qkv_rope_store(be, s->q, m->k_cache[l], m->v_cache[l], s->qkv,
+                       b->positions, b->slot_mapping,
+                       m->arch.family == PL_FAMILY_LLAMA ? m->inv_freq : NULL,
+                       T, nh, nkv, hd);
     be->attention(be, s->attn, s->q, m->k_cache[l], m->v_cache[l], b, nh,
                   nkv, hd, m->block_size, 1.0f / sqrtf((float) hd));
     be->matmul(be, out, s->attn, &L->o.w, bias_of(&L->o), T);

@@ -553,8 +553,7 @@ cuda_wire(pl_backend_t *be)
     be->rmsnorm = pl_cuda_rmsnorm;
     be->add_rmsnorm = pl_cuda_add_rmsnorm;
     be->matmul = pl_cuda_matmul;
-    be->rope = pl_cuda_rope;
-    be->kv_write = pl_cuda_kv_write;
+    be->qkv_rope_store = pl_cuda_qkv_rope_store;
     be->attention = pl_cuda_attention;
     be->silu_mul = pl_cuda_silu_mul;
     be->gather_rows = pl_cuda_gather_rows;

@@ -116,6 +116,21 @@ pl_bf16x8_to_f32(uint4 v, float *f)
     }
 }
 
+/* Eight fp32 rounded to bf16 (nearest even), packed in 16 bytes. */
+static __device__ __forceinline__ uint4
+pl_f32_to_bf16x8(const float *f)
+{
+    uint32_t  w[4];
+
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __nv_bfloat162  h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+
+        memcpy(&w[i], &h, sizeof(w[i]));
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /* The backend's stream, for benchmarks that time it with events. */
 extern "C" cudaStream_t pl_cuda_stream(pl_backend_t *be);
 
@@ -138,11 +153,9 @@ void pl_cuda_add_rmsnorm(pl_backend_t *be, void *out, void *residual,
     const void *x, const pl_weight_t *w, int n, int dim, float eps);
 void pl_cuda_matmul(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n);
-void pl_cuda_rope(pl_backend_t *be, void *q, void *k,
-    const int32_t *positions, const float *inv_freq, int n, int n_heads,
-    int n_kv_heads, int head_dim);
-void pl_cuda_kv_write(pl_backend_t *be, void *k_cache, void *v_cache,
-    const void *k, const void *v, const int32_t *slot_mapping, int n,
+void pl_cuda_qkv_rope_store(pl_backend_t *be, void *q, void *k_cache,
+    void *v_cache, const void *qkv, const int32_t *positions,
+    const int32_t *slot_mapping, const float *inv_freq, int n, int n_heads,
     int n_kv_heads, int head_dim);
 void pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
     const void *k_cache, const void *v_cache, const pl_batch_t *batch,

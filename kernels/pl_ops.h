@@ -54,8 +54,8 @@ typedef struct {
  * (the CPU backend returns its argument).  Sequence s owns query rows
  * [query_start[s], query_start[s + 1]); its new tokens sit at positions
  * context_lens[s] - qlen .. context_lens[s] - 1 and have already been
- * written to the cache (kv_write) before attention runs.  Attention for
- * those rows is causal over the sequence's whole context.
+ * written to the cache (qkv_rope_store) before attention runs.  Attention
+ * for those rows is causal over the sequence's whole context.
  */
 typedef struct {
     int             num_tokens;
@@ -174,18 +174,20 @@ struct pl_backend_s {
     void (*matmul)(pl_backend_t *be, void *out, const void *x,
                    const pl_weight_t *w, const pl_weight_t *bias, int n);
 
-    /* In place, rotate-half (GPT-NeoX / Hugging Face Llama) convention:
-       q[n][n_heads * head_dim], k[n][n_kv_heads * head_dim]; inv_freq
-       [head_dim / 2] (backend memory) holds any RoPE scaling already. */
-    void (*rope)(pl_backend_t *be, void *q, void *k, const int32_t *positions,
-                 const float *inv_freq, int n, int n_heads, int n_kv_heads,
-                 int head_dim);
-
-    /* k_cache/v_cache[slot_mapping[i]] = k/v[i], k/v [n][n_kv_heads*head_dim];
-       a negative slot means "do not store". */
-    void (*kv_write)(pl_backend_t *be, void *k_cache, void *v_cache,
-                     const void *k, const void *v, const int32_t *slot_mapping,
-                     int n, int n_kv_heads, int head_dim);
+    /* The attention block's prologue.  qkv [n][(n_heads + 2 n_kv_heads)
+       * head_dim] holds each token's query heads, then its K heads, then
+       its V heads (the fused projection); q[n][n_heads * head_dim] = the
+       query heads, and k_cache/v_cache[slot_mapping[i]] = token i's K/V
+       heads (a negative slot stores nothing).  With inv_freq ([head_dim /
+       2], backend memory, any RoPE scaling already in it) q and K turn by
+       positions[i] * inv_freq, rotate-half (GPT-NeoX / Hugging Face Llama)
+       convention; NULL: no rotation (OPT). */
+    void (*qkv_rope_store)(pl_backend_t *be, void *q, void *k_cache,
+                           void *v_cache, const void *qkv,
+                           const int32_t *positions,
+                           const int32_t *slot_mapping,
+                           const float *inv_freq, int n, int n_heads,
+                           int n_kv_heads, int head_dim);
 
     /* Paged attention for every query row of the batch (prefill chunks and
        decodes alike): out[num_tokens][n_heads * head_dim]. */

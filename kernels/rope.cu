@@ -1,66 +1,166 @@
 /*
- * rope: rotary position embedding in place, rotate-half convention.  For
- * each head vector h of a token at position p and i < head_dim / 2:
+ * rope: the attention block's prologue, qkv_rope_store.  From the fused
+ * projection qkv [n][(nh + 2 nkv) hd] bf16 (per token: nh query heads, nkv
+ * K heads, nkv V heads, hd each):
  *
- *     a = p * inv_freq[i]
- *     h[i]       = h[i] * cos a - h[i + d/2] * sin a
- *     h[i + d/2] = h[i + d/2] * cos a + h[i] * sin a
+ *     q[t][h]             = turn(query head h)
+ *     k_cache[slot[t]][j] = turn(K head j),  v_cache[slot[t]][j] = V head j
  *
- * q [n][n_heads * head_dim], k [n][n_kv_heads * head_dim], bf16.  One
- * thread block per token; its threads walk the (head, i) pairs of q, then
- * of k.  The angle uses full-precision sincosf, as the CPU twin does.
+ * q [n][nh hd]; the caches [num_blocks][block_size][nkv][hd], so a slot is
+ * one contiguous row of nkv hd; a negative slot stores nothing.  turn is
+ * rotary position embedding, rotate-half, at position p = positions[t]:
+ * for i < hd / 2 and a = p * inv_freq[i],
+ *
+ *     h[i]        = h[i] cos a - h[i + hd/2] sin a
+ *     h[i + hd/2] = h[i + hd/2] cos a + h[i] sin a
+ *
+ * and the identity when inv_freq is NULL (OPT).
+ *
+ * Grid (n, chunks): blockIdx.x is a token, its heads cut into units of VEC
+ * elements of the first half and the VEC matching ones of the second (16
+ * bytes each when hd % 16 == 0: 8 threads per head of 128), numbered over
+ * the query heads, then K, then V, QKV_THREADS units a block, so even one
+ * token spreads over many SMs.  Each block first computes its token's
+ * hd / 2 angles (full-precision sincosf of the fp32 product, as the CPU
+ * twin) into shared memory, once for all its query and K heads.
  */
 
 #include "pl_cuda.cuh"
 
+#define QKV_THREADS  64
 
+
+/* v[VEC] = the bf16 at p, widened */
+template <int VEC>
 __device__ __forceinline__ void
-rotate_pair(__nv_bfloat16 *h, int i, int half, float c, float s)
+load_bf16(const __nv_bfloat16 *p, float *v)
 {
-    float  a = __bfloat162float(h[i]);
-    float  b = __bfloat162float(h[i + half]);
-
-    h[i] = __float2bfloat16_rn(a * c - b * s);
-    h[i + half] = __float2bfloat16_rn(b * c + a * s);
+    if constexpr (VEC == 8) {
+        pl_bf16x8_to_f32(*(const uint4 *) p, v);
+    } else {
+        v[0] = __bfloat162float(*p);
+    }
 }
 
 
-__global__ void
-rope_kernel(__nv_bfloat16 *q, __nv_bfloat16 *k, const int32_t *positions,
-    const float *inv_freq, int n_heads, int n_kv_heads, int head_dim)
+template <int VEC>
+__device__ __forceinline__ void
+store_bf16(__nv_bfloat16 *p, const float *v)
 {
-    int             half = head_dim / 2;
-    int             pairs = (n_heads + n_kv_heads) * half;
-    float           pos = (float) positions[blockIdx.x];
-    __nv_bfloat16  *qt = q + (int64_t) blockIdx.x * n_heads * head_dim;
-    __nv_bfloat16  *kt = k + (int64_t) blockIdx.x * n_kv_heads * head_dim;
-
-    for (int j = threadIdx.x; j < pairs; j += blockDim.x) {
-        int    head = j / half, i = j - head * half;
-        float  s, c;
-
-        sincosf(pos * inv_freq[i], &s, &c);
-        if (head < n_heads) {
-            rotate_pair(qt + head * head_dim, i, half, c, s);
-        } else {
-            rotate_pair(kt + (head - n_heads) * head_dim, i, half, c, s);
-        }
+    if constexpr (VEC == 8) {
+        *(uint4 *) p = pl_f32_to_bf16x8(v);
+    } else {
+        *p = __float2bfloat16_rn(v[0]);
     }
+}
+
+
+/* VEC bf16 from src to dst unchanged */
+template <int VEC>
+__device__ __forceinline__ void
+copy_bf16(__nv_bfloat16 *dst, const __nv_bfloat16 *src)
+{
+    if constexpr (VEC == 8) {
+        *(uint4 *) dst = *(const uint4 *) src;
+    } else {
+        *dst = *src;
+    }
+}
+
+
+template <int VEC>
+__global__ void __launch_bounds__(QKV_THREADS)
+qkv_rope_store_kernel(__nv_bfloat16 *q, __nv_bfloat16 *k_cache,
+    __nv_bfloat16 *v_cache, const __nv_bfloat16 *qkv,
+    const int32_t *positions, const int32_t *slot_mapping,
+    const float *inv_freq, int nh, int nkv, int hd)
+{
+    extern __shared__ float  angle[];           /* cos [hd/2], sin [hd/2] */
+    int                      half = hd / 2, per = half / VEC;
+    int                      heads = nh + 2 * nkv;
+    int                      t = blockIdx.x;
+    int                      u = blockIdx.y * QKV_THREADS + threadIdx.x;
+    int64_t                  slot = slot_mapping[t];
+    int                      head, i;
+    const __nv_bfloat16     *src;
+    __nv_bfloat16           *dst;
+
+    if (inv_freq != NULL) {
+        float  pos = (float) positions[t];
+
+        for (i = threadIdx.x; i < half; i += QKV_THREADS) {
+            sincosf(pos * inv_freq[i], &angle[half + i], &angle[i]);
+        }
+        __syncthreads();
+    }
+    if (u >= heads * per) {
+        return;
+    }
+    head = u / per;
+    i = (u - head * per) * VEC;
+    src = qkv + ((int64_t) t * heads + head) * hd + i;
+    if (head < nh) {
+        dst = q + ((int64_t) t * nh + head) * hd + i;
+    } else if (slot < 0) {
+        return;
+    } else if (head < nh + nkv) {
+        dst = k_cache + (slot * nkv + head - nh) * hd + i;
+    } else {
+        dst = v_cache + (slot * nkv + head - nh - nkv) * hd + i;
+    }
+
+    if (inv_freq == NULL || head >= nh + nkv) {
+        copy_bf16<VEC>(dst, src);
+        copy_bf16<VEC>(dst + half, src + half);
+        return;
+    }
+
+    float  a[VEC], b[VEC], ra[VEC], rb[VEC];
+
+    load_bf16<VEC>(src, a);
+    load_bf16<VEC>(src + half, b);
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+        float  c = angle[i + e], s = angle[half + i + e];
+
+        ra[e] = a[e] * c - b[e] * s;
+        rb[e] = b[e] * c + a[e] * s;
+    }
+    store_bf16<VEC>(dst, ra);
+    store_bf16<VEC>(dst + half, rb);
 }
 
 
 void
-pl_cuda_rope(pl_backend_t *be, void *q, void *k, const int32_t *positions,
-    const float *inv_freq, int n, int n_heads, int n_kv_heads, int head_dim)
+pl_cuda_qkv_rope_store(pl_backend_t *be, void *q, void *k_cache,
+    void *v_cache, const void *qkv, const int32_t *positions,
+    const int32_t *slot_mapping, const float *inv_freq, int n, int n_heads,
+    int n_kv_heads, int head_dim)
 {
+    cudaStream_t  st = pl_cuda(be)->stream;
+    int           vec = head_dim % 16 == 0 ? 8 : 1;
+    int           units = (n_heads + 2 * n_kv_heads) * (head_dim / 2 / vec);
+    dim3          grid(n, pl_cuda_blocks(units, QKV_THREADS));
+    size_t        smem = (size_t) head_dim * sizeof(float);
+
     if (n <= 0) {
         return;
     }
     if (head_dim % 2 != 0) {
-        pl_cuda_fail("rope", "odd head_dim");
+        pl_cuda_fail("qkv_rope_store", "odd head_dim");
     }
-    rope_kernel<<<n, 256, 0, pl_cuda(be)->stream>>>(
-        (__nv_bfloat16 *) q, (__nv_bfloat16 *) k, positions, inv_freq,
-        n_heads, n_kv_heads, head_dim);
-    PL_CUDA_LAUNCHED("rope");
+    if (vec == 8) {
+        qkv_rope_store_kernel<8><<<grid, QKV_THREADS, smem, st>>>(
+            (__nv_bfloat16 *) q, (__nv_bfloat16 *) k_cache,
+            (__nv_bfloat16 *) v_cache, (const __nv_bfloat16 *) qkv,
+            positions, slot_mapping, inv_freq, n_heads, n_kv_heads,
+            head_dim);
+    } else {
+        qkv_rope_store_kernel<1><<<grid, QKV_THREADS, smem, st>>>(
+            (__nv_bfloat16 *) q, (__nv_bfloat16 *) k_cache,
+            (__nv_bfloat16 *) v_cache, (const __nv_bfloat16 *) qkv,
+            positions, slot_mapping, inv_freq, n_heads, n_kv_heads,
+            head_dim);
+    }
+    PL_CUDA_LAUNCHED("qkv_rope_store");
 }

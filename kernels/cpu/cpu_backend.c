@@ -152,8 +152,7 @@ pl_backend_cpu_create(int threads, char *err, size_t errlen)
     be->rmsnorm = pl_cpu_rmsnorm;
     be->add_rmsnorm = pl_cpu_add_rmsnorm;
     be->matmul = pl_cpu_matmul;
-    be->rope = pl_cpu_rope;
-    be->kv_write = pl_cpu_kv_write;
+    be->qkv_rope_store = pl_cpu_qkv_rope_store;
     be->attention = pl_cpu_attention;
     be->silu_mul = pl_cpu_silu_mul;
     be->gather_rows = pl_cpu_gather_rows;

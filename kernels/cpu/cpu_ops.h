@@ -42,11 +42,9 @@ void pl_cpu_add_rmsnorm(pl_backend_t *be, void *out, void *residual,
     const void *x, const pl_weight_t *w, int n, int dim, float eps);
 void pl_cpu_matmul(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n);
-void pl_cpu_rope(pl_backend_t *be, void *q, void *k,
-    const int32_t *positions, const float *inv_freq, int n, int n_heads,
-    int n_kv_heads, int head_dim);
-void pl_cpu_kv_write(pl_backend_t *be, void *k_cache, void *v_cache,
-    const void *k, const void *v, const int32_t *slot_mapping, int n,
+void pl_cpu_qkv_rope_store(pl_backend_t *be, void *q, void *k_cache,
+    void *v_cache, const void *qkv, const int32_t *positions,
+    const int32_t *slot_mapping, const float *inv_freq, int n, int n_heads,
     int n_kv_heads, int head_dim);
 void pl_cpu_attention(pl_backend_t *be, void *out, const void *q,
     const void *k_cache, const void *v_cache, const pl_batch_t *batch,

@@ -145,108 +145,121 @@ test_matmul(int n, int rows, int cols, pl_dtype_t dt, int with_bias)
 }
 
 
-static void
-test_rope(int n, int nh, int nkv, int hd)
+/* 1 when every row of the GPU cache whose slot no token stored still
+   holds its first value, bit for bit */
+static int
+untouched_rows(const void *cache_g, const float *first, const char *stored,
+    int slots, size_t row)
 {
-    size_t   qs = (size_t) n * nh * hd, ks = (size_t) n * nkv * hd;
-    float   *q = pair_rand(qs, 2.0f), *k = pair_rand(ks, 2.0f);
-    float   *inv = malloc(hd / 2 * sizeof(float));
-    int32_t *pos = malloc(n * sizeof(int32_t));
-    void    *qc = pair_put(P.cpu, q, qs), *qg = pair_put(P.gpu, q, qs);
-    void    *kc = pair_put(P.cpu, k, ks), *kg = pair_put(P.gpu, k, ks);
-    void    *ic, *ig, *pc, *pg;
-    char     name[96];
-    int      i;
+    float  *g = pair_get(P.gpu, cache_g, (size_t) slots * row);
+    size_t  i;
+    int     same = 1;
+
+    for (i = 0; i < (size_t) slots * row; i++) {
+        if (!stored[i / row] && memcmp(&g[i], &first[i], sizeof(float)) != 0)
+        {
+            same = 0;
+        }
+    }
+    free(g);
+    return same;
+}
+
+
+/*
+ * qkv_rope_store from fused rows [n][(nh + 2 nkv) hd]: ragged positions
+ * (0 and 32767 among them), shuffled slots over a cache a little larger
+ * than the batch, every seventh token's slot -1.
+ */
+static void
+test_qkv_rope_store(int n, int nh, int nkv, int hd, int rope)
+{
+    int       slots = n + n / 3 + 2, i;
+    size_t    row = (size_t) nkv * hd, qs = (size_t) n * nh * hd;
+    size_t    xs = (size_t) n * (nh + 2 * nkv) * hd, cs = slots * row;
+    float    *x = pair_rand(xs, 2.0f);
+    float    *k0 = pair_rand(cs, 1.0f), *v0 = pair_rand(cs, 1.0f);
+    float    *inv = malloc(hd / 2 * sizeof(float));
+    int32_t  *pos = malloc(n * sizeof(int32_t));
+    int32_t  *slot = malloc(n * sizeof(int32_t));
+    char     *stored = calloc(slots, 1);
+    void     *xc = pair_put(P.cpu, x, xs), *xg = pair_put(P.gpu, x, xs);
+    void     *kc = pair_put(P.cpu, k0, cs), *kg = pair_put(P.gpu, k0, cs);
+    void     *vc = pair_put(P.cpu, v0, cs), *vg = pair_put(P.gpu, v0, cs);
+    void     *qc = P.cpu->alloc(P.cpu, qs * 4);
+    void     *qg = P.gpu->alloc(P.gpu, qs * 2);
+    void     *ic = NULL, *ig = NULL, *pc, *pg, *sc, *sg;
+    char      what[96], name[160];
 
     for (i = 0; i < hd / 2; i++) {
         inv[i] = powf(500000.0f, -2.0f * i / hd);
     }
     for (i = 0; i < n; i++) {
-        pos[i] = i < 2 ? i * 32767 : pair_int(32768);
-    }
-    ic = P.cpu->alloc(P.cpu, hd / 2 * 4);
-    ig = P.gpu->alloc(P.gpu, hd / 2 * 4);
-    pc = P.cpu->alloc(P.cpu, n * 4);
-    pg = P.gpu->alloc(P.gpu, n * 4);
-    P.cpu->upload(P.cpu, ic, inv, hd / 2 * 4);
-    P.gpu->upload(P.gpu, ig, inv, hd / 2 * 4);
-    P.cpu->upload(P.cpu, pc, pos, n * 4);
-    P.gpu->upload(P.gpu, pg, pos, n * 4);
-    P.cpu->rope(P.cpu, qc, kc, pc, ic, n, nh, nkv, hd);
-    P.gpu->rope(P.gpu, qg, kg, pg, ig, n, nh, nkv, hd);
-    snprintf(name, sizeof(name), "rope q n=%d heads %d/%d dim %d", n, nh, nkv,
-             hd);
-    pair_close(&P, qg, qc, qs, BF16_BOUND, name);
-    snprintf(name, sizeof(name), "rope k n=%d heads %d/%d dim %d", n, nh, nkv,
-             hd);
-    pair_close(&P, kg, kc, ks, BF16_BOUND, name);
-    P.gpu->free(P.gpu, qg);
-    P.gpu->free(P.gpu, kg);
-    P.gpu->free(P.gpu, ig);
-    P.gpu->free(P.gpu, pg);
-    P.cpu->free(P.cpu, qc);
-    P.cpu->free(P.cpu, kc);
-    P.cpu->free(P.cpu, ic);
-    P.cpu->free(P.cpu, pc);
-    free(q);
-    free(k);
-    free(inv);
-    free(pos);
-}
-
-
-static void
-test_kv_write(int nkv, int hd)
-{
-    int       blocks = 64, bs = 16, n = 50, i;
-    size_t    cs = (size_t) blocks * bs * nkv * hd, rs = (size_t) n * nkv * hd;
-    float    *kc0 = pair_rand(cs, 1.0f), *vc0 = pair_rand(cs, 1.0f);
-    float    *k = pair_rand(rs, 1.0f), *v = pair_rand(rs, 1.0f);
-    int32_t  *slots = malloc(n * sizeof(int32_t));
-    char     *used = calloc(blocks * bs, 1);
-    void     *kcc = pair_put(P.cpu, kc0, cs), *kcg = pair_put(P.gpu, kc0, cs);
-    void     *vcc = pair_put(P.cpu, vc0, cs), *vcg = pair_put(P.gpu, vc0, cs);
-    void     *kc = pair_put(P.cpu, k, rs), *kg = pair_put(P.gpu, k, rs);
-    void     *vc = pair_put(P.cpu, v, rs), *vg = pair_put(P.gpu, v, rs);
-    void     *sc, *sg;
-    char      name[96];
-
-    for (i = 0; i < n; i++) {
         int  s;
 
+        pos[i] = i < 2 && n > 1 ? i * 32767 : pair_int(32768);
         do {
-            s = pair_int(blocks * bs);
-        } while (used[s]);
-        used[s] = 1;
-        slots[i] = i % 7 == 3 ? -1 : s;
+            s = pair_int(slots);
+        } while (stored[s]);
+        stored[s] = 1;
+        slot[i] = s;
+        if (i % 7 == 3) {
+            stored[s] = 0;
+            slot[i] = -1;
+        }
     }
+    if (rope) {
+        ic = P.cpu->alloc(P.cpu, hd / 2 * 4);
+        ig = P.gpu->alloc(P.gpu, hd / 2 * 4);
+        P.cpu->upload(P.cpu, ic, inv, hd / 2 * 4);
+        P.gpu->upload(P.gpu, ig, inv, hd / 2 * 4);
+    }
+    pc = P.cpu->alloc(P.cpu, n * 4);
+    pg = P.gpu->alloc(P.gpu, n * 4);
     sc = P.cpu->alloc(P.cpu, n * 4);
     sg = P.gpu->alloc(P.gpu, n * 4);
-    P.cpu->upload(P.cpu, sc, slots, n * 4);
-    P.gpu->upload(P.gpu, sg, slots, n * 4);
-    P.cpu->kv_write(P.cpu, kcc, vcc, kc, vc, sc, n, nkv, hd);
-    P.gpu->kv_write(P.gpu, kcg, vcg, kg, vg, sg, n, nkv, hd);
-    snprintf(name, sizeof(name), "kv_write %dx%d: K cache identical "
-             "(negative slots skipped)", nkv, hd);
-    pair_close(&P, kcg, kcc, cs, 0.0, name);
-    snprintf(name, sizeof(name), "kv_write %dx%d: V cache identical", nkv, hd);
-    pair_close(&P, vcg, vcc, cs, 0.0, name);
-    P.gpu->free(P.gpu, kcg);
-    P.gpu->free(P.gpu, vcg);
+    P.cpu->upload(P.cpu, pc, pos, n * 4);
+    P.gpu->upload(P.gpu, pg, pos, n * 4);
+    P.cpu->upload(P.cpu, sc, slot, n * 4);
+    P.gpu->upload(P.gpu, sg, slot, n * 4);
+    pair_poison(P.gpu, qg, qs);
+
+    P.cpu->qkv_rope_store(P.cpu, qc, kc, vc, xc, pc, sc, ic, n, nh, nkv, hd);
+    P.gpu->qkv_rope_store(P.gpu, qg, kg, vg, xg, pg, sg, ig, n, nh, nkv, hd);
+
+    snprintf(what, sizeof(what), "qkv_rope_store n=%d heads %d/%d dim %d%s",
+             n, nh, nkv, hd, rope ? "" : " no rope");
+    snprintf(name, sizeof(name), "%s: q%s", what, rope ? "" : " exact");
+    pair_close(&P, qg, qc, qs, rope ? BF16_BOUND : 0.0, name);
+    snprintf(name, sizeof(name), "%s: K cache%s", what, rope ? "" : " exact");
+    pair_close(&P, kg, kc, cs, rope ? BF16_BOUND : 0.0, name);
+    snprintf(name, sizeof(name), "%s: V cache exact", what);
+    pair_close(&P, vg, vc, cs, 0.0, name);
+    ok(untouched_rows(kg, k0, stored, slots, row)
+       && untouched_rows(vg, v0, stored, slots, row),
+       "%s: slots of no token (and of slot -1) untouched", what);
+
+    P.gpu->free(P.gpu, xg);
     P.gpu->free(P.gpu, kg);
     P.gpu->free(P.gpu, vg);
+    P.gpu->free(P.gpu, qg);
+    P.gpu->free(P.gpu, ig);
+    P.gpu->free(P.gpu, pg);
     P.gpu->free(P.gpu, sg);
-    P.cpu->free(P.cpu, kcc);
-    P.cpu->free(P.cpu, vcc);
+    P.cpu->free(P.cpu, xc);
     P.cpu->free(P.cpu, kc);
     P.cpu->free(P.cpu, vc);
+    P.cpu->free(P.cpu, qc);
+    P.cpu->free(P.cpu, ic);
+    P.cpu->free(P.cpu, pc);
     P.cpu->free(P.cpu, sc);
-    free(kc0);
-    free(vc0);
-    free(k);
-    free(v);
-    free(slots);
-    free(used);
+    free(x);
+    free(k0);
+    free(v0);
+    free(inv);
+    free(pos);
+    free(slot);
+    free(stored);
 }
 
 
@@ -364,19 +377,33 @@ main(void)
     test_rmsnorm(3, 777, 0);
     test_rmsnorm(13, 4096, 1);
     test_rmsnorm(5, 896, 1);
+    test_rmsnorm(1, 4096, 1);
+    test_rmsnorm(64, 4096, 1);
+    test_rmsnorm(2, 8192, 1);
+    test_rmsnorm(2, 16384, 0);
+    test_rmsnorm(3, 1001, 1);
+    test_rmsnorm(2, 24, 0);
     test_matmul(1, 1024, 4096, PL_DT_BF16, 0);
     test_matmul(37, 4864, 896, PL_DT_F16, 1);
     test_matmul(300, 333, 1000, PL_DT_F32, 0);
     test_matmul(64, 1152, 896, PL_DT_BF16, 1);
-    test_rope(20, 32, 8, 128);
-    test_rope(7, 14, 2, 64);
-    test_kv_write(8, 128);
-    test_kv_write(2, 64);
-    test_kv_write(3, 12);
+    test_qkv_rope_store(1, 32, 32, 128, 1);      /* Llama-2-7B decode */
+    test_qkv_rope_store(64, 32, 32, 128, 1);
+    test_qkv_rope_store(300, 32, 8, 128, 1);     /* GQA, a prefill */
+    test_qkv_rope_store(1, 14, 2, 64, 1);
+    test_qkv_rope_store(37, 14, 2, 64, 1);
+    test_qkv_rope_store(20, 12, 12, 64, 0);      /* OPT: no rotation */
+    test_qkv_rope_store(1, 12, 12, 64, 0);
+    test_qkv_rope_store(9, 4, 2, 12, 1);         /* head_dim % 16 != 0 */
+    test_qkv_rope_store(9, 3, 3, 12, 0);
     test_silu_gather(9, 1000);
     test_silu_gather(4, 4864);
+    test_silu_gather(1, 11008);
+    test_silu_gather(3, 1001);
     test_opt_ops(11, 768);
     test_opt_ops(3, 2050);
+    test_opt_ops(1, 4096);
+    test_opt_ops(2, 7000);
     P.gpu->destroy(P.gpu);
     P.cpu->destroy(P.cpu);
     return done_testing();

@@ -299,33 +299,124 @@ ref_rope(double *out, const float *x, int pos, const float *inv_freq,
 }
 
 
+/*
+ * The prologue the model ran before qkv_rope_store: gather q, k and v out
+ * of the fused rows, rope on q and k (fp32 cosf and sinf of the fp32
+ * angle), kv_write k and v to their slots.  The operation must give the
+ * same bits.
+ */
 static void
-test_rope(pl_backend_t *be, int n)
+old_prologue(float *q, float *kc, float *vc, const float *qkv,
+    const int32_t *pos, const int32_t *slot, const float *inv_freq, int n,
+    int nh, int nkv, int hd)
 {
-    int      nh = 4, nkv = 2, hd = 16, i;
-    int32_t *pos = malloc(n * sizeof(int32_t));
-    float    inv_freq[8];
-    float   *q = random_floats(n * nh * hd), *k = random_floats(n * nkv * hd);
-    double  *rq = malloc(n * nh * hd * sizeof(double));
-    double  *rk = malloc(n * nkv * hd * sizeof(double));
+    int     stride = (nh + 2 * nkv) * hd, kvd = nkv * hd, half = hd / 2;
+    float  *k = malloc(n * kvd * sizeof(float));
+    int     t, h, i;
+
+    for (t = 0; t < n; t++) {
+        memcpy(q + t * nh * hd, qkv + t * stride, nh * hd * sizeof(float));
+        memcpy(k + t * kvd, qkv + t * stride + nh * hd, kvd * sizeof(float));
+        for (h = 0; inv_freq != NULL && h < nh + nkv; h++) {
+            float  *v = h < nh ? q + (t * nh + h) * hd
+                               : k + t * kvd + (h - nh) * hd;
+
+            for (i = 0; i < half; i++) {
+                float  angle = (float) pos[t] * inv_freq[i];
+                float  c = cosf(angle), s = sinf(angle);
+                float  a = v[i], b = v[i + half];
+
+                v[i] = a * c - b * s;
+                v[i + half] = b * c + a * s;
+            }
+        }
+        if (slot[t] >= 0) {
+            memcpy(kc + slot[t] * kvd, k + t * kvd, kvd * sizeof(float));
+            memcpy(vc + slot[t] * kvd, qkv + t * stride + nh * hd + kvd,
+                   kvd * sizeof(float));
+        }
+    }
+    free(k);
+}
+
+
+static void
+test_qkv_rope_store(pl_backend_t *be, int n, int rope)
+{
+    int       nh = 4, nkv = 2, hd = 16, kvd = 2 * 16, slots = n + 5, i, t;
+    int       stride = (nh + 2 * nkv) * hd;
+    int32_t  *pos = malloc(n * sizeof(int32_t));
+    int32_t  *slot = malloc(n * sizeof(int32_t));
+    float     inv_freq[8], *inv = rope ? inv_freq : NULL;
+    float    *qkv = random_floats(n * stride);
+    float    *kc = random_floats(slots * kvd), *vc = random_floats(slots * kvd);
+    float    *q = malloc(n * nh * hd * sizeof(float));
+    float    *okc = malloc(slots * kvd * sizeof(float));
+    float    *ovc = malloc(slots * kvd * sizeof(float));
+    float    *oq = malloc(n * nh * hd * sizeof(float));
+    double   *rq = malloc(n * nh * hd * sizeof(double));
+    double   *rk = malloc(n * kvd * sizeof(double));
+    double    err_q = 0.0, err_k = 0.0;
+    int       v_exact = 1, kept = 1;
 
     for (i = 0; i < hd / 2; i++) {
         inv_freq[i] = (float) pow(10000.0, -2.0 * i / hd);
     }
-    for (i = 0; i < n; i++) {
-        pos[i] = i < 3 ? i : (i * 293) % 4096;
+    for (t = 0; t < n; t++) {
+        pos[t] = t < 3 ? t : (t * 293) % 4096;
+        /* shuffled and distinct: 7 is prime to n + 5 for the n tested */
+        slot[t] = t % 5 == 2 ? -1 : (t * 7 + 3) % slots;
     }
-    for (i = 0; i < n; i++) {
-        ref_rope(rq + i * nh * hd, q + i * nh * hd, pos[i], inv_freq, nh, hd);
-        ref_rope(rk + i * nkv * hd, k + i * nkv * hd, pos[i], inv_freq, nkv,
-                 hd);
+    memcpy(okc, kc, slots * kvd * sizeof(float));
+    memcpy(ovc, vc, slots * kvd * sizeof(float));
+    old_prologue(oq, okc, ovc, qkv, pos, slot, inv, n, nh, nkv, hd);
+    be->qkv_rope_store(be, q, kc, vc, qkv, pos, slot, inv, n, nh, nkv, hd);
+    ok(memcmp(q, oq, n * nh * hd * sizeof(float)) == 0
+       && memcmp(kc, okc, slots * kvd * sizeof(float)) == 0
+       && memcmp(vc, ovc, slots * kvd * sizeof(float)) == 0,
+       "qkv_rope_store gives the bits of gather, %srope and kv_write "
+       "(%d tokens)", rope ? "" : "no ", n);
+
+    for (t = 0; t < n; t++) {
+        const float  *x = qkv + t * stride;
+
+        if (rope) {
+            ref_rope(rq, x, pos[t], inv_freq, nh, hd);
+            ref_rope(rk, x + nh * hd, pos[t], inv_freq, nkv, hd);
+        } else {
+            for (i = 0; i < nh * hd; i++) {
+                rq[i] = x[i];
+            }
+            for (i = 0; i < kvd; i++) {
+                rk[i] = x[nh * hd + i];
+            }
+        }
+        err_q = fmax(err_q, max_diff(q + t * nh * hd, rq, nh * hd));
+        if (slot[t] < 0) {
+            continue;
+        }
+        err_k = fmax(err_k, max_diff(kc + slot[t] * kvd, rk, kvd));
+        v_exact = v_exact && memcmp(vc + slot[t] * kvd,
+                                    x + nh * hd + kvd,
+                                    kvd * sizeof(float)) == 0;
     }
-    be->rope(be, q, k, pos, inv_freq, n, nh, nkv, hd);
-    ok(max_diff(q, rq, n * nh * hd) < 1e-5, "rope rotates q by position "
-       "(rotate-half pairs, %d tokens)", n);
-    ok(max_diff(k, rk, n * nkv * hd) < 1e-5, "rope rotates k with the same "
-       "angles");
-    free(q); free(k); free(rq); free(rk); free(pos);
+    for (i = 0; i < slots; i++) {
+        int  used = 0;
+
+        for (t = 0; t < n; t++) {
+            used = used || slot[t] == i;
+        }
+        kept = kept && (used
+                        || (memcmp(kc + i * kvd, okc + i * kvd,
+                                   kvd * sizeof(float)) == 0));
+    }
+    ok(err_q < 1e-5, "qkv_rope_store: q is the query heads%s", rope
+       ? ", rotate-half by position (GQA)" : ", unturned");
+    ok(err_k < 1e-5 && v_exact, "qkv_rope_store: each token's K%s and V "
+       "heads at its slot", rope ? " (turned alike)" : "");
+    ok(kept, "qkv_rope_store: slot -1 and unused slots keep their rows");
+    free(pos); free(slot); free(qkv); free(kc); free(vc); free(q);
+    free(okc); free(ovc); free(oq); free(rq); free(rk);
 }
 
 
@@ -459,7 +550,10 @@ test_paged_attention(pl_backend_t *be)
         for (t = 0; t < seqs[s].ctx; t++) {
             slots[t] = seqs[s].table[t / BS] * BS + t % BS;
         }
-        be->kv_write(be, kc, vc, k[s], v[s], slots, seqs[s].ctx, NKV, HD);
+        for (t = 0; t < seqs[s].ctx; t++) {
+            memcpy(kc + slots[t] * row, k[s] + t * row, row * sizeof(float));
+            memcpy(vc + slots[t] * row, v[s] + t * row, row * sizeof(float));
+        }
         memcpy(bt + s * 6, seqs[s].table, sizeof(seqs[s].table));
         qs[s] = at;
         cl[s] = seqs[s].ctx;
@@ -485,24 +579,6 @@ test_paged_attention(pl_backend_t *be)
     ok(max_diff(out, ref, (size_t) at * NH * HD) < 1e-5, "paged attention "
        "over shuffled blocks matches causal attention on contiguous K/V "
        "(prefill chunk, decode, whole prompt; GQA)");
-    ok(kc[(size_t) (11 * BS + 2) * row + 3] == k[0][2 * row + 3]
-       && vc[(size_t) (15 * BS + 1) * row + 5] == v[1][5 * row + 5],
-       "kv_write stores each token's K and V row at its slot");
-
-    {
-        int32_t  skip[2] = { -1, 1 * BS };
-        float    nk[2 * NKV * HD], nv[2 * NKV * HD];
-        float    before = kc[0];
-
-        for (t = 0; t < 2 * NKV * HD; t++) {
-            nk[t] = 100.0f + t;
-            nv[t] = -100.0f - t;
-        }
-        be->kv_write(be, kc, vc, nk, nv, skip, 2, NKV, HD);
-        ok(kc[0] == before && kc[1 * BS * row] == nk[row]
-           && vc[1 * BS * row] == nv[row],
-           "kv_write skips a negative slot and stores the next token");
-    }
     for (s = 0; s < 3; s++) {
         free(k[s]);
         free(v[s]);
@@ -538,8 +614,10 @@ main(void)
         test_matmul(be, dts[i], 1, 7, 19, 45);
         test_matmul(be, dts[i], 1, 9, 301, 200);    /* on several threads */
     }
-    test_rope(be, 6);
-    test_rope(be, 300);
+    test_qkv_rope_store(be, 1, 1);
+    test_qkv_rope_store(be, 6, 1);
+    test_qkv_rope_store(be, 300, 1);             /* on several threads */
+    test_qkv_rope_store(be, 6, 0);
     test_silu_mul(be, 3);
     test_silu_mul(be, 3000);
     test_elementwise(be);
