@@ -8,27 +8,72 @@
  *
  *     layernorm:    out[r] = (x[r] - mean) / sqrt(var + eps) * w + b
  *
- * Rows of dim bf16 values, w of dim in any weight dtype (fp32 once loaded).
- * One thread block per row: each thread keeps its columns in registers
- * (dim <= 32 * threads), block-wide sums give the mean square (or the mean,
- * then the variance about it in a second pass over the registers), and the
- * row is written once.  The fused form rounds the new residual to bf16 and
- * normalises that rounded value, as the next layer will see it.
+ * Rows of dim bf16 values; w and b of dim fp32 (weight_load widens every
+ * vector).  One thread block per row, sized so each thread holds NV
+ * vectors of VEC columns in registers (VEC = 8, 16-byte loads and float4
+ * weights, when dim % 8 == 0, up to 16384 columns; else 1, up to 8192):
+ * the row is read once, the weights
+ * are fetched before the reduction so their latency hides behind it, a
+ * warp shuffle and one shared-memory round give the block's sum, and the
+ * row is written once.  Sums are fp32.  The fused form rounds the new
+ * residual to bf16 and normalises that rounded value, as the next layer
+ * will see it; LayerNorm takes the variance about the mean in a second
+ * pass over the registers.
  */
 
 #include "pl_cuda.cuh"
 
-#define NORM_THREADS  256
-#define NORM_PER      32        /* columns a thread can hold */
+#define NORM_THREADS      256   /* a row's block, while NV allows */
+#define NORM_MAX_THREADS  512
+#define NORM_MAX_NV(vec)  ((vec) == 8 ? 4 : 16)  /* vectors a thread holds
+                                                    without spilling */
 
 
-__device__ float
-block_sum(float v)
+template <int VEC>
+__device__ __forceinline__ void
+load_bf16(const __nv_bfloat16 *p, float *v)
 {
-    __shared__ float  part[NORM_THREADS / 32];
-    int               lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if constexpr (VEC == 8) {
+        pl_bf16x8_to_f32(*(const uint4 *) p, v);
+    } else {
+        v[0] = __bfloat162float(*p);
+    }
+}
 
-    __syncthreads();
+
+template <int VEC>
+__device__ __forceinline__ void
+store_bf16(__nv_bfloat16 *p, const float *v)
+{
+    if constexpr (VEC == 8) {
+        *(uint4 *) p = pl_f32_to_bf16x8(v);
+    } else {
+        *p = __float2bfloat16_rn(v[0]);
+    }
+}
+
+
+template <int VEC>
+__device__ __forceinline__ void
+load_f32(const float *p, float *v)
+{
+    if constexpr (VEC == 8) {
+        float4  a = ((const float4 *) p)[0], b = ((const float4 *) p)[1];
+
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+        v[0] = *p;
+    }
+}
+
+
+/* the sum of v over the block (a multiple of 32 threads); part: 32 floats
+   of shared memory for this call alone */
+__device__ __forceinline__ float
+block_sum(float v, float *part)
+{
+    int  lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -39,83 +84,205 @@ block_sum(float v)
     }
     __syncthreads();
     v = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NORM_THREADS / 32; i++) {
+    for (int i = 0; i < (int) (blockDim.x >> 5); i++) {
         v += part[i];
     }
     return v;
 }
 
 
-template <bool ADD>
-__global__ void __launch_bounds__(NORM_THREADS)
+template <int VEC, int NV, bool ADD>
+__global__ void __launch_bounds__(NORM_MAX_THREADS)
 rmsnorm_kernel(__nv_bfloat16 *out, __nv_bfloat16 *residual,
-    const __nv_bfloat16 *x, const void *w, pl_dtype_t wdt, int dim,
-    float eps)
+    const __nv_bfloat16 *x, const float *w, int dim, float eps)
 {
-    int64_t  base = (int64_t) blockIdx.x * dim;
-    float    v[NORM_PER], ss = 0.0f, inv;
+    __shared__ float  part[32];
+    int64_t           base = (int64_t) blockIdx.x * dim;
+    float             v[NV][VEC], wv[NV][VEC], ss = 0.0f, inv;
 
 #pragma unroll
-    for (int k = 0; k < NORM_PER; k++) {
-        int  c = threadIdx.x + k * NORM_THREADS;
+    for (int k = 0; k < NV; k++) {
+        int  c = (threadIdx.x + k * blockDim.x) * VEC;
 
-        v[k] = 0.0f;
-        if (c < dim) {
-            v[k] = __bfloat162float(x[base + c]);
-            if (ADD) {
-                __nv_bfloat16  r = __float2bfloat16_rn(
-                    v[k] + __bfloat162float(residual[base + c]));
+        if (c >= dim) {
+            continue;
+        }
+        load_bf16<VEC>(x + base + c, v[k]);
+        if (ADD) {
+            float  r[VEC];
 
-                residual[base + c] = r;
-                v[k] = __bfloat162float(r);
+            load_bf16<VEC>(residual + base + c, r);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                v[k][e] = __bfloat162float(__float2bfloat16_rn(v[k][e]
+                                                               + r[e]));
             }
-            ss += v[k] * v[k];
+            store_bf16<VEC>(residual + base + c, v[k]);
+        }
+        load_f32<VEC>(w + c, wv[k]);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            ss += v[k][e] * v[k][e];
         }
     }
-    inv = rsqrtf(block_sum(ss) / dim + eps);
+    inv = rsqrtf(block_sum(ss, part) / dim + eps);
 #pragma unroll
-    for (int k = 0; k < NORM_PER; k++) {
-        int  c = threadIdx.x + k * NORM_THREADS;
+    for (int k = 0; k < NV; k++) {
+        int  c = (threadIdx.x + k * blockDim.x) * VEC;
 
         if (c < dim) {
-            out[base + c] = __float2bfloat16_rn(
-                v[k] * inv * pl_weight_at(w, wdt, c));
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                v[k][e] = v[k][e] * inv * wv[k][e];
+            }
+            store_bf16<VEC>(out + base + c, v[k]);
         }
     }
 }
 
 
-__global__ void __launch_bounds__(NORM_THREADS)
-layernorm_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x, const void *w,
-    pl_dtype_t wdt, const void *b, pl_dtype_t bdt, int dim, float eps)
+template <int VEC, int NV>
+__global__ void __launch_bounds__(NORM_MAX_THREADS)
+layernorm_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x, const float *w,
+    const float *b, int dim, float eps)
 {
-    int64_t  base = (int64_t) blockIdx.x * dim;
-    float    v[NORM_PER], sum = 0.0f, var = 0.0f, mean, inv;
+    __shared__ float  part[2][32];
+    int64_t           base = (int64_t) blockIdx.x * dim;
+    float             v[NV][VEC], wv[NV][VEC], bv[NV][VEC];
+    float             sum = 0.0f, var = 0.0f, mean, inv;
 
 #pragma unroll
-    for (int k = 0; k < NORM_PER; k++) {
-        int  c = threadIdx.x + k * NORM_THREADS;
+    for (int k = 0; k < NV; k++) {
+        int  c = (threadIdx.x + k * blockDim.x) * VEC;
 
-        v[k] = c < dim ? __bfloat162float(x[base + c]) : 0.0f;
-        sum += v[k];
-    }
-    mean = block_sum(sum) / dim;
+        if (c >= dim) {
+            continue;
+        }
+        load_bf16<VEC>(x + base + c, v[k]);
+        load_f32<VEC>(w + c, wv[k]);
+        load_f32<VEC>(b + c, bv[k]);
 #pragma unroll
-    for (int k = 0; k < NORM_PER; k++) {
-        if (threadIdx.x + k * NORM_THREADS < dim) {
-            var += (v[k] - mean) * (v[k] - mean);
+        for (int e = 0; e < VEC; e++) {
+            sum += v[k][e];
         }
     }
-    inv = rsqrtf(block_sum(var) / dim + eps);
+    mean = block_sum(sum, part[0]) / dim;
 #pragma unroll
-    for (int k = 0; k < NORM_PER; k++) {
-        int  c = threadIdx.x + k * NORM_THREADS;
+    for (int k = 0; k < NV; k++) {
+        if ((threadIdx.x + k * blockDim.x) * VEC < dim) {
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                var += (v[k][e] - mean) * (v[k][e] - mean);
+            }
+        }
+    }
+    inv = rsqrtf(block_sum(var, part[1]) / dim + eps);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int  c = (threadIdx.x + k * blockDim.x) * VEC;
 
         if (c < dim) {
-            out[base + c] = __float2bfloat16_rn(
-                (v[k] - mean) * inv * pl_weight_at(w, wdt, c)
-                + pl_weight_at(b, bdt, c));
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                v[k][e] = (v[k][e] - mean) * inv * wv[k][e] + bv[k][e];
+            }
+            store_bf16<VEC>(out + base + c, v[k]);
+        }
+    }
+}
+
+
+/* How a row of dim spreads over a block: *vec columns a load, the
+   returned nv loads a thread (the fewest that keep the block within
+   NORM_THREADS), *threads a multiple of 32. */
+static int
+norm_shape(const char *what, int dim, int *vec, int *threads)
+{
+    int  vecs, nv = 1;
+
+    *vec = dim % 8 == 0 ? 8 : 1;
+    vecs = dim / *vec;
+    while (nv < NORM_MAX_NV(*vec) && vecs > nv * NORM_THREADS) {
+        nv *= 2;
+    }
+    *threads = ((vecs + nv - 1) / nv + 31) / 32 * 32;
+    if (*threads > NORM_MAX_THREADS) {
+        pl_cuda_fail(what, "hidden size too large");
+    }
+    return nv;
+}
+
+
+static void
+weights_f32(const char *what, const pl_weight_t *w)
+{
+    if (w->dtype != PL_DT_F32) {
+        pl_cuda_fail(what, "vector weight not loaded as fp32");
+    }
+}
+
+
+template <int VEC, bool ADD>
+static void
+rmsnorm_go(int nv, int n, int threads, cudaStream_t st, __nv_bfloat16 *out,
+    __nv_bfloat16 *residual, const __nv_bfloat16 *x, const float *w, int dim,
+    float eps)
+{
+    switch (nv) {
+    case 1:
+        rmsnorm_kernel<VEC, 1, ADD><<<n, threads, 0, st>>>(out, residual, x,
+                                                           w, dim, eps);
+        break;
+    case 2:
+        rmsnorm_kernel<VEC, 2, ADD><<<n, threads, 0, st>>>(out, residual, x,
+                                                           w, dim, eps);
+        break;
+    case 4:
+        rmsnorm_kernel<VEC, 4, ADD><<<n, threads, 0, st>>>(out, residual, x,
+                                                           w, dim, eps);
+        break;
+    default:
+        if constexpr (VEC == 1) {
+            if (nv == 8) {
+                rmsnorm_kernel<1, 8, ADD><<<n, threads, 0, st>>>(
+                    out, residual, x, w, dim, eps);
+            } else {
+                rmsnorm_kernel<1, 16, ADD><<<n, threads, 0, st>>>(
+                    out, residual, x, w, dim, eps);
+            }
+        }
+    }
+}
+
+
+template <int VEC>
+static void
+layernorm_go(int nv, int n, int threads, cudaStream_t st, __nv_bfloat16 *out,
+    const __nv_bfloat16 *x, const float *w, const float *b, int dim,
+    float eps)
+{
+    switch (nv) {
+    case 1:
+        layernorm_kernel<VEC, 1><<<n, threads, 0, st>>>(out, x, w, b, dim,
+                                                        eps);
+        break;
+    case 2:
+        layernorm_kernel<VEC, 2><<<n, threads, 0, st>>>(out, x, w, b, dim,
+                                                        eps);
+        break;
+    case 4:
+        layernorm_kernel<VEC, 4><<<n, threads, 0, st>>>(out, x, w, b, dim,
+                                                        eps);
+        break;
+    default:
+        if constexpr (VEC == 1) {
+            if (nv == 8) {
+                layernorm_kernel<1, 8><<<n, threads, 0, st>>>(out, x, w, b,
+                                                              dim, eps);
+            } else {
+                layernorm_kernel<1, 16><<<n, threads, 0, st>>>(out, x, w, b,
+                                                               dim, eps);
+            }
         }
     }
 }
@@ -125,15 +292,24 @@ void
 pl_cuda_layernorm(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *b, int n, int dim, float eps)
 {
+    cudaStream_t  st = pl_cuda(be)->stream;
+    int           vec, threads, nv;
+
     if (n <= 0) {
         return;
     }
-    if (dim > NORM_THREADS * NORM_PER) {
-        pl_cuda_fail("layernorm", "hidden size over 8192");
+    nv = norm_shape("layernorm", dim, &vec, &threads);
+    weights_f32("layernorm", w);
+    weights_f32("layernorm", b);
+    if (vec == 8) {
+        layernorm_go<8>(nv, n, threads, st, (__nv_bfloat16 *) out,
+                        (const __nv_bfloat16 *) x, (const float *) w->data,
+                        (const float *) b->data, dim, eps);
+    } else {
+        layernorm_go<1>(nv, n, threads, st, (__nv_bfloat16 *) out,
+                        (const __nv_bfloat16 *) x, (const float *) w->data,
+                        (const float *) b->data, dim, eps);
     }
-    layernorm_kernel<<<n, NORM_THREADS, 0, pl_cuda(be)->stream>>>(
-        (__nv_bfloat16 *) out, (const __nv_bfloat16 *) x, w->data, w->dtype,
-        b->data, b->dtype, dim, eps);
     PL_CUDA_LAUNCHED("layernorm");
 }
 
@@ -142,22 +318,26 @@ static void
 norm_launch(pl_backend_t *be, void *out, void *residual, const void *x,
     const pl_weight_t *w, int n, int dim, float eps)
 {
-    cudaStream_t  st = pl_cuda(be)->stream;
+    cudaStream_t          st = pl_cuda(be)->stream;
+    __nv_bfloat16        *o = (__nv_bfloat16 *) out;
+    __nv_bfloat16        *r = (__nv_bfloat16 *) residual;
+    const __nv_bfloat16  *xb = (const __nv_bfloat16 *) x;
+    const float          *wf = (const float *) w->data;
+    int                   vec, threads, nv;
 
     if (n <= 0) {
         return;
     }
-    if (dim > NORM_THREADS * NORM_PER) {
-        pl_cuda_fail("rmsnorm", "hidden size over 8192");
-    }
-    if (residual != NULL) {
-        rmsnorm_kernel<true><<<n, NORM_THREADS, 0, st>>>(
-            (__nv_bfloat16 *) out, (__nv_bfloat16 *) residual,
-            (const __nv_bfloat16 *) x, w->data, w->dtype, dim, eps);
+    nv = norm_shape("rmsnorm", dim, &vec, &threads);
+    weights_f32("rmsnorm", w);
+    if (vec == 8 && r != NULL) {
+        rmsnorm_go<8, true>(nv, n, threads, st, o, r, xb, wf, dim, eps);
+    } else if (vec == 8) {
+        rmsnorm_go<8, false>(nv, n, threads, st, o, r, xb, wf, dim, eps);
+    } else if (r != NULL) {
+        rmsnorm_go<1, true>(nv, n, threads, st, o, r, xb, wf, dim, eps);
     } else {
-        rmsnorm_kernel<false><<<n, NORM_THREADS, 0, st>>>(
-            (__nv_bfloat16 *) out, NULL, (const __nv_bfloat16 *) x,
-            w->data, w->dtype, dim, eps);
+        rmsnorm_go<1, false>(nv, n, threads, st, o, r, xb, wf, dim, eps);
     }
     PL_CUDA_LAUNCHED("rmsnorm");
 }
