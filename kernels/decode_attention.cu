@@ -45,7 +45,10 @@
  * max_context_len <= SHORT_CTX, SHORT_STAGES stages: fewer stages, more
  * resident blocks to hide each short block's start; default off),
  * PAGEDLLM_CUDA_ATTN_SPLIT_MIN, PAGEDLLM_CUDA_ATTN_SPLITS (a fixed count),
- * PAGEDLLM_CUDA_ATTN_ORDER and PAGEDLLM_CUDA_ATTN_PDL (above; default 0).
+ * PAGEDLLM_CUDA_ATTN_ORDER and PAGEDLLM_CUDA_ATTN_PDL (above; default
+ * ORDER=1 and PDL=2: the best setting of the sweep in tools/gpu-run.sh on
+ * the H200, 2026-11-29, 0.5-1.7% over rows first without PDL on every
+ * shape of bench/gpu/attention; 0 turns each off).
  */
 
 #include <float.h>
@@ -436,8 +439,8 @@ read_knobs(void)
     k.short_stages = env_or("PAGEDLLM_CUDA_ATTN_SHORT_STAGES", 2);
     k.split_min = env_or("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 128);
     k.splits = env_or("PAGEDLLM_CUDA_ATTN_SPLITS", 0);
-    k.heads_first = env_or("PAGEDLLM_CUDA_ATTN_ORDER", 0) == 1;
-    k.pdl = env_or("PAGEDLLM_CUDA_ATTN_PDL", 0);
+    k.heads_first = env_or("PAGEDLLM_CUDA_ATTN_ORDER", 1) == 1;
+    k.pdl = env_or("PAGEDLLM_CUDA_ATTN_PDL", 2);
     k.split_min = k.split_min > 0 ? k.split_min : 128;
     return k;
 }
