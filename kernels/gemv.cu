@@ -240,8 +240,8 @@ gemv_launch(cudaStream_t st, __nv_bfloat16 *out, const __nv_bfloat16 *x,
 }
 
 
-/* Named kKSmMGtMTuU.  The first two are dispatch's defaults; the others
-   are there for the benchmark's sweep. */
+/* Named kKSmMGtMTuU.  GEMV_WIDE, GEMV_DEEP and GEMV_NARROW are
+   dispatch's choices; the others are there for the benchmark's sweep. */
 #define GEMV_CONFIG(ks, mg, mt, u)                                          \
     { "k" #ks "m" #mg "t" #mt "u" #u, gemv_launch<ks, mg, mt, u>,           \
       (mg) * (mt) * 16 }
@@ -262,7 +262,8 @@ static const gemv_config_t  gemv_configs[] = {
 
 #define GEMV_NCONFIGS  (int) (sizeof(gemv_configs) / sizeof(gemv_configs[0]))
 #define GEMV_WIDE      0          /* 32 rows a block: x reused twice */
-#define GEMV_NARROW    1          /* 16 rows a block: twice the blocks */
+#define GEMV_DEEP      2          /* 16 rows a block, 8 loads in flight */
+#define GEMV_NARROW    8          /* 32 rows a block over 2 warp groups */
 
 
 extern "C" int
@@ -322,16 +323,26 @@ gemv_forced(void)
 }
 
 
-/* The wide blocks reuse x from registers twice; they are taken when they
-   still give every SM two blocks, the narrow ones otherwise. */
+/*
+ * Which configuration for n rows of x against w.  From the sweep of
+ * bench/gpu/gemv on the H200 (2026-11-29, the five Llama-2-7B shapes at
+ * n = 1..16): up to 8 rows, 32 weight rows a block either as one warp
+ * group reusing x twice (wide matrices: two blocks or more per SM) or as
+ * two warp groups (narrow ones, 4096 rows: 128 blocks); above 8 rows, 16
+ * weight rows a block with 8 loads in flight, which was the fastest on
+ * every shape there.
+ */
 extern "C" int
-pl_cuda_gemv_pick(pl_backend_t *be, const pl_weight_t *w)
+pl_cuda_gemv_pick(pl_backend_t *be, const pl_weight_t *w, int n)
 {
     int64_t  wide = (w->rows + gemv_configs[GEMV_WIDE].rows_per_block - 1)
                     / gemv_configs[GEMV_WIDE].rows_per_block;
 
     if (gemv_forced() >= 0) {
         return gemv_forced();
+    }
+    if (n > 8) {
+        return GEMV_DEEP;
     }
     return wide >= 2 * (int64_t) pl_cuda(be)->num_sms ? GEMV_WIDE
                                                       : GEMV_NARROW;
@@ -356,7 +367,7 @@ pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
         return -1;
     }
     if (config < 0) {
-        config = pl_cuda_gemv_pick(be, w);
+        config = pl_cuda_gemv_pick(be, w, n);
 
         /* Under half a block per SM the kernel leaves most of the chip
            idle, having no split of k across blocks: cuBLAS takes those. */

@@ -39,7 +39,7 @@ int         pl_cuda_gemv_configs(void);
 const char *pl_cuda_gemv_config_name(int config);
 
 /* the configuration pl_cuda_gemv picks for w */
-int pl_cuda_gemv_pick(pl_backend_t *be, const pl_weight_t *w);
+int pl_cuda_gemv_pick(pl_backend_t *be, const pl_weight_t *w, int n);
 
 /* pl_cuda_matmul through cuBLAS alone, whatever n is */
 void pl_cuda_matmul_cublas(pl_backend_t *be, void *out, const void *x,

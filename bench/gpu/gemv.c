@@ -349,7 +349,7 @@ bench_n(int n, double *ours_ms, double *cublas_ms)
         printf("ours gemv n=%-2d %-7s %5dx%-5d %7.1f us %.3f TB/s (%s) "
                "| cublas %7.1f us %.3f TB/s | %.2fx\n", n, sh->name,
                sh->rows, sh->cols, ours[s] * 1e6, tbs(sh, ours[s]),
-               pl_cuda_gemv_config_name(pl_cuda_gemv_pick(BE, &w)),
+               pl_cuda_gemv_config_name(pl_cuda_gemv_pick(BE, &w, n)),
                cub[s] * 1e6, tbs(sh, cub[s]), cub[s] / ours[s]);
     }
     *ours_ms = step_time(ours) * 1e3;
