@@ -20,7 +20,11 @@ fi
 [ -f $M/config.json ] || python3 bench/gpu/serving_torch.py make-model $M \
     > "$OUT/make-model.log" 2>&1 &
 mkdir -p $B && touch $B/.deps
-if ! make BUILD=$B -j"$(nproc)" all model > "$OUT/build.log" 2>&1; then
+targets="engine model $B/bench/engine-bench $B/bench/gpu/step $B/bench/gpu/gemv
+         $B/t/engine_kv.t $B/t/engine_ipc.t
+         $(ls t/gpu/*.c | sed "s|t/gpu/\(.*\)\.c|$B/t/gpu/\1.t|")"
+# shellcheck disable=SC2086
+if ! make BUILD=$B -j"$(nproc)" $targets > "$OUT/build.log" 2>&1; then
     tail -20 "$OUT/build.log"
     exit 1
 fi
