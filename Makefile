@@ -146,7 +146,7 @@ $(BUILD)/t/gpu/%.t: t/gpu/%.c $(wildcard t/gpu/*.h) t/unit/tap.h \
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -It/unit -It/gpu -o $@ $< $(BUILD)/libpagedllm.a $(LDLIBS)
 
-$(BUILD)/bench/gpu/%: bench/gpu/%.c $(BUILD)/libpagedllm.a
+$(BUILD)/bench/gpu/%: bench/gpu/%.c $(wildcard bench/gpu/*.h) $(BUILD)/libpagedllm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/libpagedllm.a \
 	    $(LDLIBS)

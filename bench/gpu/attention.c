@@ -27,9 +27,8 @@
 #include <string.h>
 
 #include "pl_ops.h"
+#include "bench_gpu.h"
 
-/* the backend's stream (kernels/cuda_backend.cu), for event timing */
-cudaStream_t pl_cuda_stream(pl_backend_t *be);
 
 /* the kernel of the last prefill launch (kernels/prefill_attention.cu) */
 const char *pl_cuda_prefill_kernel(void);
@@ -44,79 +43,6 @@ typedef struct {
     int  bucket;     /* max_context_len the engine's graph would pass
                         (context rounded up to its bucket); 0: ctx */
 } shape_t;
-
-static pl_backend_t  *BE;
-static uint64_t       rng = 88172645463325252ull;
-
-
-static uint64_t
-next(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-
-static void
-check(cudaError_t rc, const char *what)
-{
-    if (rc != cudaSuccess) {
-        fprintf(stderr, "bench: %s: %s\n", what, cudaGetErrorString(rc));
-        exit(1);
-    }
-}
-
-
-static void *
-dev_alloc(size_t bytes)
-{
-    void  *p = BE->alloc(BE, bytes);
-
-    if (p == NULL) {
-        fprintf(stderr, "bench: cannot allocate %zu bytes\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
-
-/* fill with random bf16 in [-1, 1), a 64 MiB pattern repeated */
-static void
-fill_random(void *dev, size_t bytes)
-{
-    size_t     chunk = 64u << 20, off, i;
-    uint16_t  *h = malloc(chunk);
-
-    for (i = 0; i < chunk / 2; i++) {
-        h[i] = pl_f32_to_bf16((float) ((next() >> 40) / 8388608.0 - 1.0));
-    }
-    for (off = 0; off < bytes; off += chunk) {
-        BE->upload(BE, (char *) dev + off, h,
-                   bytes - off < chunk ? bytes - off : chunk);
-    }
-    BE->sync(BE);
-    free(h);
-}
-
-
-static int
-cmp_float(const void *a, const void *b)
-{
-    float  x = *(const float *) a, y = *(const float *) b;
-
-    return x < y ? -1 : x > y;
-}
-
-
-static float
-median(float *v, int n)
-{
-    qsort(v, n, sizeof(float), cmp_float);
-    return v[n / 2];
-}
-
 
 static void *
 dev_ints(const int32_t *h, size_t n)
@@ -360,36 +286,6 @@ bench_prefill_variants(void)
         bench_prefill(4096, 32);
         set_overrides(variants[i], 0);
     }
-}
-
-
-static void
-bench_copy(void)
-{
-    size_t        bytes = 2ull << 30;
-    void         *a = dev_alloc(bytes), *b = dev_alloc(bytes);
-    cudaStream_t  st = pl_cuda_stream(BE);
-    cudaEvent_t   e0, e1;
-    float         ms[10];
-    int           i;
-
-    check(cudaEventCreate(&e0), "event");
-    check(cudaEventCreate(&e1), "event");
-    fill_random(a, bytes);
-    for (i = 0; i < 10; i++) {
-        check(cudaEventRecord(e0, st), "record");
-        check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st),
-              "copy");
-        check(cudaEventRecord(e1, st), "record");
-        check(cudaEventSynchronize(e1), "sync");
-        check(cudaEventElapsedTime(&ms[i], e0, e1), "elapsed");
-    }
-    printf("ours copy d2d %.3f TB/s (read + write of 2 GiB)\n",
-           2.0 * bytes / (median(ms, 10) / 1e3) / 1e12);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    BE->free(BE, a);
-    BE->free(BE, b);
 }
 
 

@@ -29,9 +29,8 @@
 
 #include "pl_ops.h"
 #include "gemv.cuh"
+#include "bench_gpu.h"
 
-/* the backend's stream (kernels/cuda_backend.cu), for event timing */
-cudaStream_t pl_cuda_stream(pl_backend_t *be);
 
 #define LAYERS      32
 #define REPS        50
@@ -67,70 +66,8 @@ static const int  sweep_ns[] = { 1, 2, 4, 8, 12, 16, 24, 32 };
 
 #define NNS     (int) (sizeof(ns) / sizeof(ns[0]))
 
-static pl_backend_t  *BE;
 static void          *X;          /* [PL_GEMV_MAX_N][11008] */
 static double         copy_tbs;
-static uint64_t       rng = 88172645463325252ull;
-
-
-static void
-check(cudaError_t rc, const char *what)
-{
-    if (rc != cudaSuccess) {
-        fprintf(stderr, "bench: %s: %s\n", what, cudaGetErrorString(rc));
-        exit(1);
-    }
-}
-
-
-static uint64_t
-next(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-
-static void *
-dev_alloc(size_t bytes)
-{
-    void  *p = BE->alloc(BE, bytes);
-
-    if (p == NULL) {
-        fprintf(stderr, "bench: cannot allocate %zu bytes\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
-
-/* random bf16 in [-1, 1): a 64 MiB pattern uploaded once, then doubled on
-   the device */
-static void
-fill_random(void *dev, size_t bytes)
-{
-    size_t        chunk = 64u << 20, done, i;
-    uint16_t     *h = malloc(chunk);
-    cudaStream_t  st = pl_cuda_stream(BE);
-
-    for (i = 0; i < chunk / 2; i++) {
-        h[i] = pl_f32_to_bf16((float) ((next() >> 40) / 8388608.0 - 1.0));
-    }
-    done = bytes < chunk ? bytes : chunk;
-    BE->upload(BE, dev, h, done);
-    BE->sync(BE);
-    while (done < bytes) {
-        size_t  n = bytes - done < done ? bytes - done : done;
-
-        check(cudaMemcpyAsync((char *) dev + done, dev, n,
-                              cudaMemcpyDeviceToDevice, st), "fill");
-        done += n;
-    }
-    BE->sync(BE);
-    free(h);
-}
 
 
 static size_t
@@ -161,23 +98,6 @@ call(int path, const shape_t *s, int copy, int n)
         return 0;
     }
     return pl_cuda_gemv(BE, s->out, X, &w, NULL, n, path);
-}
-
-
-static int
-cmp_float(const void *a, const void *b)
-{
-    float  x = *(const float *) a, y = *(const float *) b;
-
-    return x < y ? -1 : x > y;
-}
-
-
-static float
-median(float *v, int n)
-{
-    qsort(v, n, sizeof(float), cmp_float);
-    return v[n / 2];
 }
 
 
@@ -212,36 +132,6 @@ time_path(int path, shape_t *s, int n)
         cudaEventDestroy(ev[i]);
     }
     return median(ms, REPS) / 1e3;
-}
-
-
-static void
-bench_copy(void)
-{
-    size_t        bytes = 2ull << 30;
-    void         *a = dev_alloc(bytes), *b = dev_alloc(bytes);
-    cudaStream_t  st = pl_cuda_stream(BE);
-    cudaEvent_t   e0, e1;
-    float         ms[10];
-    int           i;
-
-    check(cudaEventCreate(&e0), "event");
-    check(cudaEventCreate(&e1), "event");
-    fill_random(a, bytes);
-    for (i = 0; i < 10; i++) {
-        check(cudaEventRecord(e0, st), "record");
-        check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st),
-              "copy");
-        check(cudaEventRecord(e1, st), "record");
-        check(cudaEventSynchronize(e1), "sync");
-        check(cudaEventElapsedTime(&ms[i], e0, e1), "elapsed");
-    }
-    copy_tbs = 2.0 * bytes / (median(ms, 10) / 1e3) / 1e12;
-    printf("ours copy d2d %.3f TB/s (read + write of 2 GiB)\n", copy_tbs);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    BE->free(BE, a);
-    BE->free(BE, b);
 }
 
 
@@ -516,7 +406,7 @@ main(int argc, char **argv)
         fprintf(stderr, "bench: %s\n", err);
         return 1;
     }
-    bench_copy();
+    copy_tbs = bench_copy();
     setup();
     ceiling_ms = step_bytes() / (copy_tbs * 1e12) * 1e3;
     printf("ours gemv: %d configurations, dispatch up to n=%d; step weights "
