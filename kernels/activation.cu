@@ -6,6 +6,11 @@
  *     silu_mul:  out[n][inter] = silu(gu[n][0:inter]) * gu[n][inter:2*inter]
  *     relu:      out[n][dim] = max(x, 0)             (OPT)
  *     add:       residual[n][dim] += x               (OPT)
+ *
+ * Launched with programmatic dependent launch (pl_cuda.cuh): every input
+ * comes from the previous kernel, so a block only waits for it first and
+ * lets the next kernel launch at once, to run its own prologue (a GEMV's
+ * weight prefetch) beside this short one.
  */
 
 #include "pl_cuda.cuh"
@@ -34,6 +39,8 @@ silu_mul_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gu, int64_t total,
     int64_t  i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x;
     int64_t  step = (int64_t) gridDim.x * blockDim.x;
 
+    pl_grid_wait();
+    pl_grid_release();
     for (; i < total; i += step) {
         int64_t  r = i / inter, c = i - r * inter;
         float    g = __bfloat162float(gu[r * 2 * inter + c]);
@@ -52,6 +59,8 @@ silu_mul_x8_kernel(uint4 *out, const uint4 *gu, int64_t total, int inter)
     int64_t  i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x;
     int64_t  step = (int64_t) gridDim.x * blockDim.x;
 
+    pl_grid_wait();
+    pl_grid_release();
     for (; i < total; i += step) {
         int64_t  r = i / inter, c = i - r * inter;
         float    g[8], u[8];
@@ -71,7 +80,7 @@ void
 pl_cuda_silu_mul(pl_backend_t *be, void *out, const void *gate_up, int n,
     int inter)
 {
-    cudaStream_t  st = pl_cuda(be)->stream;
+    pl_cuda_t    *cu = pl_cuda(be);
     int64_t       total = (int64_t) n * inter;
 
     if (total <= 0) {
@@ -80,13 +89,15 @@ pl_cuda_silu_mul(pl_backend_t *be, void *out, const void *gate_up, int n,
     if (inter % 8 == 0) {
         /* 128 threads a block: one token's 11008 columns still reach
            eleven SMs */
-        silu_mul_x8_kernel<<<elementwise_blocks(total / 8, 128), 128, 0,
-                             st>>>(
-            (uint4 *) out, (const uint4 *) gate_up, total / 8, inter / 8);
+        pl_cuda_launch(cu, "silu_mul", silu_mul_x8_kernel,
+                       elementwise_blocks(total / 8, 128), 128, 0,
+                       (uint4 *) out, (const uint4 *) gate_up, total / 8,
+                       inter / 8);
     } else {
-        silu_mul_kernel<<<elementwise_blocks(total, 256), 256, 0, st>>>(
-            (__nv_bfloat16 *) out, (const __nv_bfloat16 *) gate_up, total,
-            inter);
+        pl_cuda_launch(cu, "silu_mul", silu_mul_kernel,
+                       elementwise_blocks(total, 256), 256, 0,
+                       (__nv_bfloat16 *) out,
+                       (const __nv_bfloat16 *) gate_up, total, inter);
     }
     PL_CUDA_LAUNCHED("silu_mul");
 }
@@ -98,6 +109,8 @@ relu_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x, int64_t total)
     int64_t  i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x;
     int64_t  step = (int64_t) gridDim.x * blockDim.x;
 
+    pl_grid_wait();
+    pl_grid_release();
     for (; i < total; i += step) {
         out[i] = __float2bfloat16_rn(fmaxf(__bfloat162float(x[i]), 0.0f));
     }
@@ -110,6 +123,8 @@ add_kernel(__nv_bfloat16 *residual, const __nv_bfloat16 *x, int64_t total)
     int64_t  i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x;
     int64_t  step = (int64_t) gridDim.x * blockDim.x;
 
+    pl_grid_wait();
+    pl_grid_release();
     for (; i < total; i += step) {
         residual[i] = __float2bfloat16_rn(__bfloat162float(residual[i])
                                           + __bfloat162float(x[i]));
@@ -125,8 +140,9 @@ pl_cuda_relu(pl_backend_t *be, void *out, const void *x, int n, int dim)
     if (total <= 0) {
         return;
     }
-    relu_kernel<<<elementwise_blocks(total, 256), 256, 0, pl_cuda(be)->stream>>>(
-        (__nv_bfloat16 *) out, (const __nv_bfloat16 *) x, total);
+    pl_cuda_launch(pl_cuda(be), "relu", relu_kernel,
+                   elementwise_blocks(total, 256), 256, 0,
+                   (__nv_bfloat16 *) out, (const __nv_bfloat16 *) x, total);
     PL_CUDA_LAUNCHED("relu");
 }
 
@@ -139,7 +155,9 @@ pl_cuda_add(pl_backend_t *be, void *residual, const void *x, int n, int dim)
     if (total <= 0) {
         return;
     }
-    add_kernel<<<elementwise_blocks(total, 256), 256, 0, pl_cuda(be)->stream>>>(
-        (__nv_bfloat16 *) residual, (const __nv_bfloat16 *) x, total);
+    pl_cuda_launch(pl_cuda(be), "add", add_kernel,
+                   elementwise_blocks(total, 256), 256, 0,
+                   (__nv_bfloat16 *) residual, (const __nv_bfloat16 *) x,
+                   total);
     PL_CUDA_LAUNCHED("add");
 }

@@ -595,6 +595,7 @@ cuda_open(pl_cuda_t *cu, int device)
     }
     cu->device = device;
     cu->num_sms = prop.multiProcessorCount;
+    cu->pdl = prop.major >= 9 && pl_cuda_pdl_wanted();
     if (cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking)
             != cudaSuccess
         || cudaEventCreateWithFlags(&cu->batch_copied,

@@ -518,7 +518,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = k.pdl > 0 ? 1 : 0;
+    cfg.numAttrs = k.pdl > 0 && cu->pdl ? 1 : 0;
     pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, p), "decode attention");
     PL_CUDA_LAUNCHED("decode attention");
 }

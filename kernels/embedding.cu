@@ -3,6 +3,10 @@
  * weight dtype.  One thread block per token row; ids outside the table
  * give a zero row (the runner validates ids, this only keeps a bad one from
  * reading outside the table).
+ *
+ * Launched with programmatic dependent launch (pl_cuda.cuh): ids (a batch
+ * array, copied in before the step) are read before the wait for the
+ * previous kernel, the table read and out written after it.
  */
 
 #include "pl_cuda.cuh"
@@ -15,6 +19,8 @@ embedding_kernel(__nv_bfloat16 *out, const void *table, pl_dtype_t dt,
     int64_t         id = ids[blockIdx.x];
     __nv_bfloat16  *row = out + (int64_t) blockIdx.x * dim;
 
+    pl_grid_wait();
+    pl_grid_release();
     for (int c = threadIdx.x; c < dim; c += blockDim.x) {
         float  v = 0.0f;
 
@@ -33,8 +39,8 @@ pl_cuda_embedding(pl_backend_t *be, void *out, const pl_weight_t *table,
     if (n <= 0) {
         return;
     }
-    embedding_kernel<<<n, 256, 0, pl_cuda(be)->stream>>>(
-        (__nv_bfloat16 *) out, table->data, table->dtype, table->rows, ids,
-        (int) table->cols);
+    pl_cuda_launch(pl_cuda(be), "embedding", embedding_kernel, n, 256, 0,
+                   (__nv_bfloat16 *) out, (const void *) table->data,
+                   table->dtype, table->rows, ids, (int) table->cols);
     PL_CUDA_LAUNCHED("embedding");
 }

@@ -2,6 +2,10 @@
  * gather: out[i][dim] = x[rows[i]][dim] for i < n, bf16 rows; used to pick
  * the one row per sequence whose logits are wanted.  One thread block per
  * output row, 16-byte copies when dim allows.
+ *
+ * Launched with programmatic dependent launch (pl_cuda.cuh): rows (a batch
+ * array, copied in before the step) is read before the wait for the
+ * previous kernel, x after it.
  */
 
 #include "pl_cuda.cuh"
@@ -14,6 +18,8 @@ gather_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x,
     const __nv_bfloat16  *src = x + (int64_t) rows[blockIdx.x] * dim;
     __nv_bfloat16        *dst = out + (int64_t) blockIdx.x * dim;
 
+    pl_grid_wait();
+    pl_grid_release();
     if (dim % 8 == 0) {
         for (int c = threadIdx.x; c < dim / 8; c += blockDim.x) {
             ((uint4 *) dst)[c] = ((const uint4 *) src)[c];
@@ -33,7 +39,8 @@ pl_cuda_gather_rows(pl_backend_t *be, void *out, const void *x,
     if (n <= 0) {
         return;
     }
-    gather_kernel<<<n, 128, 0, pl_cuda(be)->stream>>>(
-        (__nv_bfloat16 *) out, (const __nv_bfloat16 *) x, rows, dim);
+    pl_cuda_launch(pl_cuda(be), "gather_rows", gather_kernel, n, 128, 0,
+                   (__nv_bfloat16 *) out, (const __nv_bfloat16 *) x, rows,
+                   dim);
     PL_CUDA_LAUNCHED("gather_rows");
 }

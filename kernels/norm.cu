@@ -19,6 +19,11 @@
  * residual to bf16 and normalises that rounded value, as the next layer
  * will see it; LayerNorm takes the variance about the mean in a second
  * pass over the registers.
+ *
+ * Launched with programmatic dependent launch (pl_cuda.cuh): the weights
+ * are loaded before the wait for the previous kernel, the row after it,
+ * and the next kernel (a GEMV, whose weight prefetch then overlaps this
+ * short kernel) may launch as soon as every block has passed its wait.
  */
 
 #include "pl_cuda.cuh"
@@ -104,6 +109,16 @@ rmsnorm_kernel(__nv_bfloat16 *out, __nv_bfloat16 *residual,
     for (int k = 0; k < NV; k++) {
         int  c = (threadIdx.x + k * blockDim.x) * VEC;
 
+        if (c < dim) {
+            load_f32<VEC>(w + c, wv[k]);
+        }
+    }
+    pl_grid_wait();
+    pl_grid_release();
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int  c = (threadIdx.x + k * blockDim.x) * VEC;
+
         if (c >= dim) {
             continue;
         }
@@ -119,7 +134,6 @@ rmsnorm_kernel(__nv_bfloat16 *out, __nv_bfloat16 *residual,
             }
             store_bf16<VEC>(residual + base + c, v[k]);
         }
-        load_f32<VEC>(w + c, wv[k]);
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
             ss += v[k][e] * v[k][e];
@@ -155,12 +169,21 @@ layernorm_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x, const float *w,
     for (int k = 0; k < NV; k++) {
         int  c = (threadIdx.x + k * blockDim.x) * VEC;
 
+        if (c < dim) {
+            load_f32<VEC>(w + c, wv[k]);
+            load_f32<VEC>(b + c, bv[k]);
+        }
+    }
+    pl_grid_wait();
+    pl_grid_release();
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int  c = (threadIdx.x + k * blockDim.x) * VEC;
+
         if (c >= dim) {
             continue;
         }
         load_bf16<VEC>(x + base + c, v[k]);
-        load_f32<VEC>(w + c, wv[k]);
-        load_f32<VEC>(b + c, bv[k]);
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
             sum += v[k][e];
@@ -224,31 +247,33 @@ weights_f32(const char *what, const pl_weight_t *w)
 
 template <int VEC, bool ADD>
 static void
-rmsnorm_go(int nv, int n, int threads, cudaStream_t st, __nv_bfloat16 *out,
+rmsnorm_go(int nv, int n, int threads, pl_cuda_t *cu, __nv_bfloat16 *out,
     __nv_bfloat16 *residual, const __nv_bfloat16 *x, const float *w, int dim,
     float eps)
 {
     switch (nv) {
     case 1:
-        rmsnorm_kernel<VEC, 1, ADD><<<n, threads, 0, st>>>(out, residual, x,
-                                                           w, dim, eps);
+        pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<VEC, 1, ADD>, n,
+                       threads, 0, out, residual, x, w, dim, eps);
         break;
     case 2:
-        rmsnorm_kernel<VEC, 2, ADD><<<n, threads, 0, st>>>(out, residual, x,
-                                                           w, dim, eps);
+        pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<VEC, 2, ADD>, n,
+                       threads, 0, out, residual, x, w, dim, eps);
         break;
     case 4:
-        rmsnorm_kernel<VEC, 4, ADD><<<n, threads, 0, st>>>(out, residual, x,
-                                                           w, dim, eps);
+        pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<VEC, 4, ADD>, n,
+                       threads, 0, out, residual, x, w, dim, eps);
         break;
     default:
         if constexpr (VEC == 1) {
             if (nv == 8) {
-                rmsnorm_kernel<1, 8, ADD><<<n, threads, 0, st>>>(
-                    out, residual, x, w, dim, eps);
+                pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<1, 8, ADD>,
+                               n, threads, 0, out, residual, x, w, dim,
+                               eps);
             } else {
-                rmsnorm_kernel<1, 16, ADD><<<n, threads, 0, st>>>(
-                    out, residual, x, w, dim, eps);
+                pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<1, 16, ADD>,
+                               n, threads, 0, out, residual, x, w, dim,
+                               eps);
             }
         }
     }
@@ -257,31 +282,31 @@ rmsnorm_go(int nv, int n, int threads, cudaStream_t st, __nv_bfloat16 *out,
 
 template <int VEC>
 static void
-layernorm_go(int nv, int n, int threads, cudaStream_t st, __nv_bfloat16 *out,
+layernorm_go(int nv, int n, int threads, pl_cuda_t *cu, __nv_bfloat16 *out,
     const __nv_bfloat16 *x, const float *w, const float *b, int dim,
     float eps)
 {
     switch (nv) {
     case 1:
-        layernorm_kernel<VEC, 1><<<n, threads, 0, st>>>(out, x, w, b, dim,
-                                                        eps);
+        pl_cuda_launch(cu, "layernorm", layernorm_kernel<VEC, 1>, n,
+                       threads, 0, out, x, w, b, dim, eps);
         break;
     case 2:
-        layernorm_kernel<VEC, 2><<<n, threads, 0, st>>>(out, x, w, b, dim,
-                                                        eps);
+        pl_cuda_launch(cu, "layernorm", layernorm_kernel<VEC, 2>, n,
+                       threads, 0, out, x, w, b, dim, eps);
         break;
     case 4:
-        layernorm_kernel<VEC, 4><<<n, threads, 0, st>>>(out, x, w, b, dim,
-                                                        eps);
+        pl_cuda_launch(cu, "layernorm", layernorm_kernel<VEC, 4>, n,
+                       threads, 0, out, x, w, b, dim, eps);
         break;
     default:
         if constexpr (VEC == 1) {
             if (nv == 8) {
-                layernorm_kernel<1, 8><<<n, threads, 0, st>>>(out, x, w, b,
-                                                              dim, eps);
+                pl_cuda_launch(cu, "layernorm", layernorm_kernel<1, 8>, n,
+                               threads, 0, out, x, w, b, dim, eps);
             } else {
-                layernorm_kernel<1, 16><<<n, threads, 0, st>>>(out, x, w, b,
-                                                               dim, eps);
+                pl_cuda_launch(cu, "layernorm", layernorm_kernel<1, 16>, n,
+                               threads, 0, out, x, w, b, dim, eps);
             }
         }
     }
@@ -292,7 +317,7 @@ void
 pl_cuda_layernorm(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *b, int n, int dim, float eps)
 {
-    cudaStream_t  st = pl_cuda(be)->stream;
+    pl_cuda_t    *cu = pl_cuda(be);
     int           vec, threads, nv;
 
     if (n <= 0) {
@@ -302,11 +327,11 @@ pl_cuda_layernorm(pl_backend_t *be, void *out, const void *x,
     weights_f32("layernorm", w);
     weights_f32("layernorm", b);
     if (vec == 8) {
-        layernorm_go<8>(nv, n, threads, st, (__nv_bfloat16 *) out,
+        layernorm_go<8>(nv, n, threads, cu, (__nv_bfloat16 *) out,
                         (const __nv_bfloat16 *) x, (const float *) w->data,
                         (const float *) b->data, dim, eps);
     } else {
-        layernorm_go<1>(nv, n, threads, st, (__nv_bfloat16 *) out,
+        layernorm_go<1>(nv, n, threads, cu, (__nv_bfloat16 *) out,
                         (const __nv_bfloat16 *) x, (const float *) w->data,
                         (const float *) b->data, dim, eps);
     }
@@ -318,7 +343,7 @@ static void
 norm_launch(pl_backend_t *be, void *out, void *residual, const void *x,
     const pl_weight_t *w, int n, int dim, float eps)
 {
-    cudaStream_t          st = pl_cuda(be)->stream;
+    pl_cuda_t            *cu = pl_cuda(be);
     __nv_bfloat16        *o = (__nv_bfloat16 *) out;
     __nv_bfloat16        *r = (__nv_bfloat16 *) residual;
     const __nv_bfloat16  *xb = (const __nv_bfloat16 *) x;
@@ -331,13 +356,13 @@ norm_launch(pl_backend_t *be, void *out, void *residual, const void *x,
     nv = norm_shape("rmsnorm", dim, &vec, &threads);
     weights_f32("rmsnorm", w);
     if (vec == 8 && r != NULL) {
-        rmsnorm_go<8, true>(nv, n, threads, st, o, r, xb, wf, dim, eps);
+        rmsnorm_go<8, true>(nv, n, threads, cu, o, r, xb, wf, dim, eps);
     } else if (vec == 8) {
-        rmsnorm_go<8, false>(nv, n, threads, st, o, r, xb, wf, dim, eps);
+        rmsnorm_go<8, false>(nv, n, threads, cu, o, r, xb, wf, dim, eps);
     } else if (r != NULL) {
-        rmsnorm_go<1, true>(nv, n, threads, st, o, r, xb, wf, dim, eps);
+        rmsnorm_go<1, true>(nv, n, threads, cu, o, r, xb, wf, dim, eps);
     } else {
-        rmsnorm_go<1, false>(nv, n, threads, st, o, r, xb, wf, dim, eps);
+        rmsnorm_go<1, false>(nv, n, threads, cu, o, r, xb, wf, dim, eps);
     }
     PL_CUDA_LAUNCHED("rmsnorm");
 }

@@ -57,6 +57,11 @@ typedef struct {
     float          *f32_stage;
     size_t          f32_cap;
 
+    int             pdl;                 /* programmatic dependent launch
+                                            for the decode path's kernels:
+                                            pl_cuda_pdl_wanted() at
+                                            creation */
+
     struct pl_cuda_sample_s  *sample;    /* sample.cu's staging */
     struct pl_cuda_moves_s   *moves;     /* kv_moves.cu's copy stream */
 } pl_cuda_t;
@@ -88,6 +93,70 @@ pl_cuda_env_int(const char *name, int dflt)
     int          n = v != NULL ? atoi(v) : 0;
 
     return n > 0 ? n : dflt;
+}
+
+/*
+ * Programmatic dependent launch (sm_90).  A decode step is some 290 short
+ * kernels; launched with the attribute below, a kernel's blocks start
+ * while the previous kernel drains, run a prologue that reads only what no
+ * kernel of the step writes (weights; the batch arrays, which copies put
+ * in place before the step's first kernel, and a copy is never overlapped
+ * with a kernel), then pl_grid_wait().  That waits until the previous
+ * kernel has completed and its writes are visible (PTX griddepcontrol:
+ * completion, not the trigger, whatever the previous kernel released
+ * early), so every kernel launched this way must wait in every block
+ * before its first read of activations and before its first global write,
+ * and must not exit before waiting: a grid completes only after its own
+ * wait, which makes waits chain back over the whole stream.
+ * pl_grid_release() lets the next kernel launch (once every block has
+ * called it or exited); it only moves the next kernel's prologue earlier.
+ * Both are no-ops in a kernel launched without the attribute.
+ * PAGEDLLM_CUDA_PDL=0 launches every kernel plainly.
+ */
+static __device__ __forceinline__ void
+pl_grid_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void
+pl_grid_release(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* PAGEDLLM_CUDA_PDL: 0 turns programmatic dependent launch off */
+static inline int
+pl_cuda_pdl_wanted(void)
+{
+    const char  *v = getenv("PAGEDLLM_CUDA_PDL");
+
+    return v == NULL || atoi(v) != 0;
+}
+
+/* kernel<<<grid, block, smem, cu->stream>>>(args), with programmatic
+   dependent launch when cu->pdl */
+template <typename... Params, typename... Args>
+static inline void
+pl_cuda_launch(pl_cuda_t *cu, const char *what, void (*kernel)(Params...),
+    dim3 grid, dim3 block, size_t smem, Args... args)
+{
+    cudaLaunchConfig_t   cfg = {};
+    cudaLaunchAttribute  at[1];
+
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cu->stream;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = cu->pdl ? 1 : 0;
+    pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, args...), what);
 }
 
 /* fp32 value of a weight element: F32, F16 or BF16 storage */

@@ -23,6 +23,11 @@
  * token spreads over many SMs.  Each block first computes its token's
  * hd / 2 angles (full-precision sincosf of the fp32 product, as the CPU
  * twin) into shared memory, once for all its query and K heads.
+ *
+ * Launched with programmatic dependent launch (pl_cuda.cuh): positions
+ * and slot_mapping (batch arrays, copied in before the step) and inv_freq
+ * are read and the angles computed before the wait for the previous
+ * kernel; qkv is read and q and the caches written after it.
  */
 
 #include "pl_cuda.cuh"
@@ -93,6 +98,8 @@ qkv_rope_store_kernel(__nv_bfloat16 *q, __nv_bfloat16 *k_cache,
         }
         __syncthreads();
     }
+    pl_grid_wait();
+    pl_grid_release();
     if (u >= heads * per) {
         return;
     }
@@ -137,7 +144,7 @@ pl_cuda_qkv_rope_store(pl_backend_t *be, void *q, void *k_cache,
     const int32_t *slot_mapping, const float *inv_freq, int n, int n_heads,
     int n_kv_heads, int head_dim)
 {
-    cudaStream_t  st = pl_cuda(be)->stream;
+    pl_cuda_t    *cu = pl_cuda(be);
     int           vec = head_dim % 16 == 0 ? 8 : 1;
     int           units = (n_heads + 2 * n_kv_heads) * (head_dim / 2 / vec);
     dim3          grid(n, pl_cuda_blocks(units, QKV_THREADS));
@@ -150,17 +157,17 @@ pl_cuda_qkv_rope_store(pl_backend_t *be, void *q, void *k_cache,
         pl_cuda_fail("qkv_rope_store", "odd head_dim");
     }
     if (vec == 8) {
-        qkv_rope_store_kernel<8><<<grid, QKV_THREADS, smem, st>>>(
-            (__nv_bfloat16 *) q, (__nv_bfloat16 *) k_cache,
-            (__nv_bfloat16 *) v_cache, (const __nv_bfloat16 *) qkv,
-            positions, slot_mapping, inv_freq, n_heads, n_kv_heads,
-            head_dim);
+        pl_cuda_launch(cu, "qkv_rope_store", qkv_rope_store_kernel<8>,
+                       grid, QKV_THREADS, smem, (__nv_bfloat16 *) q,
+                       (__nv_bfloat16 *) k_cache, (__nv_bfloat16 *) v_cache,
+                       (const __nv_bfloat16 *) qkv, positions, slot_mapping,
+                       inv_freq, n_heads, n_kv_heads, head_dim);
     } else {
-        qkv_rope_store_kernel<1><<<grid, QKV_THREADS, smem, st>>>(
-            (__nv_bfloat16 *) q, (__nv_bfloat16 *) k_cache,
-            (__nv_bfloat16 *) v_cache, (const __nv_bfloat16 *) qkv,
-            positions, slot_mapping, inv_freq, n_heads, n_kv_heads,
-            head_dim);
+        pl_cuda_launch(cu, "qkv_rope_store", qkv_rope_store_kernel<1>,
+                       grid, QKV_THREADS, smem, (__nv_bfloat16 *) q,
+                       (__nv_bfloat16 *) k_cache, (__nv_bfloat16 *) v_cache,
+                       (const __nv_bfloat16 *) qkv, positions, slot_mapping,
+                       inv_freq, n_heads, n_kv_heads, head_dim);
     }
     PL_CUDA_LAUNCHED("qkv_rope_store");
 }
