@@ -26,6 +26,13 @@
  * Then the profiling run: it records the widest decode batch against a
  * temporary cache, and the graph made then must not survive the real
  * cache (a replay would write into freed memory).
+ *
+ * Last, programmatic dependent launch (PAGEDLLM_CUDA_PDL, read when a
+ * backend is created) changes when kernels start, never what they
+ * compute: a wider Llama, whose larger matrices take the GEMV kernel at
+ * every batch size and the others cuBLAS, runs the same iterations on a
+ * second backend created with PDL off, and its graph replays (and the
+ * eager prefill) must give the PDL side's logits bit for bit.
  */
 
 #include <jansson.h>
@@ -55,6 +62,7 @@ typedef struct {
 typedef struct {
     const char        *name;
     pl_decode_mode_t   mode;
+    pl_backend_t      *be;
     pl_model_t        *m;
     float             *logits;    /* [NSEQ][vocab] */
     const void        *dev;       /* last iteration's logits, backend */
@@ -134,10 +142,9 @@ put_llama(json_t *hdr, FILE *f, int V, int H, int I, int L, int NH, int NKV,
 
 
 static int
-write_llama128(const char *dir)
+write_llama(const char *dir, int V, int H, int I, int L, int NH, int NKV,
+    int HD)
 {
-    const int  V = 1024, H = 512, I = 1024, L = 2, NH = 4, NKV = 1;
-    const int  HD = 128;
     json_t    *hdr = json_object(), *cfg;
     char       path[512], *text;
     uint64_t   hlen;
@@ -239,8 +246,8 @@ argmax(const float *v, int n)
  * logits rows in act order.
  */
 static int
-iterate(side_t *sides, pl_backend_t *be, seq_t *seqs, const int *act, int n,
-    int prefill, int vocab, int *max_ctx_out)
+iterate(side_t *sides, seq_t *seqs, const int *act, int n, int prefill,
+    int vocab, int *max_ctx_out)
 {
     static int32_t  ids[MAX_TOKENS], pos[MAX_TOKENS], slots[MAX_TOKENS];
     static int32_t  tables[NSEQ * (MAX_LEN / BLOCK)];
@@ -286,7 +293,7 @@ iterate(side_t *sides, pl_backend_t *be, seq_t *seqs, const int *act, int n,
         side_t  *sd = &sides[k];
 
         if (sd->dev != NULL) {
-            pair_poison(be, (void *) sd->dev, (size_t) n * vocab);
+            pair_poison(sd->be, (void *) sd->dev, (size_t) n * vocab);
         }
         if (pl_model_forward_logits(sd->m, &b, NULL, &out, err, sizeof(err))
             != 0)
@@ -298,7 +305,8 @@ iterate(side_t *sides, pl_backend_t *be, seq_t *seqs, const int *act, int n,
         for (i = 0; i < n * vocab; i++) {
             sd->logits[i] = NAN;
         }
-        be->download_f32(be, sd->logits, out.data, (size_t) n * vocab);
+        sd->be->download_f32(sd->be, sd->logits, out.data,
+                             (size_t) n * vocab);
     }
     return 0;
 }
@@ -367,32 +375,31 @@ compare(side_t *sides, int n, int vocab, int prefill, tally_t *t)
 }
 
 
+/*
+ * The iterations on three sides: side 0 is the reference for the greedy
+ * tokens and the error bound, side 2 must match side 1 bit for bit.
+ * Sides in graph mode record once per shape and replay the rest; the
+ * others record nothing.
+ */
 static void
-run_model(pl_backend_t *be, const char *dir, const char *label)
+run_sides(side_t *sides, const char *dir, const char *label)
 {
-    static const char  *names[NSIDE] = { "eager", "padded", "graphs" };
-    static const pl_decode_mode_t  modes[NSIDE] = {
-        PL_DECODE_EAGER, PL_DECODE_PADDED, PL_DECODE_GRAPHS
-    };
-    side_t              sides[NSIDE];
     seq_t               seqs[NSEQ];
     tally_t             t;
     int                 act[NSEQ], i, k, n, it, vocab, max_ctx, n_blocks;
-    long                rec[NSIDE], rep[NSIDE];
+    long                rec, rep;
 
-    memset(sides, 0, sizeof(sides));
     memset(&t, 0, sizeof(t));
     n_blocks = NSEQ * (MAX_LEN / BLOCK);
     for (k = 0; k < NSIDE; k++) {
-        sides[k].name = names[k];
-        sides[k].mode = modes[k];
-        sides[k].m = fm_load(dir, be, MAX_TOKENS, MAX_SEQS, n_blocks, BLOCK);
+        sides[k].m = fm_load(dir, sides[k].be, MAX_TOKENS, MAX_SEQS,
+                             n_blocks, BLOCK);
         if (!ok(sides[k].m != NULL, "%s: loads (%s side)", label,
-                names[k]))
+                sides[k].name))
         {
             goto done;
         }
-        pl_model_set_decode_mode(sides[k].m, modes[k]);
+        pl_model_set_decode_mode(sides[k].m, sides[k].mode);
     }
     vocab = pl_model_config(sides[0].m)->vocab_size;
     for (k = 0; k < NSIDE; k++) {
@@ -411,8 +418,7 @@ run_model(pl_backend_t *be, const char *dir, const char *label)
         if (n == 0) {
             break;
         }
-        if (iterate(sides, be, seqs, act, n, it == 0, vocab, &max_ctx)
-            != 0)
+        if (iterate(sides, seqs, act, n, it == 0, vocab, &max_ctx) != 0)
         {
             ok(0, "%s: every iteration runs on every side", label);
             goto done;
@@ -432,27 +438,70 @@ run_model(pl_backend_t *be, const char *dir, const char *label)
 
     ok(t.prefill_same, "%s: the prefill iteration is identical on every "
        "side", label);
-    ok(t.bitwise_bad == 0, "%s: graph replays give the padded launches' "
-       "logits bit for bit (%d of %d decode iterations differ)", label,
-       t.bitwise_bad, t.decodes);
+    ok(t.bitwise_bad == 0, "%s: %s gives the %s side's logits bit for "
+       "bit (%d of %d decode iterations differ)", label, sides[2].name,
+       sides[1].name, t.bitwise_bad, t.decodes);
     ok(t.worst[1] <= LOGIT_BOUND && t.worst[2] <= LOGIT_BOUND,
-       "%s: padded %.2e and graphs %.2e within %.0e of eager", label,
-       t.worst[1], t.worst[2], LOGIT_BOUND);
+       "%s: %s %.2e and %s %.2e within %.0e of %s", label, sides[1].name,
+       t.worst[1], sides[2].name, t.worst[2], LOGIT_BOUND, sides[0].name);
     for (k = 0; k < NSIDE; k++) {
-        pl_model_graph_counts(sides[k].m, &rec[k], &rep[k]);
+        pl_model_graph_counts(sides[k].m, &rec, &rep);
+        if (sides[k].mode != PL_DECODE_GRAPHS) {
+            ok(rec == 0 && rep == 0, "%s: %s records nothing", label,
+               sides[k].name);
+            continue;
+        }
+        is_int(rec, t.n_shapes, "%s: %s: one recording per decode shape "
+               "met", label, sides[k].name);
+        is_int(rep, t.decodes - t.n_shapes, "%s: %s: every other decode "
+               "iteration (of %d) is a replay", label, sides[k].name,
+               t.decodes);
     }
-    ok(rec[0] == 0 && rep[0] == 0 && rec[1] == 0 && rep[1] == 0,
-       "%s: eager and padded record nothing", label);
-    is_int(rec[2], t.n_shapes, "%s: one recording per decode shape met",
-           label);
-    is_int(rep[2], t.decodes - t.n_shapes, "%s: every other decode "
-           "iteration (of %d) is a replay", label, t.decodes);
 
 done:
     for (k = 0; k < NSIDE; k++) {
         pl_model_free(sides[k].m);
         free(sides[k].logits);
     }
+}
+
+
+/* eager (the reference), padded and graphs on one backend */
+static void
+run_model(pl_backend_t *be, const char *dir, const char *label)
+{
+    side_t  sides[NSIDE] = {
+        { "eager", PL_DECODE_EAGER, be, NULL, NULL, NULL },
+        { "padded", PL_DECODE_PADDED, be, NULL, NULL, NULL },
+        { "graphs", PL_DECODE_GRAPHS, be, NULL, NULL, NULL },
+    };
+
+    run_sides(sides, dir, label);
+}
+
+
+/* eager and graphs on be (PDL on), graphs on a backend with PDL off */
+static void
+pdl_off_on(pl_backend_t *be, const char *dir, const char *label)
+{
+    side_t         sides[NSIDE] = {
+        { "eager", PL_DECODE_EAGER, be, NULL, NULL, NULL },
+        { "graphs PDL off", PL_DECODE_GRAPHS, NULL, NULL, NULL, NULL },
+        { "graphs PDL on", PL_DECODE_GRAPHS, be, NULL, NULL, NULL },
+    };
+    pl_backend_t  *off;
+    char           err[256];
+
+    setenv("PAGEDLLM_CUDA_PDL", "0", 1);
+    off = pl_backend_cuda_create(0, err, sizeof(err));
+    unsetenv("PAGEDLLM_CUDA_PDL");
+    if (!ok(off != NULL, "%s: a second backend starts, PDL off", label)) {
+        diag("%s", err);
+        return;
+    }
+    sides[1].be = off;
+    run_sides(sides, dir, label);
+    off->destroy(off);
 }
 
 
@@ -564,7 +613,7 @@ int
 main(void)
 {
     const char    *build = getenv("PAGEDLLM_BUILD");
-    char           tiny[1024], llama[64], err[256];
+    char           tiny[1024], llama[64], wide[64], err[256];
     pl_backend_t  *be;
 
     pair_seed();
@@ -578,14 +627,23 @@ main(void)
         return done_testing();
     }
     snprintf(llama, sizeof(llama), "%s/llama128", tmp);
-    if (ok(write_llama128(llama) == 0, "a Llama with head_dim 128 and "
-           "GQA 4 written to %s", llama))
+    if (ok(write_llama(llama, 1024, 512, 1024, 2, 4, 1, 128) == 0,
+           "a Llama with head_dim 128 and GQA 4 written to %s", llama))
     {
         run_model(be, llama, "llama hd128");
     }
     run_model(be, tiny, "tiny hd16");
     run_model(be, "t/fixtures/golden/opt_pre_ln", "opt pre-LN");
     profiling_run(be, tiny);
+
+    /* 8192-row gate_up and 4096-row lm_head: the GEMV kernel at every
+       batch size; 1536-row qkv: the GEMV above 8 rows, cuBLAS below */
+    snprintf(wide, sizeof(wide), "%s/llama-wide", tmp);
+    if (ok(write_llama(wide, 4096, 1024, 4096, 2, 8, 2, 128) == 0,
+           "a wider Llama written to %s", wide))
+    {
+        pdl_off_on(be, wide, "pdl");
+    }
     fm_rmtree(tmp);
     be->destroy(be);
     return done_testing();
