@@ -330,6 +330,10 @@ decode_attention_kernel(const attn_params_t p)
     float           o[D / 8][4], m[2], l[2];
 
     if (p.tc_min_qlen > 0 && q1 - q0 >= p.tc_min_qlen) {
+        /* the prefill kernel's row; still wait, so that this grid never
+           completes before the kernel it follows (a kernel launched after
+           it relies on that) */
+        attn_grid_wait();
         return;
     }
     if (ntiles == 0 && p.num_splits > 1) {
