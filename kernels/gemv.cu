@@ -32,15 +32,6 @@
  * allocated or synchronized with the host: the launch can be captured in
  * a CUDA graph.
  *
- * Programmatic dependent launch (pl_cuda.cuh): W and the bias do not
- * depend on the previous kernel, x does.  While the previous kernel
- * drains, a warp prefetches its first U chunks of W into L2 (into
- * registers they would stay live across the loop: 40-60 more registers
- * and a block less per SM) and reads its bias values; then it waits and
- * streams as before.  A block lets the next kernel launch once it has
- * issued its last loads, so that kernel's prologue overlaps this one's
- * tail.
- *
  * For benchmarks, PAGEDLLM_GEMV_N_SMALL sets the dispatch limit (0: never)
  * and PAGEDLLM_GEMV_CONFIG names the configuration (e.g. k8m1t1u4).
  */
@@ -90,14 +81,6 @@ chunk_mma(float (&acc)[MT][NT][4], const uint4 (&a)[MT][2],
 }
 
 
-/* the 128-byte line of W at p into L2, for a load after the wait */
-static __device__ __forceinline__ void
-prefetch_l2(const uint4 *p)
-{
-    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
-}
-
-
 template <int KS, int MG, int MT, int NT, int U>
 __global__ void __launch_bounds__(KS * MG * 32)
 gemv_kernel(__nv_bfloat16 *__restrict__ out,
@@ -116,12 +99,9 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
     const int      hi = (int) ((int64_t) chunks * (ks + 1) / KS);
     const int      full = min(hi, cols / GEMV_CHUNK);
     const size_t   stride = (size_t) cols / 8;        /* uint4 per row */
-    constexpr int  THREADS = KS * MG * 32;
-    constexpr int  EPT = (TILE + THREADS - 1) / THREADS;  /* sums a thread
-                                                             writes */
     const uint4   *wp[MT][2];
     const uint4   *xp[NT];
-    float          acc[MT][NT][4], bv[EPT];
+    float          acc[MT][NT][4];
     int            c;
 
 #pragma unroll
@@ -144,29 +124,6 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
     for (int nt = 0; nt < NT; nt++) {
         xp[nt] = (const uint4 *) x + min(nt * 8 + g, n - 1) * stride + t;
     }
-
-    /* before the wait: the first U chunks of W into L2 (no registers:
-       holding them would cost the loop's occupancy) and the bias */
-    if (lo + U <= full) {
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int o = t; o < U; o += 4) {
-                prefetch_l2(wp[mt][0] - t + (lo + o) * 4);
-                prefetch_l2(wp[mt][1] - t + (lo + o) * 4);
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < EPT; j++) {
-        const int  e = threadIdx.x + j * THREADS;
-        const int  row = row0 + (e >> 7) / NT * 16 + ((e & 31) >> 2)
-                         + (((e >> 5) & 3) >> 1) * 8;
-
-        bv[j] = bias != NULL && e < TILE && row < rows
-                ? pl_weight_at(bias, bias_dt, row) : 0.0f;
-    }
-    pl_grid_wait();
 
     for (c = lo; c + U <= full; c += U) {
         uint4  a[U][MT][2], b[U][NT];
@@ -206,7 +163,6 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
         }
         chunk_mma<MT, NT>(acc, a, b);
     }
-    pl_grid_release();
 
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -222,27 +178,28 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
     __syncthreads();
 
     /* element e of the tile: lane l, register i of m-tile m, n-tile nt */
-#pragma unroll
-    for (int j = 0; j < EPT; j++) {
-        const int  e = threadIdx.x + j * THREADS;
+    for (int e = threadIdx.x; e < TILE; e += KS * MG * 32) {
         const int  l = e & 31, i = (e >> 5) & 3, tile = e >> 7;
         const int  row = row0 + tile / NT * 16 + (l >> 2) + (i >> 1) * 8;
         const int  tok = tile % NT * 8 + (l & 3) * 2 + (i & 1);
         float      s = 0.0f;
 
-        if (e >= TILE || row >= rows || tok >= n) {
+        if (row >= rows || tok >= n) {
             continue;
         }
 #pragma unroll
         for (int k = 0; k < KS; k++) {
             s += part[k][e];
         }
-        out[(size_t) tok * rows + row] = __float2bfloat16_rn(s + bv[j]);
+        if (bias != NULL) {
+            s += pl_weight_at(bias, bias_dt, row);
+        }
+        out[(size_t) tok * rows + row] = __float2bfloat16_rn(s);
     }
 }
 
 
-typedef void (*gemv_launch_t)(pl_cuda_t *cu, __nv_bfloat16 *out,
+typedef void (*gemv_launch_t)(cudaStream_t st, __nv_bfloat16 *out,
     const __nv_bfloat16 *x, const __nv_bfloat16 *w, const void *bias,
     pl_dtype_t bias_dt, int n, int rows, int cols);
 
@@ -255,29 +212,29 @@ typedef struct {
 
 template <int KS, int MG, int MT, int U>
 static void
-gemv_launch(pl_cuda_t *cu, __nv_bfloat16 *out, const __nv_bfloat16 *x,
+gemv_launch(cudaStream_t st, __nv_bfloat16 *out, const __nv_bfloat16 *x,
     const __nv_bfloat16 *w, const void *bias, pl_dtype_t bias_dt, int n,
     int rows, int cols)
 {
-    const dim3  blocks(pl_cuda_blocks(rows, MG * MT * 16));
-    const dim3  threads(KS * MG * 32);
+    const unsigned  blocks = pl_cuda_blocks(rows, MG * MT * 16);
+    const unsigned  threads = KS * MG * 32;
 
     switch ((n + 7) / 8) {
     case 1:
-        pl_cuda_launch(cu, "gemv", gemv_kernel<KS, MG, MT, 1, U>, blocks,
-                       threads, 0, out, x, w, bias, bias_dt, n, rows, cols);
+        gemv_kernel<KS, MG, MT, 1, U><<<blocks, threads, 0, st>>>(
+            out, x, w, bias, bias_dt, n, rows, cols);
         break;
     case 2:
-        pl_cuda_launch(cu, "gemv", gemv_kernel<KS, MG, MT, 2, U>, blocks,
-                       threads, 0, out, x, w, bias, bias_dt, n, rows, cols);
+        gemv_kernel<KS, MG, MT, 2, U><<<blocks, threads, 0, st>>>(
+            out, x, w, bias, bias_dt, n, rows, cols);
         break;
     case 3:
-        pl_cuda_launch(cu, "gemv", gemv_kernel<KS, MG, MT, 3, U>, blocks,
-                       threads, 0, out, x, w, bias, bias_dt, n, rows, cols);
+        gemv_kernel<KS, MG, MT, 3, U><<<blocks, threads, 0, st>>>(
+            out, x, w, bias, bias_dt, n, rows, cols);
         break;
     default:
-        pl_cuda_launch(cu, "gemv", gemv_kernel<KS, MG, MT, 4, U>, blocks,
-                       threads, 0, out, x, w, bias, bias_dt, n, rows, cols);
+        gemv_kernel<KS, MG, MT, 4, U><<<blocks, threads, 0, st>>>(
+            out, x, w, bias, bias_dt, n, rows, cols);
         break;
     }
 }
@@ -420,7 +377,7 @@ pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
             return -1;
         }
     }
-    gemv_configs[config].launch(pl_cuda(be), (__nv_bfloat16 *) out,
+    gemv_configs[config].launch(pl_cuda(be)->stream, (__nv_bfloat16 *) out,
                                 (const __nv_bfloat16 *) x,
                                 (const __nv_bfloat16 *) w->data,
                                 bias != NULL ? bias->data : NULL,
