@@ -36,30 +36,6 @@
 
 template <int VEC>
 __device__ __forceinline__ void
-load_bf16(const __nv_bfloat16 *p, float *v)
-{
-    if constexpr (VEC == 8) {
-        pl_bf16x8_to_f32(*(const uint4 *) p, v);
-    } else {
-        v[0] = __bfloat162float(*p);
-    }
-}
-
-
-template <int VEC>
-__device__ __forceinline__ void
-store_bf16(__nv_bfloat16 *p, const float *v)
-{
-    if constexpr (VEC == 8) {
-        *(uint4 *) p = pl_f32_to_bf16x8(v);
-    } else {
-        *p = __float2bfloat16_rn(v[0]);
-    }
-}
-
-
-template <int VEC>
-__device__ __forceinline__ void
 load_f32(const float *p, float *v)
 {
     if constexpr (VEC == 8) {

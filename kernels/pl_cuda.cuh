@@ -200,6 +200,29 @@ pl_f32_to_bf16x8(const float *f)
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/* VEC (8 or 1) bf16 at p to fp32 and back: one 16-byte access for 8 */
+template <int VEC>
+static __device__ __forceinline__ void
+load_bf16(const __nv_bfloat16 *p, float *v)
+{
+    if constexpr (VEC == 8) {
+        pl_bf16x8_to_f32(*(const uint4 *) p, v);
+    } else {
+        v[0] = __bfloat162float(*p);
+    }
+}
+
+template <int VEC>
+static __device__ __forceinline__ void
+store_bf16(__nv_bfloat16 *p, const float *v)
+{
+    if constexpr (VEC == 8) {
+        *(uint4 *) p = pl_f32_to_bf16x8(v);
+    } else {
+        *p = __float2bfloat16_rn(v[0]);
+    }
+}
+
 /* The backend's stream, for benchmarks that time it with events. */
 extern "C" cudaStream_t pl_cuda_stream(pl_backend_t *be);
 
