@@ -120,38 +120,33 @@ shuffled(int64_t n)
 }
 
 
+typedef struct {
+    void              *out, *q, *kc, *vc;
+    const pl_batch_t  *b;
+    int                nsets;
+    const shape_t     *s;
+} timed_attention_t;
+
+
+static void
+timed_attention(void *arg, int i)
+{
+    timed_attention_t  *a = arg;
+
+    BE->attention(BE, a->out, a->q, a->kc, a->vc, &a->b[i % a->nsets],
+                  a->s->heads, a->s->kv_heads, HEAD_DIM, BLOCK,
+                  1.0f / sqrtf((float) HEAD_DIM));
+}
+
+
 /* median seconds of one attention call over rotating batches */
 static double
 time_attention(void *out, void *q, void *kc, void *vc, const pl_batch_t *b,
     int nsets, const shape_t *s)
 {
-    cudaStream_t  st = pl_cuda_stream(BE);
-    cudaEvent_t   ev[REPS + 1];
-    float         ms[REPS];
-    float         scale = 1.0f / sqrtf((float) HEAD_DIM);
-    int           i;
+    timed_attention_t  a = { out, q, kc, vc, b, nsets, s };
 
-    for (i = 0; i < 3; i++) {
-        BE->attention(BE, out, q, kc, vc, &b[i % nsets], s->heads,
-                      s->kv_heads, HEAD_DIM, BLOCK, scale);
-    }
-    for (i = 0; i <= REPS; i++) {
-        check(cudaEventCreate(&ev[i]), "event");
-    }
-    check(cudaEventRecord(ev[0], st), "record");
-    for (i = 0; i < REPS; i++) {
-        BE->attention(BE, out, q, kc, vc, &b[i % nsets], s->heads,
-                      s->kv_heads, HEAD_DIM, BLOCK, scale);
-        check(cudaEventRecord(ev[i + 1], st), "record");
-    }
-    check(cudaEventSynchronize(ev[REPS]), "sync");
-    for (i = 0; i < REPS; i++) {
-        check(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]), "elapsed");
-    }
-    for (i = 0; i <= REPS; i++) {
-        cudaEventDestroy(ev[i]);
-    }
-    return median(ms, REPS) / 1e3;
+    return bench_time(timed_attention, &a, 3, REPS);
 }
 
 

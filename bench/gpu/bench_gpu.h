@@ -136,4 +136,38 @@ bench_copy(void)
     return tbs;
 }
 
+
+/* Median seconds of one call of fn(arg, i), i = warm.., timed one by one
+   with events on the backend's stream after warm untimed calls; reps at
+   most 256. */
+static inline double
+bench_time(void (*fn)(void *arg, int i), void *arg, int warm, int reps)
+{
+    cudaStream_t  st = pl_cuda_stream(BE);
+    cudaEvent_t   ev[257];
+    float         ms[256];
+    int           i;
+
+    reps = reps < 256 ? reps : 256;
+    for (i = 0; i < warm; i++) {
+        fn(arg, i);
+    }
+    for (i = 0; i <= reps; i++) {
+        check(cudaEventCreate(&ev[i]), "event");
+    }
+    check(cudaEventRecord(ev[0], st), "record");
+    for (i = 0; i < reps; i++) {
+        fn(arg, warm + i);
+        check(cudaEventRecord(ev[i + 1], st), "record");
+    }
+    check(cudaEventSynchronize(ev[reps]), "sync");
+    for (i = 0; i < reps; i++) {
+        check(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]), "elapsed");
+    }
+    for (i = 0; i <= reps; i++) {
+        cudaEventDestroy(ev[i]);
+    }
+    return median(ms, reps) / 1e3;
+}
+
 #endif /* PL_BENCH_GPU_H */

@@ -101,37 +101,33 @@ call(int path, const shape_t *s, int copy, int n)
 }
 
 
+typedef struct {
+    int       path;
+    shape_t  *s;
+    int       n;
+} timed_call_t;
+
+
+static void
+timed_call(void *arg, int i)
+{
+    timed_call_t  *c = arg;
+
+    call(c->path, c->s, i % c->s->copies, c->n);
+}
+
+
 /* median seconds of one call, rotating through the weight copies; -1
    when the path refuses the shape */
 static double
 time_path(int path, shape_t *s, int n)
 {
-    cudaStream_t  st = pl_cuda_stream(BE);
-    cudaEvent_t   ev[REPS + 1];
-    float         ms[REPS];
-    int           i;
+    timed_call_t  c = { path, s, n };
 
-    for (i = 0; i < WARMUP; i++) {
-        if (call(path, s, i % s->copies, n) != 0) {
-            return -1.0;
-        }
+    if (call(path, s, 0, n) != 0) {
+        return -1.0;
     }
-    for (i = 0; i <= REPS; i++) {
-        check(cudaEventCreate(&ev[i]), "event");
-    }
-    check(cudaEventRecord(ev[0], st), "record");
-    for (i = 0; i < REPS; i++) {
-        call(path, s, (WARMUP + i) % s->copies, n);
-        check(cudaEventRecord(ev[i + 1], st), "record");
-    }
-    check(cudaEventSynchronize(ev[REPS]), "sync");
-    for (i = 0; i < REPS; i++) {
-        check(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]), "elapsed");
-    }
-    for (i = 0; i <= REPS; i++) {
-        cudaEventDestroy(ev[i]);
-    }
-    return median(ms, REPS) / 1e3;
+    return bench_time(timed_call, &c, WARMUP, REPS);
 }
 
 
