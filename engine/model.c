@@ -1236,6 +1236,56 @@ check_batch(const pl_model_t *m, const pl_batch_t *b, char *err,
 /* ---- decode iterations: padding to recorded shapes ---- */
 
 
+/*
+ * The index arrays of a batch the model builds itself (a padded decode
+ * batch, the profiling run's), carved in this order from one block of
+ * batch_ints(T, S, W) int32: token ids, positions and slots [T]; context
+ * lengths and logits rows [S]; query starts [S + 1]; block tables
+ * [S][W].
+ */
+typedef struct {
+    int32_t  *ids, *pos, *slots, *cl, *rows, *qs, *tbl;
+} batch_arrays_t;
+
+
+static size_t
+batch_ints(int T, int S, int W)
+{
+    return (size_t) 3 * T + (size_t) 3 * S + 1 + (size_t) S * W;
+}
+
+
+static batch_arrays_t
+batch_carve(int32_t *a, int T, int S)
+{
+    batch_arrays_t  x;
+
+    x.ids = a;
+    x.pos = x.ids + T;
+    x.slots = x.pos + T;
+    x.cl = x.slots + T;
+    x.rows = x.cl + S;
+    x.qs = x.rows + S;
+    x.tbl = x.qs + S + 1;
+    return x;
+}
+
+
+/* The batch description of x's arrays, once they are filled. */
+static pl_batch_t
+batch_of(const batch_arrays_t *x, int T, int S, int W, int max_query_len,
+    int max_context_len)
+{
+    return (pl_batch_t) {
+        .num_tokens = T, .num_seqs = S, .token_ids = x->ids,
+        .positions = x->pos, .slot_mapping = x->slots, .query_start = x->qs,
+        .context_lens = x->cl, .block_tables = x->tbl,
+        .logits_rows = x->rows, .max_blocks_per_seq = W,
+        .max_query_len = max_query_len, .max_context_len = max_context_len
+    };
+}
+
+
 /* The batch size a decode batch of n sequences runs as: 1, 2, 4, then
    the next multiple of 8 (few shapes, little padding), at most most. */
 static int
@@ -1295,7 +1345,7 @@ decode_ready(pl_model_t *m)
         ctx = m->cfg.max_position_embeddings;
     }
     d->max_blocks = decode_blocks(m, decode_ctx((int) ctx));
-    d->arrays = malloc(((size_t) d->max_seqs * (6 + d->max_blocks) + 1)
+    d->arrays = malloc(batch_ints(d->max_seqs, d->max_seqs, d->max_blocks)
                        * sizeof(int32_t));
     if (d->arrays == NULL) {
         return 0;
@@ -1325,9 +1375,9 @@ decode_ready(pl_model_t *m)
 static int
 decode_pad(pl_model_t *m, const pl_batch_t *batch)
 {
-    pl_decode_t  *d = &m->dec;
-    int           n = batch->num_seqs, S, W, ctx, w, s;
-    int32_t      *ids, *pos, *slots, *qs, *cl, *rows, *tbl;
+    pl_decode_t     *d = &m->dec;
+    int              n = batch->num_seqs, S, W, ctx, w, s;
+    batch_arrays_t   x;
 
     if (d->mode == PL_DECODE_EAGER || batch->num_tokens != n
         || !decode_ready(m))
@@ -1340,41 +1390,30 @@ decode_pad(pl_model_t *m, const pl_batch_t *batch)
     if (n > S || W > d->max_blocks) {
         return 0;
     }
-    ids = d->arrays;
-    pos = ids + S;
-    slots = pos + S;
-    cl = slots + S;
-    rows = cl + S;
-    qs = rows + S;
-    tbl = qs + S + 1;
+    x = batch_carve(d->arrays, S, S);
     w = batch->max_blocks_per_seq < W ? batch->max_blocks_per_seq : W;
-    memcpy(ids, batch->token_ids, (size_t) n * sizeof(int32_t));
-    memcpy(pos, batch->positions, (size_t) n * sizeof(int32_t));
-    memcpy(slots, batch->slot_mapping, (size_t) n * sizeof(int32_t));
-    memcpy(cl, batch->context_lens, (size_t) n * sizeof(int32_t));
-    memset(tbl, 0, (size_t) S * W * sizeof(int32_t));
+    memcpy(x.ids, batch->token_ids, (size_t) n * sizeof(int32_t));
+    memcpy(x.pos, batch->positions, (size_t) n * sizeof(int32_t));
+    memcpy(x.slots, batch->slot_mapping, (size_t) n * sizeof(int32_t));
+    memcpy(x.cl, batch->context_lens, (size_t) n * sizeof(int32_t));
+    memset(x.tbl, 0, (size_t) S * W * sizeof(int32_t));
     for (s = 0; s < n; s++) {
-        memcpy(tbl + (size_t) s * W,
+        memcpy(x.tbl + (size_t) s * W,
                batch->block_tables + (size_t) s * batch->max_blocks_per_seq,
                (size_t) w * sizeof(int32_t));
     }
     for (s = n; s < S; s++) {
-        ids[s] = 0;
-        pos[s] = 0;
-        slots[s] = -1;
-        cl[s] = 0;
+        x.ids[s] = 0;
+        x.pos[s] = 0;
+        x.slots[s] = -1;
+        x.cl[s] = 0;
     }
     for (s = 0; s < S; s++) {
-        qs[s] = s;
-        rows[s] = s;
+        x.qs[s] = s;
+        x.rows[s] = s;
     }
-    qs[S] = S;
-    d->batch = (pl_batch_t) {
-        .num_tokens = S, .num_seqs = S, .token_ids = ids, .positions = pos,
-        .slot_mapping = slots, .query_start = qs, .context_lens = cl,
-        .block_tables = tbl, .logits_rows = rows, .max_blocks_per_seq = W,
-        .max_query_len = 1, .max_context_len = ctx
-    };
+    x.qs[S] = S;
+    d->batch = batch_of(&x, S, S, W, 1, ctx);
     return 1;
 }
 
@@ -1737,41 +1776,30 @@ static void
 profile_batch(pl_batch_t *b, int32_t *a, const int *len, int S, int W,
     int nb)
 {
-    int32_t  *ids, *pos, *slots, *qs, *cl, *rows, *tbl;
-    int       s, i, T = 0, max_len = 0;
+    batch_arrays_t  x;
+    int             s, i, T = 0, max_len = 0;
 
     for (s = 0; s < S; s++) {
         T += len[s];
     }
-    ids = a;
-    pos = ids + T;
-    slots = pos + T;
-    cl = slots + T;
-    rows = cl + S;
-    qs = rows + S;
-    tbl = qs + S + 1;
+    x = batch_carve(a, T, S);
     T = 0;
     for (s = 0; s < S; s++) {
-        qs[s] = T;
+        x.qs[s] = T;
         for (i = 0; i < len[s]; i++, T++) {
-            ids[T] = 0;
-            pos[T] = i;
-            slots[T] = -1;
+            x.ids[T] = 0;
+            x.pos[T] = i;
+            x.slots[T] = -1;
         }
-        cl[s] = len[s];
-        rows[s] = T - 1;
+        x.cl[s] = len[s];
+        x.rows[s] = T - 1;
         max_len = len[s] > max_len ? len[s] : max_len;
         for (i = 0; i < W; i++) {
-            tbl[(size_t) s * W + i] = i % nb;
+            x.tbl[(size_t) s * W + i] = i % nb;
         }
     }
-    qs[S] = T;
-    *b = (pl_batch_t) {
-        .num_tokens = T, .num_seqs = S, .token_ids = ids, .positions = pos,
-        .slot_mapping = slots, .query_start = qs, .context_lens = cl,
-        .block_tables = tbl, .logits_rows = rows, .max_blocks_per_seq = W,
-        .max_query_len = max_len, .max_context_len = max_len
-    };
+    x.qs[S] = T;
+    *b = batch_of(&x, T, S, W, max_len, max_len);
 }
 
 
@@ -1801,12 +1829,13 @@ static int
 profile_graph(pl_model_t *m, pl_model_profile_t *prof, int32_t *a,
     float *logits, int max_context, char *err, size_t errlen)
 {
-    pl_backend_t  *be = m->be;
-    long           recorded = m->dec.recorded;
-    pl_batch_t     b;
-    pl_logits_t    out;
-    size_t         before, after, total;
-    int           *len, S, s;
+    pl_backend_t      *be = m->be;
+    long               recorded = m->dec.recorded;
+    pl_batch_t         b;
+    const pl_batch_t  *dev;
+    pl_logits_t        out;
+    size_t             before, after, total;
+    int               *len, S, s;
 
     if (m->dec.mode != PL_DECODE_GRAPHS || !decode_ready(m)) {
         return 0;
@@ -1824,7 +1853,12 @@ profile_graph(pl_model_t *m, pl_model_profile_t *prof, int32_t *a,
 
     /* first eagerly, so that kernels loaded on first use are not counted
        as the recording's */
-    run_layers(m, &b, be->batch_upload(be, &b));
+    dev = be->batch_upload(be, &b);
+    if (dev == NULL) {
+        return model_fail(err, errlen, "the %s backend cannot take the "
+                          "batch", be->name);
+    }
+    run_layers(m, &b, dev);
     be->sync(be);
     if (be->mem_info(be, &before, &total) != 0) {
         return model_fail(err, errlen, "the %s backend cannot tell its "
@@ -1887,8 +1921,7 @@ pl_model_profile(pl_model_t *m, int block_size, int max_context,
     prof->tokens = T - left;
     prof->seqs = S;
     W = (len[0] + block_size - 1) / block_size;
-    a = malloc(((size_t) 3 * T + 3 * S + 1 + (size_t) S * W)
-               * sizeof(int32_t));
+    a = malloc(batch_ints(T, S, W) * sizeof(int32_t));
     logits = malloc((size_t) S * m->cfg.vocab_size * sizeof(float));
     if (a == NULL || logits == NULL) {
         goto oom;
