@@ -11,12 +11,7 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 B=build-gpu
 M=/tmp/llama2-7b-random
-if ! printf '#include <jansson.h>\n' | cc -E - >/dev/null 2>&1; then
-    for f in .gpu-debs/*.deb; do dpkg -x "$f" /tmp/pl-deps; done
-    export C_INCLUDE_PATH=/tmp/pl-deps/usr/include
-    export LIBRARY_PATH=/tmp/pl-deps/usr/lib/x86_64-linux-gnu
-    export LD_LIBRARY_PATH=/tmp/pl-deps/usr/lib/x86_64-linux-gnu
-fi
+. tools/gpu-deps.sh
 [ -f $M/config.json ] || python3 bench/gpu/serving_torch.py make-model $M \
     > "$OUT/make-model.log" 2>&1 &
 mkdir -p $B && touch $B/.deps

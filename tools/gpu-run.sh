@@ -11,10 +11,8 @@
 # dependent launch) and prints one line of TB/s per setting, then runs
 # graphs.t and attention.t under the new launch paths; "profile" runs the
 # decode benchmark and the prefill one under ncu.
-# The machine has no network: when jansson's headers are missing there,
-# the Debian packages carried in .gpu-debs/ are unpacked under /tmp
-# (fetch them here once: mkdir .gpu-debs && cd .gpu-debs &&
-# apt-get download libjansson4 libjansson-dev; then carry ".gpu-debs").
+# The machine has no network: tools/gpu-deps.sh unpacks the jansson
+# packages carried in .gpu-debs/ there (carry ".gpu-debs").
 set -u
 
 OUT=${OUT:-gpu-out}
@@ -38,12 +36,7 @@ log() { echo "== $*" | tee -a "$OUT/summary.log"; }
     > "$OUT/machine.log" 2>&1
 log "machine: $(head -1 "$OUT/machine.log")"
 
-if ! printf '#include <jansson.h>\n' | cc -E - >/dev/null 2>&1; then
-    for f in .gpu-debs/*.deb; do dpkg -x "$f" /tmp/pl-deps; done
-    export C_INCLUDE_PATH=/tmp/pl-deps/usr/include
-    export LIBRARY_PATH=/tmp/pl-deps/usr/lib/x86_64-linux-gnu
-    export LD_LIBRARY_PATH=/tmp/pl-deps/usr/lib/x86_64-linux-gnu
-fi
+. tools/gpu-deps.sh
 
 # no apt there: mark the Debian packages as handled
 mkdir -p $B && touch $B/.deps

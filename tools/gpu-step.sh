@@ -5,8 +5,7 @@
 # of each kernel of one eager step at batch 1 and 64.  Logs under $OUT.
 #     bash tools/gpu-step.sh      (carry .gpu-debs, see tools/gpu-run.sh)
 set -u
-for f in .gpu-debs/*.deb; do dpkg -x "$f" /tmp/pl-deps; done
-export C_INCLUDE_PATH=/tmp/pl-deps/usr/include LIBRARY_PATH=/tmp/pl-deps/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/pl-deps/usr/lib/x86_64-linux-gnu
+. tools/gpu-deps.sh
 M=/tmp/llama2-7b-random
 [ -f $M/config.json ] || python3 bench/gpu/serving_torch.py make-model $M > $OUT/make-model.log 2>&1 &
 mkdir -p build-gpu; touch build-gpu/.deps
