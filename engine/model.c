@@ -171,6 +171,9 @@ struct pl_model_s {
     void              **v_cache;
 
     pl_decode_t         dec;
+    int                 fuse;           /* decode batches through
+                                           matmul_fused (Llama, one rank;
+                                           PAGEDLLM_FUSED=0: never) */
 };
 
 
@@ -864,6 +867,8 @@ pl_model_load_shard(const char *dir, pl_backend_t *be, pl_comm_t *comm,
         return NULL;
     }
     m->be = be;
+    m->fuse = getenv("PAGEDLLM_FUSED") == NULL
+              || strcmp(getenv("PAGEDLLM_FUSED"), "0") != 0;
     if (pl_model_config_read(dir, &m->cfg, &m->arch, err, errlen) != 0
         || plan_shard(m, comm, err, errlen) != 0
         || check_backend(m, err, errlen) != 0
@@ -1455,30 +1460,41 @@ all_reduce(pl_model_t *m, void *buf, size_t n)
 }
 
 
+/* s->attn = attention of layer l over s->qkv (the QKV projection): its
+   split into q and the cache, RoPE (Llama) on the way, in one operation;
+   paged attention */
+static void
+attend(pl_model_t *m, int l, const pl_batch_t *b)
+{
+    pl_backend_t  *be = m->be;
+    pl_scratch_t  *s = &m->s;
+    int            hd = m->cfg.head_dim;
+    int            nh = m->sh.n_heads, nkv = m->sh.n_kv_heads;
+
+    be->qkv_rope_store(be, s->q, m->k_cache[l], m->v_cache[l], s->qkv,
+                       b->positions, b->slot_mapping,
+                       m->arch.family == PL_FAMILY_LLAMA ? m->inv_freq : NULL,
+                       b->num_tokens, nh, nkv, hd);
+    be->attention(be, s->attn, s->q, m->k_cache[l], m->v_cache[l], b, nh,
+                  nkv, hd, m->block_size, 1.0f / sqrtf((float) hd));
+}
+
+
 /* out = attention of layer l over in (both [T][hidden]), through the
-   paged cache: QKV projection; its split into q and the cache, RoPE
-   (Llama) on the way, in one operation; paged attention; output
-   projection */
+   paged cache: QKV projection, attend, output projection */
 static void
 attention_block(pl_model_t *m, int l, const pl_batch_t *b, const void *in,
     void *out)
 {
-    pl_backend_t             *be = m->be;
-    const pl_model_config_t  *c = &m->cfg;
-    const pl_layer_t         *L = &m->layers[l];
-    pl_scratch_t             *s = &m->s;
-    int                       T = b->num_tokens, hd = c->head_dim;
-    int                       nh = m->sh.n_heads, nkv = m->sh.n_kv_heads;
+    pl_backend_t      *be = m->be;
+    const pl_layer_t  *L = &m->layers[l];
+    pl_scratch_t      *s = &m->s;
+    int                T = b->num_tokens;
 
     be->matmul(be, s->qkv, in, &L->qkv.w, bias_of(&L->qkv), T);
-    be->qkv_rope_store(be, s->q, m->k_cache[l], m->v_cache[l], s->qkv,
-                       b->positions, b->slot_mapping,
-                       m->arch.family == PL_FAMILY_LLAMA ? m->inv_freq : NULL,
-                       T, nh, nkv, hd);
-    be->attention(be, s->attn, s->q, m->k_cache[l], m->v_cache[l], b, nh,
-                  nkv, hd, m->block_size, 1.0f / sqrtf((float) hd));
+    attend(m, l, b);
     be->matmul(be, out, s->attn, &L->o.w, bias_of(&L->o), T);
-    all_reduce(m, out, (size_t) T * c->hidden_size);
+    all_reduce(m, out, (size_t) T * m->cfg.hidden_size);
 }
 
 
@@ -1505,6 +1521,73 @@ llama_layer(pl_model_t *m, int l, const pl_batch_t *b)
     be->silu_mul(be, s->act, s->up, T, m->sh.inter);
     be->matmul(be, s->y, s->act, &L->down.w, NULL, T);
     all_reduce(m, s->y, (size_t) T * hid);
+}
+
+
+/*
+ * The decode path of the Llama family when the backend fuses (one rank,
+ * T <= matmul_fused_max_n): every norm and the SwiGLU gate ride on the
+ * matmul that reads them and each residual add on the matmul that makes
+ * it, so a layer is four weight-streaming kernels plus the attention's
+ * two.  The stream x is kept whole (no pending y).
+ */
+static int
+use_fused(pl_model_t *m, const pl_batch_t *b)
+{
+    pl_backend_t  *be = m->be;
+
+    return m->fuse && m->arch.family == PL_FAMILY_LLAMA && m->sh.world == 1
+           && be->matmul_fused != NULL && be->add != NULL
+           && b->num_tokens <= be->matmul_fused_max_n;
+}
+
+
+/* out = in(x) . w^T (+ bias) (+ f->add, which is then out), composed from
+   the unfused operations where the backend does not fuse the case */
+static void
+matmul_fused(pl_model_t *m, void *out, const void *x, const pl_weight_t *w,
+    const pl_weight_t *bias, int T, const pl_matmul_fuse_t *f)
+{
+    pl_backend_t  *be = m->be;
+    pl_scratch_t  *s = &m->s;
+
+    if (be->matmul_fused(be, out, x, w, bias, T, f) == 0) {
+        return;
+    }
+    if (f->in == PL_FUSE_IN_RMSNORM) {
+        be->rmsnorm(be, s->h, x, f->norm, T, (int) w->cols, f->eps);
+        x = s->h;
+    } else if (f->in == PL_FUSE_IN_SILU_MUL) {
+        be->silu_mul(be, s->act, x, T, (int) w->cols);
+        x = s->act;
+    }
+    if (f->add == NULL) {
+        be->matmul(be, out, x, w, bias, T);
+        return;
+    }
+    be->matmul(be, s->y, x, w, bias, T);
+    be->add(be, out, s->y, T, (int) w->rows);
+}
+
+
+static void
+llama_layer_fused(pl_model_t *m, int l, const pl_batch_t *b)
+{
+    const pl_layer_t  *L = &m->layers[l];
+    pl_scratch_t      *s = &m->s;
+    int                T = b->num_tokens;
+    float              eps = m->cfg.rms_norm_eps;
+    pl_matmul_fuse_t   normed = { PL_FUSE_IN_RMSNORM, NULL, eps, NULL };
+    pl_matmul_fuse_t   added = { PL_FUSE_IN_PLAIN, NULL, 0.0f, s->x };
+
+    normed.norm = &L->attn_norm.w;
+    matmul_fused(m, s->qkv, s->x, &L->qkv.w, bias_of(&L->qkv), T, &normed);
+    attend(m, l, b);
+    matmul_fused(m, s->x, s->attn, &L->o.w, bias_of(&L->o), T, &added);
+    normed.norm = &L->mlp_norm.w;
+    matmul_fused(m, s->up, s->x, &L->up.w, NULL, T, &normed);
+    added.in = PL_FUSE_IN_SILU_MUL;
+    matmul_fused(m, s->x, s->up, &L->down.w, NULL, T, &added);
 }
 
 
@@ -1673,6 +1756,19 @@ run_layers(pl_model_t *m, const pl_batch_t *host, const pl_batch_t *b)
     int                       l;
 
     embed(m, host, b);
+    if (use_fused(m, b)) {
+        pl_matmul_fuse_t  normed = { PL_FUSE_IN_RMSNORM, &m->norm.w,
+                                     c->rms_norm_eps, NULL };
+
+        for (l = 0; l < c->num_layers; l++) {
+            llama_layer_fused(m, l, b);
+        }
+        be->gather_rows(be, m->s.rows, m->s.x, b->logits_rows, b->num_seqs,
+                        c->hidden_size);
+        matmul_fused(m, m->s.logits, m->s.rows, &m->lm_head, NULL,
+                     b->num_seqs, &normed);
+        return;
+    }
     for (l = 0; l < c->num_layers; l++) {
         if (m->arch.family == PL_FAMILY_LLAMA) {
             llama_layer(m, l, b);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "pl_cuda.cuh"
+#include "gemv.cuh"
 
 
 void
@@ -553,6 +554,8 @@ cuda_wire(pl_backend_t *be)
     be->rmsnorm = pl_cuda_rmsnorm;
     be->add_rmsnorm = pl_cuda_add_rmsnorm;
     be->matmul = pl_cuda_matmul;
+    be->matmul_fused = pl_cuda_matmul_fused;
+    be->matmul_fused_max_n = pl_cuda_gemv_n_small();
     be->qkv_rope_store = pl_cuda_qkv_rope_store;
     be->attention = pl_cuda_attention;
     be->silu_mul = pl_cuda_silu_mul;

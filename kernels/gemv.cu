@@ -81,14 +81,108 @@ chunk_mma(float (&acc)[MT][NT][4], const uint4 (&a)[MT][2],
 }
 
 
-template <int KS, int MG, int MT, int NT, int U>
+/*
+ * Fused forms (pl_matmul_fuse_t): what MODE does on the way in and out.
+ * GEMV_RMS: x is normed as it is loaded; each block first sums the squares
+ * of the n rows of x (8 KB a row at Llama-2-7B's width, from L2), having
+ * sent its first weight chunks to L2 so that DRAM is busy meanwhile.
+ * GEMV_SILU_ADD: x holds gate and up halves, [n][2 cols], and silu(gate) *
+ * up is formed as it is loaded; GEMV_ADD and GEMV_SILU_ADD add the
+ * product to a [n][rows] (out may be a: each element is read and written
+ * by one thread).  The transformed x is rounded to bf16 exactly as the
+ * unfused norm and activation kernels store it.
+ */
+enum { GEMV_PLAIN = 0, GEMV_RMS, GEMV_ADD, GEMV_SILU_ADD };
+
+typedef struct {
+    const float          *norm;      /* GEMV_RMS: [cols] */
+    float                 eps;
+    const __nv_bfloat16  *add;       /* GEMV_ADD, GEMV_SILU_ADD */
+} gemv_fuse_t;
+
+
+static __device__ __forceinline__ float
+gemv_silu_times(float g, float u)
+{
+    return g / (1.0f + __expf(-g)) * u;
+}
+
+
+/* 8 elements of x's row at xp (uint4 index i), transformed by MODE */
+template <int MODE>
+static __device__ __forceinline__ uint4
+gemv_load_x(const uint4 *xp, int i, size_t half, const float4 *nw, float inv)
+{
+    uint4  v = __ldg(xp + i);
+    float  f[8];
+
+    if (MODE == GEMV_RMS) {
+        const float4  w0 = __ldg(nw + 2 * i), w1 = __ldg(nw + 2 * i + 1);
+        const float   wv[8] = { w0.x, w0.y, w0.z, w0.w,
+                                w1.x, w1.y, w1.z, w1.w };
+
+        pl_bf16x8_to_f32(v, f);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            f[e] = f[e] * inv * wv[e];
+        }
+        return pl_f32_to_bf16x8(f);
+    }
+    if (MODE == GEMV_SILU_ADD) {
+        float  u[8];
+
+        pl_bf16x8_to_f32(v, f);
+        pl_bf16x8_to_f32(__ldg(xp + half + i), u);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            f[e] = gemv_silu_times(f[e], u[e]);
+        }
+        return pl_f32_to_bf16x8(f);
+    }
+    return v;
+}
+
+
+/* inv[t] = 1 / sqrt(mean(x[t]^2) + eps) for the n rows of x */
+template <int THREADS>
+static __device__ __forceinline__ void
+gemv_row_norms(float *inv, const __nv_bfloat16 *x, int n, int cols,
+    float eps)
+{
+    const int  lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    for (int t = warp; t < n; t += THREADS / 32) {
+        const uint4  *row = (const uint4 *) (x + (size_t) t * cols);
+        float         ss = 0.0f, f[8];
+
+        for (int i = lane; i < cols / 8; i += 32) {
+            pl_bf16x8_to_f32(__ldg(row + i), f);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                ss += f[e] * f[e];
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        }
+        if (lane == 0) {
+            inv[t] = rsqrtf(ss / cols + eps);
+        }
+    }
+    __syncthreads();
+}
+
+
+template <int KS, int MG, int MT, int NT, int U, int MODE>
 __global__ void __launch_bounds__(KS * MG * 32)
-gemv_kernel(__nv_bfloat16 *__restrict__ out,
-    const __nv_bfloat16 *__restrict__ x, const __nv_bfloat16 *__restrict__ w,
-    const void *bias, pl_dtype_t bias_dt, int n, int rows, int cols)
+gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
+    const __nv_bfloat16 *__restrict__ w, const void *bias,
+    pl_dtype_t bias_dt, int n, int rows, int cols, gemv_fuse_t fuse)
 {
     constexpr int  TILE = MG * MT * NT * 128;   /* a block's accumulators */
     __shared__ float  part[KS][TILE];
+    __shared__ float  inv_s[NT * 8];
 
     const int      lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int      g = lane >> 2, t = lane & 3;
@@ -99,9 +193,11 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
     const int      hi = (int) ((int64_t) chunks * (ks + 1) / KS);
     const int      full = min(hi, cols / GEMV_CHUNK);
     const size_t   stride = (size_t) cols / 8;        /* uint4 per row */
+    const size_t   xstride = MODE == GEMV_SILU_ADD ? 2 * stride : stride;
+    const float4  *nw = (const float4 *) fuse.norm + 2 * t;
     const uint4   *wp[MT][2];
     const uint4   *xp[NT];
-    float          acc[MT][NT][4];
+    float          acc[MT][NT][4], inv[NT];
     int            c;
 
 #pragma unroll
@@ -122,7 +218,28 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        xp[nt] = (const uint4 *) x + min(nt * 8 + g, n - 1) * stride + t;
+        xp[nt] = (const uint4 *) x + min(nt * 8 + g, n - 1) * xstride + t;
+        inv[nt] = 1.0f;
+    }
+
+    if (MODE == GEMV_RMS) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                if (lo + u < full) {
+                    asm volatile("prefetch.global.L2 [%0];" ::
+                                 "l"(wp[mt][0] + (lo + u) * 4));
+                    asm volatile("prefetch.global.L2 [%0];" ::
+                                 "l"(wp[mt][1] + (lo + u) * 4));
+                }
+            }
+        }
+        gemv_row_norms<KS * MG * 32>(inv_s, x, n, cols, fuse.eps);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            inv[nt] = inv_s[min(nt * 8 + g, n - 1)];
+        }
     }
 
     for (c = lo; c + U <= full; c += U) {
@@ -137,7 +254,8 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                b[u][nt] = __ldg(xp[nt] + (c + u) * 4);
+                b[u][nt] = gemv_load_x<MODE>(xp[nt], (c + u) * 4, stride,
+                                             nw, inv[nt]);
             }
         }
 #pragma unroll
@@ -159,7 +277,9 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            b[nt] = in ? __ldg(xp[nt] + c * 4) : zero;
+            b[nt] = in ? gemv_load_x<MODE>(xp[nt], c * 4, stride, nw,
+                                           inv[nt])
+                       : zero;
         }
         chunk_mma<MT, NT>(acc, a, b);
     }
@@ -194,6 +314,9 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
         if (bias != NULL) {
             s += pl_weight_at(bias, bias_dt, row);
         }
+        if (MODE == GEMV_ADD || MODE == GEMV_SILU_ADD) {
+            s += __bfloat162float(fuse.add[(size_t) tok * rows + row]);
+        }
         out[(size_t) tok * rows + row] = __float2bfloat16_rn(s);
     }
 }
@@ -201,61 +324,70 @@ gemv_kernel(__nv_bfloat16 *__restrict__ out,
 
 typedef void (*gemv_launch_t)(cudaStream_t st, __nv_bfloat16 *out,
     const __nv_bfloat16 *x, const __nv_bfloat16 *w, const void *bias,
-    pl_dtype_t bias_dt, int n, int rows, int cols);
+    pl_dtype_t bias_dt, int n, int rows, int cols, gemv_fuse_t fuse);
 
 typedef struct {
     const char     *name;
-    gemv_launch_t   launch;
+    gemv_launch_t   launch[4];      /* by MODE; NULL: not built */
     int             rows_per_block;
 } gemv_config_t;
 
 
-template <int KS, int MG, int MT, int U>
+template <int KS, int MG, int MT, int U, int MODE>
 static void
 gemv_launch(cudaStream_t st, __nv_bfloat16 *out, const __nv_bfloat16 *x,
     const __nv_bfloat16 *w, const void *bias, pl_dtype_t bias_dt, int n,
-    int rows, int cols)
+    int rows, int cols, gemv_fuse_t fuse)
 {
     const unsigned  blocks = pl_cuda_blocks(rows, MG * MT * 16);
     const unsigned  threads = KS * MG * 32;
 
     switch ((n + 7) / 8) {
     case 1:
-        gemv_kernel<KS, MG, MT, 1, U><<<blocks, threads, 0, st>>>(
-            out, x, w, bias, bias_dt, n, rows, cols);
+        gemv_kernel<KS, MG, MT, 1, U, MODE><<<blocks, threads, 0, st>>>(
+            out, x, w, bias, bias_dt, n, rows, cols, fuse);
         break;
     case 2:
-        gemv_kernel<KS, MG, MT, 2, U><<<blocks, threads, 0, st>>>(
-            out, x, w, bias, bias_dt, n, rows, cols);
+        gemv_kernel<KS, MG, MT, 2, U, MODE><<<blocks, threads, 0, st>>>(
+            out, x, w, bias, bias_dt, n, rows, cols, fuse);
         break;
     case 3:
-        gemv_kernel<KS, MG, MT, 3, U><<<blocks, threads, 0, st>>>(
-            out, x, w, bias, bias_dt, n, rows, cols);
+        gemv_kernel<KS, MG, MT, 3, U, MODE><<<blocks, threads, 0, st>>>(
+            out, x, w, bias, bias_dt, n, rows, cols, fuse);
         break;
     default:
-        gemv_kernel<KS, MG, MT, 4, U><<<blocks, threads, 0, st>>>(
-            out, x, w, bias, bias_dt, n, rows, cols);
+        gemv_kernel<KS, MG, MT, 4, U, MODE><<<blocks, threads, 0, st>>>(
+            out, x, w, bias, bias_dt, n, rows, cols, fuse);
         break;
     }
 }
 
 
 /* Named kKSmMGtMTuU.  GEMV_WIDE, GEMV_DEEP and GEMV_NARROW are
-   dispatch's choices; the others are there for the benchmark's sweep. */
+   dispatch's choices, built in every fused form too; the others are
+   there for the benchmark's sweep. */
 #define GEMV_CONFIG(ks, mg, mt, u)                                          \
-    { "k" #ks "m" #mg "t" #mt "u" #u, gemv_launch<ks, mg, mt, u>,           \
+    { "k" #ks "m" #mg "t" #mt "u" #u,                                       \
+      { gemv_launch<ks, mg, mt, u, GEMV_PLAIN>, NULL, NULL, NULL },         \
+      (mg) * (mt) * 16 }
+#define GEMV_CONFIG_FUSED(ks, mg, mt, u)                                    \
+    { "k" #ks "m" #mg "t" #mt "u" #u,                                       \
+      { gemv_launch<ks, mg, mt, u, GEMV_PLAIN>,                             \
+        gemv_launch<ks, mg, mt, u, GEMV_RMS>,                               \
+        gemv_launch<ks, mg, mt, u, GEMV_ADD>,                               \
+        gemv_launch<ks, mg, mt, u, GEMV_SILU_ADD> },                        \
       (mg) * (mt) * 16 }
 
 static const gemv_config_t  gemv_configs[] = {
-    GEMV_CONFIG(8, 1, 2, 4),
+    GEMV_CONFIG_FUSED(8, 1, 2, 4),
     GEMV_CONFIG(8, 1, 1, 4),
-    GEMV_CONFIG(8, 1, 1, 8),
+    GEMV_CONFIG_FUSED(8, 1, 1, 8),
     GEMV_CONFIG(8, 1, 2, 2),
     GEMV_CONFIG(4, 1, 1, 8),
     GEMV_CONFIG(4, 2, 1, 4),
     GEMV_CONFIG(4, 2, 2, 4),
     GEMV_CONFIG(16, 1, 1, 4),
-    GEMV_CONFIG(8, 2, 1, 4),
+    GEMV_CONFIG_FUSED(8, 2, 1, 4),
     GEMV_CONFIG(4, 4, 1, 4),
     GEMV_CONFIG(2, 4, 1, 8),
 };
@@ -359,11 +491,19 @@ gemv_takes(const void *x, const pl_weight_t *w, int n)
 }
 
 
-extern "C" int
-pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
-    const pl_weight_t *w, const pl_weight_t *bias, int n, int config)
+/* 0 launched, -1 not taken (see gemv.cuh); mode GEMV_PLAIN keeps the
+   dispatch rule that leaves matrices too short to fill the GPU to cuBLAS,
+   the fused forms do not (the unfused alternative is three kernels) */
+static int
+gemv_go(pl_backend_t *be, void *out, const void *x, const pl_weight_t *w,
+    const pl_weight_t *bias, int n, int config, int mode, gemv_fuse_t fuse)
 {
-    if (!gemv_takes(x, w, n) || config >= GEMV_NCONFIGS) {
+    size_t  xcols = mode == GEMV_SILU_ADD ? 2 * (size_t) w->cols : w->cols;
+
+    if (!gemv_takes(x, w, n) || config >= GEMV_NCONFIGS
+        || (mode == GEMV_RMS && ((uintptr_t) fuse.norm & 15) != 0)
+        || xcols > INT32_MAX)
+    {
         return -1;
     }
     if (config < 0) {
@@ -371,18 +511,84 @@ pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
 
         /* Under half a block per SM the kernel leaves most of the chip
            idle, having no split of k across blocks: cuBLAS takes those. */
-        if (w->rows / gemv_configs[config].rows_per_block
-            < pl_cuda(be)->num_sms / 2)
+        if (mode == GEMV_PLAIN
+            && w->rows / gemv_configs[config].rows_per_block
+               < pl_cuda(be)->num_sms / 2)
         {
             return -1;
         }
     }
-    gemv_configs[config].launch(pl_cuda(be)->stream, (__nv_bfloat16 *) out,
-                                (const __nv_bfloat16 *) x,
-                                (const __nv_bfloat16 *) w->data,
-                                bias != NULL ? bias->data : NULL,
-                                bias != NULL ? bias->dtype : PL_DT_F32, n,
-                                (int) w->rows, (int) w->cols);
+    if (gemv_configs[config].launch[mode] == NULL) {
+        return -1;
+    }
+    gemv_configs[config].launch[mode](pl_cuda(be)->stream,
+                                      (__nv_bfloat16 *) out,
+                                      (const __nv_bfloat16 *) x,
+                                      (const __nv_bfloat16 *) w->data,
+                                      bias != NULL ? bias->data : NULL,
+                                      bias != NULL ? bias->dtype : PL_DT_F32,
+                                      n, (int) w->rows, (int) w->cols, fuse);
     PL_CUDA_LAUNCHED("gemv");
     return 0;
+}
+
+
+extern "C" int
+pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *bias, int n, int config)
+{
+    const gemv_fuse_t  none = { NULL, 0.0f, NULL };
+
+    return gemv_go(be, out, x, w, bias, n, config, GEMV_PLAIN, none);
+}
+
+
+extern "C" int
+pl_cuda_gemv_fused(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *bias, int n, int config,
+    const pl_matmul_fuse_t *f)
+{
+    gemv_fuse_t  fuse = { NULL, f->eps, (const __nv_bfloat16 *) f->add };
+    int          mode;
+
+    switch (f->in) {
+    case PL_FUSE_IN_PLAIN:
+        mode = f->add != NULL ? GEMV_ADD : GEMV_PLAIN;
+        break;
+    case PL_FUSE_IN_RMSNORM:
+        if (f->add != NULL || f->norm == NULL || f->norm->dtype != PL_DT_F32
+            || f->norm->rows * f->norm->cols != w->cols)
+        {
+            return -1;
+        }
+        fuse.norm = (const float *) f->norm->data;
+        mode = GEMV_RMS;
+        break;
+    case PL_FUSE_IN_SILU_MUL:
+        if (f->add == NULL) {
+            return -1;
+        }
+        mode = GEMV_SILU_ADD;
+        break;
+    default:
+        return -1;
+    }
+    return gemv_go(be, out, x, w, bias, n, config, mode, fuse);
+}
+
+
+/* the backend's matmul_fused: the GEMV, for up to pl_cuda_gemv_n_small()
+   rows */
+extern "C" int
+pl_cuda_matmul_fused(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *bias, int n,
+    const pl_matmul_fuse_t *f)
+{
+    if (n <= 0) {
+        return 0;
+    }
+    if (n > pl_cuda_gemv_n_small()) {
+        return -1;
+    }
+    return pl_cuda_gemv_fused(be, out, x, w, bias, n, -1, f);
 }

@@ -32,6 +32,19 @@ extern "C" {
 int pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n, int config);
 
+/* The same with the input and output fused as f says (pl_ops.h's
+   pl_matmul_fuse_t): built for dispatch's configurations only (another
+   config: -1).  Fused launches take matrices of any height. */
+int pl_cuda_gemv_fused(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *bias, int n, int config,
+    const pl_matmul_fuse_t *f);
+
+/* the backend's matmul_fused: pl_cuda_gemv_fused with dispatch's choice,
+   for n <= pl_cuda_gemv_n_small(); -1 otherwise */
+int pl_cuda_matmul_fused(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *bias, int n,
+    const pl_matmul_fuse_t *f);
+
 /* the largest n pl_cuda_matmul sends to the kernel */
 int pl_cuda_gemv_n_small(void);
 

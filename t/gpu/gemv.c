@@ -8,6 +8,9 @@
  * shapes the kernel must refuse (odd columns, misaligned x, n past
  * PL_GEMV_MAX_N, too few rows).
  *
+ * The fused forms (norm or SwiGLU gate on the way in, residual add on the
+ * way out) against the CPU backend's composition of the unfused ones.
+ *
  * Outputs hold one row more than the call writes, all poisoned with NaN
  * first: every element of out[n][rows] must be written and close to the
  * CPU's (||gpu - cpu|| / ||cpu||, bf16 result: METHOD.md's 1e-3 to 1e-2),
@@ -270,6 +273,131 @@ test_refused(void)
 }
 
 
+/*
+ * The fused forms (pl_matmul_fuse_t) against the CPU's: x normed on the
+ * way in, x = gate|up rows turned into silu(gate) * up, and the product
+ * added in place to out (as the model calls them), through each
+ * configuration built fused, through dispatch's choice and through the
+ * backend's matmul_fused; a configuration built plain only refuses.
+ */
+static int
+run_fused(const mat_t *m, int n, int via, pl_fuse_in_t in, int add,
+    int with_bias, const mat_t *norm)
+{
+    size_t            xs = (size_t) n * m->cols, os = (size_t) n * m->rows;
+    size_t            xn = in == PL_FUSE_IN_SILU_MUL ? 2 * xs : xs;
+    float            *x = pair_rand(xn, 2.0f);
+    float            *a = pair_rand(os + m->rows, 1.0f);
+    void             *xc = pair_put(P.cpu, x, xn), *xg = pair_put(P.gpu, x, xn);
+    void             *oc, *og;
+    pl_matmul_fuse_t  fc = { in, NULL, 1e-5f, NULL }, fg = fc;
+    char              name[160];
+    size_t            i;
+    int               rc;
+
+    for (i = os; i < os + m->rows; i++) {
+        a[i] = NAN;
+    }
+    oc = pair_put(P.cpu, a, os);
+    og = pair_put(P.gpu, a, os + m->rows);
+    if (!add) {
+        pair_poison(P.gpu, og, os + m->rows);
+    } else {
+        fc.add = oc;
+        fg.add = og;
+    }
+    if (in == PL_FUSE_IN_RMSNORM) {
+        fc.norm = &norm->wc;
+        fg.norm = &norm->wg;
+    }
+    rc = via == VIA_MATMUL
+         ? P.gpu->matmul_fused(P.gpu, og, xg, &m->wg,
+                               with_bias ? &m->bg : NULL, n, &fg)
+         : pl_cuda_gemv_fused(P.gpu, og, xg, &m->wg,
+                              with_bias ? &m->bg : NULL, n, via, &fg);
+    if (rc == 0) {
+        is_int(P.cpu->matmul_fused(P.cpu, oc, xc, &m->wc,
+                                   with_bias ? &m->bc : NULL, n, &fc), 0,
+               "the CPU twin computes it");
+        snprintf(name, sizeof(name), "fused %s%s %s n=%d %dx%d%s",
+                 in == PL_FUSE_IN_RMSNORM ? "rmsnorm"
+                 : in == PL_FUSE_IN_SILU_MUL ? "silu_mul" : "plain",
+                 add ? " +add in place" : "", via_name(via), n, m->rows,
+                 m->cols, with_bias ? " +bias" : "");
+        check_out(og, oc, n, m->rows, name);
+    }
+    P.gpu->free(P.gpu, xg);
+    P.gpu->free(P.gpu, og);
+    P.cpu->free(P.cpu, xc);
+    P.cpu->free(P.cpu, oc);
+    free(x);
+    free(a);
+    return rc;
+}
+
+
+static void
+test_fused(void)
+{
+    static const int  shapes[][2] = {
+        { 300, 1000 }, { 12288, 4096 }, { 4096, 4096 }, { 4096, 11008 },
+        { 7, 4104 }
+    };
+    static const int  ns[] = { 1, 2, 3, 8, 9, 16 };
+    int     built = 0, c, k, n;
+    mat_t   m, norm;
+    size_t  s, i;
+
+    for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        mat_load(&m, shapes[s][0], shapes[s][1]);
+        mat_load(&norm, 1, shapes[s][1]);
+        for (i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+            n = ns[i];
+            for (k = 0; k < 4; k++) {
+                pl_fuse_in_t  in = k == 1 ? PL_FUSE_IN_RMSNORM
+                                   : k == 3 ? PL_FUSE_IN_SILU_MUL
+                                   : PL_FUSE_IN_PLAIN;
+                int           add = k >= 2;
+
+                is_int(run_fused(&m, n, VIA_PICK, in, add, (n + k) % 2,
+                                 &norm), 0,
+                       "dispatch takes the fused form %d at n=%d %dx%d", k,
+                       n, m.rows, m.cols);
+                if (s == 0 || n == 1) {
+                    is_int(run_fused(&m, n, VIA_MATMUL, in, add, k == 1,
+                                     &norm), 0,
+                           "matmul_fused takes the fused form %d at n=%d",
+                           k, n);
+                }
+            }
+        }
+        mat_free(&norm);
+        mat_free(&m);
+    }
+
+    /* every configuration built fused, on the odd shape; the others
+       refuse */
+    mat_load(&m, 300, 1000);
+    mat_load(&norm, 1, 1000);
+    for (c = 0; c < pl_cuda_gemv_configs(); c++) {
+        int  rc = run_fused(&m, 5, c, PL_FUSE_IN_RMSNORM, 0, 1, &norm);
+
+        if (rc == 0) {
+            built++;
+            run_fused(&m, 5, c, PL_FUSE_IN_SILU_MUL, 1, 0, &norm);
+            run_fused(&m, 12, c, PL_FUSE_IN_PLAIN, 1, 1, &norm);
+        }
+    }
+    ok(built == 3, "dispatch's 3 configurations are built fused (%d)",
+       built);
+    is_int(run_fused(&m, pl_cuda_gemv_n_small() + 1, VIA_MATMUL,
+                     PL_FUSE_IN_RMSNORM, 0, 0, &norm), -1,
+           "matmul_fused refuses n past the GEMV's limit");
+    mat_free(&norm);
+    mat_free(&m);
+}
+
+
 int
 main(void)
 {
@@ -288,6 +416,7 @@ main(void)
     test_narrow_columns();
     test_llama_shapes();
     test_refused();
+    test_fused();
     P.gpu->destroy(P.gpu);
     P.cpu->destroy(P.cpu);
     return done_testing();
