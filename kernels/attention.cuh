@@ -27,6 +27,10 @@
 #define ATTN_MAX_SPLITS   64         /* KV splits of one row at most */
 #define ATTN_LOG2E     1.4426950408889634f
 
+#define DEC_F_L2PF      1            /* decode: cp.async L2::256B hint */
+#define DEC_F_FENCE_SC  2            /* decode: merge after __threadfence
+                                        in every thread */
+
 typedef struct {
     __nv_bfloat16         *out;
     const __nv_bfloat16   *q;
@@ -48,6 +52,8 @@ typedef struct {
                                              y = row (else x = row) */
     int                    pdl_trigger;   /* decode: release the next
                                              dependent launch early */
+    int                    dec_flags;     /* decode: DEC_F_* variants (set
+                                             by its launcher only) */
     int                    head_dim;
     int                    log2_block;
     int                    max_blocks;
@@ -110,8 +116,16 @@ attn_grid_release(void)
  * longer needs), so the accumulator loads of the final sum are independent
  * and all in flight together.  Called by all THREADS threads of the
  * block.
+ *
+ * Ordering: the barrier makes the block's partial writes precede thread
+ * 0's counter update, an acquire-release atomic at GPU scope, which
+ * releases them to the block that arrives last and acquires the others'
+ * for it (the barrier after it extends that to its other threads); with
+ * SC (the default; the decode kernel passes false unless
+ * PAGEDLLM_CUDA_ATTN_FENCE=1), every thread fences (MEMBAR.SC) before and
+ * after instead, which costs each block a full fence on the way out.
  */
-template <int THREADS>
+template <int THREADS, bool SC = true>
 static __device__ __forceinline__ void
 attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
     int64_t unit, int *last, float *smem)
@@ -121,12 +135,21 @@ attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
     int     ns = p.num_splits;
     int64_t           rh0 = (int64_t) row * p.n_heads + kvh * p.group + g0;
 
-    __threadfence();
+    if (SC) {
+        __threadfence();
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
         int  *cnt = p.counters + unit;
+        int   old;
 
-        *last = atomicAdd(cnt, 1) == ns - 1;
+        if (SC) {
+            old = atomicAdd(cnt, 1);
+        } else {
+            asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
+                         : "=r"(old) : "l"(cnt) : "memory");
+        }
+        *last = old == ns - 1;
         if (*last) {
             *cnt = 0;
         }
@@ -135,7 +158,9 @@ attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
     if (!*last) {
         return;
     }
-    __threadfence();
+    if (SC) {
+        __threadfence();
+    }
     ng = min(ng, p.group - g0);
     for (int i = threadIdx.x; i < ng * ns; i += THREADS) {
         float2  e = __ldcg(&p.part_ml[(rh0 + i / ns) * ns + i % ns]);

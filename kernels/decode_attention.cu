@@ -12,19 +12,32 @@
  * 16 tokens of a tile: S = Q K^T, online softmax in base 2 (the
  * accumulator rescaled only when a row's max moved), O += P V.  The
  * split's block-table entries are staged in shared memory first (a page
- * of DEC_TBL at a time), so no K/V copy waits on a table load.  At the end
- * the warps' states are merged through shared memory; with several splits
- * the block writes a partial and the last one to finish merges them
- * (attn_merge_if_last).  A split that starts past its row's context (a
- * short sequence beside a long one, or max_context_len rounded up for a
- * CUDA graph) writes an empty partial without loading anything.
+ * of DEC_TBL at a time, loaded together with the context length), so no
+ * K/V copy waits on a table load.  At the end the warps' states are
+ * merged through shared memory; with several splits the block writes a
+ * partial and the last one to finish merges them (attn_merge_if_last,
+ * ordered by one acquire-release atomic per block).  A split that starts
+ * past its row's context (a short sequence beside a long one, or
+ * max_context_len rounded up for a CUDA graph) writes an empty partial
+ * without loading anything.
+ *
+ * Instructions, not bytes, bounded the kernel (ncu, 1 x 4096: 2 blocks of
+ * 4 warps per SM, each warp issuing every 5.8 cycles, about 740
+ * instructions per warp and tile, more than half of them the address
+ * arithmetic of the copies); each thread now copies the same two chunks
+ * of every 16th (head 64: 32nd) token row, with its bases computed once
+ * (dec_copy_t), and the exponentials run on ex2.approx.
  *
  * Pipeline: DEC_STAGES tile buffers, DEC_STAGES - 1 tiles in flight while
  * one is computed, one barrier per tile (a stage is refilled only after
  * every warp has passed the barrier that follows its last use).  One bulk
  * copy per 256-byte token row through the copy engine measured 2.4 times
  * slower than these cp.async.  Splits: as many as one wave of resident
- * blocks holds, no split under 128 tokens, at most ATTN_MAX_SPLITS.
+ * blocks holds, no split under SPLIT_MIN tokens (64: one tile, so a
+ * batch of one at a short context spreads over as many blocks as it
+ * has tiles), at most ATTN_MAX_SPLITS; from max_context_len and the
+ * batch shape only, so a CUDA graph replays the choice for any context
+ * within its bucket.
  *
  * Launch order and overlap.  Blocks are numbered rows first (blockIdx.x is
  * the row) or, with PAGEDLLM_CUDA_ATTN_ORDER=1, heads first, so that the
@@ -44,11 +57,15 @@
  * PAGEDLLM_CUDA_ATTN_SHORT_CTX and PAGEDLLM_CUDA_ATTN_SHORT_STAGES (when
  * max_context_len <= SHORT_CTX, SHORT_STAGES stages: fewer stages, more
  * resident blocks to hide each short block's start; default off),
- * PAGEDLLM_CUDA_ATTN_SPLIT_MIN, PAGEDLLM_CUDA_ATTN_SPLITS (a fixed count),
- * PAGEDLLM_CUDA_ATTN_ORDER and PAGEDLLM_CUDA_ATTN_PDL (above; default
- * ORDER=1 and PDL=2: the best setting of the sweep in tools/gpu-run.sh on
- * the H200, 2026-11-29, 0.5-1.7% over rows first without PDL on every
- * shape of bench/gpu/attention; 0 turns each off).
+ * PAGEDLLM_CUDA_ATTN_SPLIT_MIN (default 64; it was 128),
+ * PAGEDLLM_CUDA_ATTN_SPLITS (a fixed count), PAGEDLLM_CUDA_ATTN_ORDER and
+ * PAGEDLLM_CUDA_ATTN_PDL (above; default ORDER=1 and PDL=2: the best
+ * setting of the sweep in tools/gpu-run.sh on the H200, 2026-11-29,
+ * 0.5-1.7% over rows first without PDL on every shape of
+ * bench/gpu/attention; 0 turns each off), PAGEDLLM_CUDA_ATTN_L2PF=1
+ * (cp.async with the L2::256B prefetch hint on full tiles; default 0) and
+ * PAGEDLLM_CUDA_ATTN_FENCE=1 (the split merge after a __threadfence in
+ * every thread, as before; default 0: one acquire-release atomic).
  */
 
 #include <float.h>
@@ -61,6 +78,34 @@
 #define DEC_ROWS     16           /* query heads per block (MMA rows) */
 #define DEC_TBL      512          /* block-table entries staged at once */
 #define DEC_STAGES   3            /* KV tiles in flight + 1 */
+
+
+/* 2^x on the special-function unit, subnormals flushed (exp2f adds a
+   range check and a rescale around it) */
+static __device__ __forceinline__ float
+fast_exp2(float x)
+{
+    float  y;
+
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+
+/* the split merge, ordered by one acquire-release atomic per block, or
+   (PAGEDLLM_CUDA_ATTN_FENCE=1) by every thread's __threadfence */
+static __device__ __forceinline__ void
+dec_merge(const attn_params_t &p, int row, int g0, int ng, int kvh,
+    int64_t unit, int *last, unsigned char *smem)
+{
+    if (p.dec_flags & DEC_F_FENCE_SC) {
+        attn_merge_if_last<DEC_THREADS, true>(p, row, g0, ng, kvh, unit,
+                                              last, (float *) smem);
+    } else {
+        attn_merge_if_last<DEC_THREADS, false>(p, row, g0, ng, kvh, unit,
+                                               last, (float *) smem);
+    }
+}
 
 
 /* Stage table entries [b0, b0 + DEC_TBL) (those that exist) in smem. */
@@ -77,32 +122,109 @@ stage_table(int32_t *tbl, const int32_t *table, int b0, int bend)
 }
 
 
-/* Copy the K and V rows of tokens [first, first + BN) into a stage with
-   16-byte cp.async (zero past t1), as one commit group. */
+/*
+ * Where a thread's copies go: each thread copies DEC_CPT 16-byte chunks of
+ * every DEC_RS-th token row of a tile, the same chunks of each row, so
+ * that its global base pointers and shared offsets are computed once per
+ * block and a row costs one table lookup and one 32x32->64 multiply for
+ * all DEC_CPT chunks of K and of V (the address arithmetic of one copy
+ * per row and chunk was half of the kernel's instructions).  The rows a
+ * thread copies are DEC_RS apart, a multiple of 8, so the swizzle of its
+ * chunks is the same in every row.
+ */
+#define DEC_CPT  2                              /* chunks per thread */
+#define DEC_TPR(D)  ((D) / 8 / DEC_CPT)          /* threads per row */
+#define DEC_RS(D)   (DEC_THREADS / DEC_TPR(D))    /* rows per pass */
+
+typedef struct {
+    const char           *k, *v;     /* this thread's chunk 0 of the KV
+                                        head in token slot 0 */
+    uint32_t              soff[DEC_CPT];   /* shared offsets, row r0 */
+    int                   r0;        /* first row of the tile it copies */
+    int                   kv_row;    /* bytes per token slot */
+    int                   pf;        /* cp.async with the L2::256B hint */
+} dec_copy_t;
+
+
 template <int D>
 static __device__ __forceinline__ void
-issue_tile(const attn_params_t &p, const int32_t *tbl, int b0, int kvh,
-    int first, int t1, uint32_t ks, uint32_t vs)
+copy_init(dec_copy_t &cp, const attn_params_t &p, int kvh)
 {
-    constexpr int  CH = D / 8;
-    int64_t        kv_row = (int64_t) (p.n_heads / p.group) * D;
+    int  tc = threadIdx.x % DEC_TPR(D);
+
+    cp.r0 = threadIdx.x / DEC_TPR(D);
+    cp.kv_row = (p.n_heads / p.group) * D * 2;
+    cp.k = (const char *) (p.k_cache + kvh * D + tc * 8);
+    cp.v = (const char *) (p.v_cache + kvh * D + tc * 8);
+#pragma unroll
+    for (int j = 0; j < DEC_CPT; j++) {
+        cp.soff[j] = swz<D>(cp.r0, tc + j * DEC_TPR(D));
+    }
+    cp.pf = (p.dec_flags & DEC_F_L2PF) != 0;
+}
+
+
+/* cp_async16 with the L2::256B prefetch hint (a token's 256-byte head row
+   fetched from DRAM in one piece) */
+static __device__ __forceinline__ void
+cp_async16_pf(uint32_t dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+
+/* Copy the K and V rows of tokens [first, first + BN) into a stage with
+   16-byte cp.async (zero past t1 unless FULL: the tile lies below t1), as
+   one commit group. */
+template <int D, bool FULL, bool PF>
+static __device__ __forceinline__ void
+issue_rows(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
+    int b0, int first, int t1, uint32_t ks, uint32_t vs)
+{
+    int  lb = p.log2_block, bmask = (1 << lb) - 1;
 
 #pragma unroll
-    for (int k = 0; k < DEC_BN * CH / DEC_THREADS; k++) {
-        int      i = threadIdx.x + k * DEC_THREADS;
-        int      r = i / CH, c = i % CH, t = first + r;
-        bool     valid = t < t1;
+    for (int k = 0; k < DEC_BN / DEC_RS(D); k++) {
+        int      r = cp.r0 + k * DEC_RS(D), t = first + r;
+        bool     valid = FULL || t < t1;
         int64_t  off = 0;
 
         if (valid) {
-            int64_t  slot = ((int64_t) tbl[(t >> p.log2_block) - b0]
-                             << p.log2_block)
-                            | (t & ((1 << p.log2_block) - 1));
+            int  slot = (tbl[(t >> lb) - b0] << lb) | (t & bmask);
 
-            off = slot * kv_row + (int64_t) kvh * D + c * 8;
+            off = (int64_t) slot * cp.kv_row;
         }
-        cp_async16(ks + swz<D>(r, c), p.k_cache + off, valid);
-        cp_async16(vs + swz<D>(r, c), p.v_cache + off, valid);
+#pragma unroll
+        for (int j = 0; j < DEC_CPT; j++) {
+            uint32_t  so = cp.soff[j] + k * DEC_RS(D) * D * 2;
+            int       go = j * DEC_TPR(D) * 16;
+
+            if (PF) {
+                cp_async16_pf(ks + so, cp.k + off + go, valid);
+                cp_async16_pf(vs + so, cp.v + off + go, valid);
+            } else {
+                cp_async16(ks + so, cp.k + off + go, valid);
+                cp_async16(vs + so, cp.v + off + go, valid);
+            }
+        }
+    }
+}
+
+
+template <int D>
+static __device__ __forceinline__ void
+issue_tile(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
+    int b0, int first, int t1, uint32_t ks, uint32_t vs)
+{
+    if (first + DEC_BN <= t1) {
+        if (cp.pf) {
+            issue_rows<D, true, true>(p, cp, tbl, b0, first, t1, ks, vs);
+        } else {
+            issue_rows<D, true, false>(p, cp, tbl, b0, first, t1, ks, vs);
+        }
+    } else {
+        issue_rows<D, false, false>(p, cp, tbl, b0, first, t1, ks, vs);
     }
     cp_async_commit();
 }
@@ -160,7 +282,7 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        corr = exp2f(m[h] - mx);
+        corr = fast_exp2(m[h] - mx);
         m[h] = mx;
         l[h] *= corr;
         if (__any_sync(0xffffffffu, corr != 1.0f)) {
@@ -176,7 +298,7 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
             for (int e = 0; e < 2; e++) {
                 float  &v = s[n][h * 2 + e];
 
-                v = exp2f(v - mx);
+                v = fast_exp2(v - mx);
                 l[h] += v;
             }
         }
@@ -233,7 +355,7 @@ finish_block(const attn_params_t &p, float (&o)[D / 8][4], float (&m)[2],
         for (int w = 0; w < 4; w++) {
             mx = fmaxf(mx, ml[w][r].x);
         }
-        f = exp2f(m[h] - mx);
+        f = fast_exp2(m[h] - mx);
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             obuf[warp][r][n * 8 + (lane & 3) * 2] = o[n][h * 2] * f;
@@ -250,7 +372,7 @@ finish_block(const attn_params_t &p, float (&o)[D / 8][4], float (&m)[2],
             mx = fmaxf(mx, ml[w][r].x);
         }
         for (int w = 0; w < 4; w++) {
-            sum += ml[w][r].y * exp2f(ml[w][r].x - mx);
+            sum += ml[w][r].y * fast_exp2(ml[w][r].x - mx);
             v += obuf[w][r][d];
         }
         if (p.num_splits == 1) {
@@ -282,9 +404,9 @@ stage_addr(uint32_t qs, int st)
    restaged when the tile leaves it. */
 template <int D, int STAGES>
 static __device__ __forceinline__ void
-issue_next(const attn_params_t &p, int32_t *tbl, const int32_t *table,
-    int &b0, int bend, int kvh, int t0, int t1, int ntiles, int j,
-    uint32_t qs)
+issue_next(const attn_params_t &p, const dec_copy_t &cp, int32_t *tbl,
+    const int32_t *table, int &b0, int bend, int t0, int t1, int ntiles,
+    int j, uint32_t qs)
 {
     int       first = t0 + j * DEC_BN;
     uint32_t  ks = stage_addr<D>(qs, j % STAGES);
@@ -297,7 +419,31 @@ issue_next(const attn_params_t &p, int32_t *tbl, const int32_t *table,
         b0 = first >> p.log2_block;
         stage_table(tbl, table, b0, bend);
     }
-    issue_tile<D>(p, tbl, b0, kvh, first, t1, ks, ks + DEC_BN * D * 2);
+    issue_tile<D>(p, cp, tbl, b0, first, t1, ks, ks + DEC_BN * D * 2);
+}
+
+
+/*
+ * The sequence of a row: in a batch of decode rows row r is sequence r,
+ * which two independent loads confirm; otherwise the binary search (a
+ * chain of dependent loads, one per halving).  q0, q1: its query rows.
+ */
+static __device__ __forceinline__ int
+dec_seq_of_row(const attn_params_t &p, int row, int &q0, int &q1)
+{
+    int  seq;
+
+    if (row < p.num_seqs) {
+        q0 = p.query_start[row];
+        q1 = p.query_start[row + 1];
+        if (q0 <= row && row < q1) {
+            return row;
+        }
+    }
+    seq = attn_seq_of_row(p, row);
+    q0 = p.query_start[seq];
+    q1 = p.query_start[seq + 1];
+    return seq;
 }
 
 
@@ -311,23 +457,19 @@ decode_attention_kernel(const attn_params_t p)
 
     int             row = p.heads_first ? blockIdx.y : blockIdx.x;
     int             hc = p.heads_first ? blockIdx.x : blockIdx.y;
-    int             seq = attn_seq_of_row(p, row);
-    int             q0 = p.query_start[seq], q1 = p.query_start[seq + 1];
+    int             q0, q1, seq = dec_seq_of_row(p, row, q0, q1);
     int             kvh = hc / p.chunks;
     int             g0 = (hc % p.chunks) * DEC_ROWS;
     int             ng = min(DEC_ROWS, p.group - g0);
     int             warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int             ctx = p.context_lens[seq] - (q1 - row) + 1;
     int             t0 = blockIdx.z * p.split_tokens;
-    int             t1 = blockIdx.z + 1 == gridDim.z
-                         ? ctx : min(ctx, t0 + p.split_tokens);
-    int             ntiles = t1 > t0 ? (t1 - t0 + DEC_BN - 1) / DEC_BN : 0;
-    int             bend = t1 > t0 ? ((t1 - 1) >> p.log2_block) + 1 : 0;
     int             b0 = t0 >> p.log2_block;
+    int             bend, ctx, t1, ntiles;
     const int32_t  *table = p.block_tables + (int64_t) seq * p.max_blocks;
     uint32_t        qs = smem_addr(dec_smem);
     uint32_t        qf[D / 16][4];
     float           o[D / 8][4], m[2], l[2];
+    dec_copy_t      cp;
 
     if (p.tc_min_qlen > 0 && q1 - q0 >= p.tc_min_qlen) {
         /* the prefill kernel's row; still wait, so that this grid never
@@ -336,18 +478,31 @@ decode_attention_kernel(const attn_params_t p)
         attn_grid_wait();
         return;
     }
+
+    /*
+     * The context length and the split's table page are loaded together:
+     * the page is bounded by the split (the last split: by the table's
+     * width), not by the context, so the K/V copies wait for one round
+     * trip after the sequence is known instead of two.  Both only depend
+     * on the batch arrays: staged before the wait for the previous kernel
+     * (a no-op unless launched with PDL).
+     */
+    ctx = p.context_lens[seq] - (q1 - row) + 1;
+    bend = blockIdx.z + 1 == gridDim.z
+           ? p.max_blocks
+           : min(p.max_blocks, ((t0 + p.split_tokens - 1) >> p.log2_block)
+                               + 1);
+    stage_table(tbl, table, b0, bend);
+    t1 = blockIdx.z + 1 == gridDim.z ? ctx : min(ctx, t0 + p.split_tokens);
+    ntiles = t1 > t0 ? (t1 - t0 + DEC_BN - 1) / DEC_BN : 0;
     if (ntiles == 0 && p.num_splits > 1) {
         attn_grid_wait();
         attn_empty_split(p, row, kvh * p.group + g0, ng);
-        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh,
-                                        row * p.n_hc + hc, &last,
-                                        (float *) dec_smem);
+        dec_merge(p, row, g0, ng, kvh, row * p.n_hc + hc, &last, dec_smem);
         return;
     }
 
-    /* the table page only depends on the batch arrays: staged before the
-       wait for the previous kernel (a no-op unless launched with PDL) */
-    stage_table(tbl, table, b0, bend);
+    copy_init<D>(cp, p, kvh);
     attn_grid_wait();
     for (int i = threadIdx.x; i < DEC_ROWS * (D / 8); i += DEC_THREADS) {
         int   r = i / (D / 8), c = i % (D / 8);
@@ -360,7 +515,7 @@ decode_attention_kernel(const attn_params_t p)
     cp_async_commit();
 #pragma unroll
     for (int j = 0; j < STAGES - 1; j++) {
-        issue_next<D, STAGES>(p, tbl, table, b0, bend, kvh, t0, t1, ntiles,
+        issue_next<D, STAGES>(p, cp, tbl, table, b0, bend, t0, t1, ntiles,
                               j, qs);
     }
     cp_async_wait<STAGES - 1>();
@@ -388,7 +543,7 @@ decode_attention_kernel(const attn_params_t p)
 
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        issue_next<D, STAGES>(p, tbl, table, b0, bend, kvh, t0, t1, ntiles,
+        issue_next<D, STAGES>(p, cp, tbl, table, b0, bend, t0, t1, ntiles,
                               j + STAGES - 1, qs);
         if (j + 1 < ntiles) {
             warp_tile<D, false>(o, m, l, qf, ks, vs, t0 + j * DEC_BN, t1,
@@ -405,9 +560,7 @@ decode_attention_kernel(const attn_params_t p)
 
     finish_block<D>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp, lane);
     if (p.num_splits > 1) {
-        attn_merge_if_last<DEC_THREADS>(p, row, g0, ng, kvh,
-                                        row * p.n_hc + hc, &last,
-                                        (float *) dec_smem);
+        dec_merge(p, row, g0, ng, kvh, row * p.n_hc + hc, &last, dec_smem);
     }
 }
 
@@ -421,6 +574,8 @@ typedef struct {
     int  splits;
     int  heads_first;
     int  pdl;
+    int  l2pf;
+    int  fence_sc;
 } dec_knobs_t;
 
 
@@ -441,11 +596,13 @@ read_knobs(void)
     k.stages = env_or("PAGEDLLM_CUDA_ATTN_STAGES", DEC_STAGES);
     k.short_ctx = env_or("PAGEDLLM_CUDA_ATTN_SHORT_CTX", 0);
     k.short_stages = env_or("PAGEDLLM_CUDA_ATTN_SHORT_STAGES", 2);
-    k.split_min = env_or("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 128);
+    k.split_min = env_or("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 64);
     k.splits = env_or("PAGEDLLM_CUDA_ATTN_SPLITS", 0);
     k.heads_first = env_or("PAGEDLLM_CUDA_ATTN_ORDER", 1) == 1;
     k.pdl = env_or("PAGEDLLM_CUDA_ATTN_PDL", 2);
-    k.split_min = k.split_min > 0 ? k.split_min : 128;
+    k.l2pf = env_or("PAGEDLLM_CUDA_ATTN_L2PF", 0) == 1;
+    k.fence_sc = env_or("PAGEDLLM_CUDA_ATTN_FENCE", 0) == 1;
+    k.split_min = k.split_min > 0 ? k.split_min : 64;
     return k;
 }
 
@@ -513,6 +670,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     /* heads first puts the rows in gridDim.y (at most 65535) */
     p.heads_first = k.heads_first && rows <= 65535;
     p.pdl_trigger = k.pdl == 2;
+    p.dec_flags = (k.l2pf ? DEC_F_L2PF : 0) | (k.fence_sc ? DEC_F_FENCE_SC : 0);
 
     cfg.gridDim = p.heads_first ? dim3(p.n_hc, rows, p.num_splits)
                                 : dim3(rows, p.n_hc, p.num_splits);

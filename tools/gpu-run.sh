@@ -75,11 +75,11 @@ if [ $SWEEP = 1 ]; then
     # the decode benchmark under each setting of the decode kernel's
     # knobs (PAGEDLLM_CUDA_ATTN_<name>=<value>, kernels/
     # decode_attention.cu); the first line is the defaults
-    for v in "" "STAGES=2" "STAGES=4" "SPLIT_MIN=64" "SPLIT_MIN=256" \
-             "STAGES=2 SPLIT_MIN=512" "SPLITS=16" "STAGES=2 SPLITS=12" \
-             "ORDER=1" "ORDER=1 STAGES=2" "PDL=1" "PDL=2" \
-             "PDL=2 ORDER=1" "PDL=2 ORDER=1 STAGES=2" \
-             "SHORT_CTX=512 SHORT_STAGES=2 PDL=2 ORDER=1"; do
+    for v in "" "STAGES=2" "STAGES=4" "SPLIT_MIN=128" "SPLIT_MIN=256" \
+             "FENCE=1" "L2PF=1" "L2PF=1 STAGES=2" "FENCE=1 SPLIT_MIN=128" \
+             "SPLITS=12" "SPLITS=16" "STAGES=2 SPLITS=16" \
+             "STAGES=2 SPLITS=24" "ORDER=0" "PDL=0" \
+             "SHORT_CTX=512 SHORT_STAGES=2" "SHORT_CTX=512 SHORT_STAGES=4"; do
         echo "# ${v:-defaults}" >> "$OUT/sweep.log"
         env $(for kv in $v; do echo "PAGEDLLM_CUDA_ATTN_$kv"; done) \
             $B/bench/gpu/attention decode >> "$OUT/sweep.log" 2>&1

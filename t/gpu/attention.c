@@ -354,8 +354,17 @@ decode_bucket_case(int hd, int nh, int nkv, int num_seqs)
  * early release; two stages with 7 splits (a split count that does not
  * divide the contexts); four stages with as many splits as allowed
  * (ATTN_MAX_SPLITS: the in-kernel merge of many partials, empty ones
- * among them); the short-context stage count.
+ * among them); the short-context stage count; the split merge ordered
+ * by a __threadfence in every thread, with splits of 128 tokens at least
+ * (the defaults are one acquire-release atomic and 64); copies with the
+ * L2::256B hint in one split per row, so that a 32k context walks four
+ * pages of the staged block table.  A single sequence in the context
+ * bucket (the engine's batch-1 decode) and the long contexts run under
+ * each setting.
  */
+static void long_case(void);
+
+
 static void
 decode_knob_cases(void)
 {
@@ -369,10 +378,14 @@ decode_knob_cases(void)
         { "PAGEDLLM_CUDA_ATTN_SPLITS", "64" },
         { "PAGEDLLM_CUDA_ATTN_SHORT_CTX", "4096" },
         { "PAGEDLLM_CUDA_ATTN_PDL", "1" },
+        { "PAGEDLLM_CUDA_ATTN_FENCE", "1" },
+        { "PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "128" },
+        { "PAGEDLLM_CUDA_ATTN_L2PF", "1" },
+        { "PAGEDLLM_CUDA_ATTN_SPLITS", "1" },
     };
     /* settings: knobs [from, to) of the table above */
     static const int    set[][2] = { { 0, 2 }, { 2, 4 }, { 4, 7 },
-                                     { 7, 9 } };
+                                     { 7, 9 }, { 9, 11 }, { 11, 13 } };
     size_t              i;
     int                 k;
 
@@ -387,6 +400,8 @@ decode_knob_cases(void)
         decode_case(16, 128, 32, 32, 2, 700);
         decode_bucket_case(128, 32, 32, 12);
         decode_bucket_case(64, 8, 2, 5);
+        decode_bucket_case(128, 32, 32, 1);
+        long_case();
         for (k = set[i][0]; k < set[i][1]; k++) {
             unsetenv(knobs[k][0]);
         }
