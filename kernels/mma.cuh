@@ -328,4 +328,63 @@ ex2(float x)
 
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
+
+/*
+ * Hopper bulk tensor copies (TMA, sm_90a): one thread issues the copy of
+ * a whole box of a tensor map (tma.cuh) into shared memory; the copy
+ * counts its bytes off the transaction count of an mbarrier, which one
+ * thread raises by the bytes of all the phase's copies with
+ * mbar_arrive_expect_tx (before or after they land: the count may go
+ * below zero meanwhile, and the phase cannot complete before that
+ * arrival), so the phase completes once every byte landed.  The copies
+ * write through the async proxy, as wgmma reads, so no proxy fence is
+ * needed between them.
+ */
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+/* one arrival on bar, and tx more bytes for the phase to wait for */
+static __device__ __forceinline__ void
+mbar_arrive_expect_tx(uint32_t bar, uint32_t tx)
+{
+    asm volatile("{\n.reg .b64 st;\n"
+                 "mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;"
+                 "\n}\n"
+                 :: "r"(bar), "r"(tx) : "memory");
+}
+
+
+/* the box of map at (c0, c1, c2) into shared memory at dst, completing
+   on bar; map: the generic address of a __grid_constant__ CUtensorMap */
+static __device__ __forceinline__ void
+tma_load_3d(uint32_t dst, const void *map, int c0, int c1, int c2,
+    uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global"
+                 ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+                 "[%5];\n"
+                 :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2),
+                    "r"(bar)
+                 : "memory");
+}
+
+
+static __device__ __forceinline__ void
+tma_prefetch_map(const void *map)
+{
+    asm volatile("prefetch.tensormap [%0];\n" :: "l"(map) : "memory");
+}
+
+
+/* after mbar_init of barriers that copies complete: makes the
+   initialization visible to the async proxy (with the block barrier
+   that follows it) */
+static __device__ __forceinline__ void
+mbar_init_fence(void)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+#endif /* __CUDA_ARCH_FEAT_SM90_ALL */
+
 #endif /* PL_MMA_CUH */

@@ -26,9 +26,11 @@
  * kernel serves every other case.  Benchmark overrides:
  * PAGEDLLM_CUDA_PREFILL=mma forces this one; for the Hopper kernel,
  * PAGEDLLM_CUDA_PREFILL_STAGES=2 two KV stages instead of three,
- * PAGEDLLM_CUDA_PREFILL_LOADS=wait a producer that waits for each KV
- * tile to land, PAGEDLLM_CUDA_PREFILL_PINGPONG=off consumers that do
- * not take turns at the tensor cores.
+ * PAGEDLLM_CUDA_PREFILL_LOADS=cpasync the 16-byte cp.async gather
+ * instead of TMA copies (the loads TMA cannot serve use it anyway:
+ * block sizes under 8), PAGEDLLM_CUDA_PREFILL_LOADS=wait that gather
+ * waiting for each KV tile to land, PAGEDLLM_CUDA_PREFILL_PINGPONG=off
+ * consumers that do not take turns at the tensor cores.
  */
 
 #include <float.h>
@@ -44,8 +46,8 @@
 #define PF_BM_SM90        128         /* query rows per Hopper block */
 
 /* prefill_attention_sm90.cu; p.tile_start numbers tiles of PF_BM_SM90 */
-void pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    int stages, bool async, bool pingpong);
+bool pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
+    int stages, bool tma, bool async, bool pingpong);
 
 /* which kernel the last prefill launch ran, for tests and benchmarks */
 static const char  *prefill_kernel_name;
@@ -413,15 +415,17 @@ launch_sm90_env(pl_cuda_t *cu, const attn_params_t &p, int rows)
     const char  *loads = getenv("PAGEDLLM_CUDA_PREFILL_LOADS");
     const char  *pp = getenv("PAGEDLLM_CUDA_PREFILL_PINGPONG");
     int          stages;
-    bool         async, pingpong;
+    bool         tma, async, pingpong;
 
     stages = pl_cuda_env_int("PAGEDLLM_CUDA_PREFILL_STAGES", 3) == 2 ? 2 : 3;
+    tma = loads == NULL || strcmp(loads, "tma") == 0;
     async = loads == NULL || strcmp(loads, "wait") != 0;
     pingpong = pp == NULL || strcmp(pp, "off") != 0;
-    pl_cuda_prefill_sm90(cu, p, rows, stages, async, pingpong);
+    tma = pl_cuda_prefill_sm90(cu, p, rows, stages, tma, async, pingpong);
     snprintf(prefill_kernel_buf, sizeof(prefill_kernel_buf),
              "sm90 wgmma, %d stages, %s loads%s", stages,
-             async ? "async" : "waiting", pingpong ? ", ping-pong" : "");
+             tma ? "tma" : async ? "cp.async" : "waiting cp.async",
+             pingpong ? ", ping-pong" : "");
     prefill_kernel_name = prefill_kernel_buf;
 }
 

@@ -1,17 +1,26 @@
 /*
  * prefill_attention_sm90: the prefill kernel of prefill_attention.cu for
- * Hopper (sm_90a: wgmma, setmaxnreg, mbarrier), head size 128.
+ * Hopper (sm_90a: wgmma, setmaxnreg, mbarrier, TMA), head size 128.
  *
  * Layouts as in paged_attention.cu.  Work split: a tile is 128
  * consecutive query rows of one sequence; one thread block per (tile,
  * query head), blocks numbered so that every head's longest causal tiles
  * start first.  The block is three warpgroups:
- *   - a producer, which gathers the tile's Q rows and then, KV tile after
+ *   - a producer, which loads the tile's Q rows and then, KV tile after
  *     KV tile (128 tokens, up to the last position the block's rows may
- *     see), the K and V rows through the block table into shared memory
- *     with 16-byte cp.async (a tile spans several physical blocks, so
- *     there is no one bulk copy for it), STAGES tiles deep, without
- *     waiting for them to land (the copies arrive on the barriers);
+ *     see), the K and V rows of the tile's physical blocks into shared
+ *     memory, STAGES tiles deep, without waiting for them to land (the
+ *     copies complete on the barriers).  By default one warp of it does
+ *     this with TMA (bulk tensor copies, tma.cuh): a tensor map over
+ *     each cache buffer seen as [blocks x block_size tokens][KV heads]
+ *     [128 dims], whose box is the rows of one physical block (128 of
+ *     them at most) of one head, 64 dims wide, so a tile takes 128 /
+ *     block_size blocks x 2 halves copies for K and as many for V, each
+ *     block's issued by a lane of its own after one table lookup; Q
+ *     through a map over q, two boxes of 128 rows.  Without SM90_TMA all
+ *     128 threads gather the rows with 16-byte cp.async instead (block
+ *     sizes under 8 always do: their boxes would not start on the
+ *     swizzle's 1024-byte grid);
  *   - two consumers of 64 query rows each, which per KV tile compute
  *     S = Q K^T with wgmma (Q and K from shared memory), mask it
  *     causally (only on the tiles that reach past the warpgroup's first
@@ -22,30 +31,50 @@
  *     together, so the softmax runs while the tensor cores work; the two
  *     groups take turns issuing them (ping-pong, two named barriers), so
  *     one's softmax overlaps the other's products.
- * Hand-over through mbarriers per stage: K full and V full (one arrival
- * per producer thread, made by its copies once they landed; each
- * consumer runs fence.proxy.async after its wait: cp.async writes are
- * generic, wgmma reads async), and empty (arrived by the 256 consumer
- * threads once their wgmmas reading the stage are complete).  K and V
- * are separate so S can start while V is still arriving.  setmaxnreg
- * moves the producer's registers to the consumers, which hold S and O
- * (64 fp32 each) and P.
- * Variants for measurement (OPTS, prefill_attention.cu's overrides): a
- * producer that waits for each tile before the next, and consumers that
- * do not take turns.
+ * Hand-over through mbarriers per stage: K full and V full (TMA: one
+ * arrival carrying the byte count the copies then complete; cp.async:
+ * one arrival per producer thread, made by its copies once they landed,
+ * and each consumer runs fence.proxy.async after its wait, cp.async
+ * writes being generic and wgmma reads async), and empty (arrived by the
+ * 256 consumer threads once their wgmmas reading the stage are
+ * complete).  K and V are separate so S can start while V is still
+ * arriving.  setmaxnreg moves the producer's registers to the
+ * consumers, which hold S and O (64 fp32 each) and P.
+ * Variants for measurement (OPTS, prefill_attention.cu's overrides): the
+ * cp.async producer, which may also wait for each tile before the next,
+ * and consumers that do not take turns.
  *
  * Shared memory, from a 1024-byte aligned base, every tile in the
  * 128-byte swizzled layout of mma.cuh ([2 halves of 64 dims][rows][128
- * bytes]): Q [128 rows], then per stage K and V [128 tokens], then the
- * barriers.  Tokens past the block's last visible one and rows past the
- * sequence's last are zero-filled, so no NaN reaches a product.
+ * bytes], which is where TMA's 128-byte swizzle puts a box's rows when
+ * the box starts 1024-aligned): Q [128 rows], then per stage K and V
+ * [128 tokens], then the barriers.  What rows past the ones a result
+ * needs hold:
+ *   - Q rows past the sequence: cp.async zero-fills them; TMA reads the
+ *     next sequence's rows (zeros past the batch's last).  Rows of S, P
+ *     and O are independent, so only those rows' own results see them,
+ *     and those are not written;
+ *   - K and V tokens past the block's last visible one but inside the
+ *     context: cp.async zero-fills them, TMA reads the cached (finite)
+ *     values; the causal mask sets their scores to -inf, so P is 0;
+ *   - tokens at or past the context's end, in the sequence's last
+ *     physical block or past it: unwritten cache slots, which may hold
+ *     NaN, and 0 x NaN is NaN in P V.  cp.async zero-fills them.  With
+ *     TMA, blocks past the last are read from the last one (the table
+ *     is never read past the sequence's blocks), the mask assigns their
+ *     scores -inf whatever K holds, and the producer zeroes their V rows
+ *     once the tile landed, before the consumers' P V of it (the tail
+ *     barrier).
  *
  * The kernel body exists only in the sm_90a build; prefill_attention.cu
  * launches it on devices of compute capability 9.0 only.
  */
 
+#include <string.h>
+
 #include "attention.cuh"
 #include "mma.cuh"
+#include "tma.cuh"
 
 #define SM90_D          128
 #define SM90_BM         128         /* query rows per block */
@@ -53,12 +82,17 @@
 #define SM90_THREADS    384         /* producer + two consumers */
 #define SM90_TILE       (SM90_BN * SM90_D * 2)      /* bytes of K or V */
 #define SM90_Q          (SM90_BM * SM90_D * 2)
-#define SM90_REGS_LOAD  40
-#define SM90_REGS_MATH  232         /* 128 x 40 + 256 x 232 <= 384 x 168 */
 
 /* variants (template OPTS), see sm90_produce and sm90_consume */
-#define SM90_ASYNC      1           /* producer does not wait for its copies */
+#define SM90_ASYNC      1           /* cp.async producer does not wait for
+                                       its copies */
 #define SM90_PINGPONG   2           /* consumers take turns at the products */
+#define SM90_TMA        4           /* TMA producer (else cp.async) */
+
+/* registers after setmaxnreg: one warp issuing TMA copies needs few, the
+   cp.async gather more; 128 x load + 256 x math <= 384 x 168 */
+#define SM90_REGS_LOAD(o)  (((o) & SM90_TMA) ? 24 : 40)
+#define SM90_REGS_MATH(o)  (((o) & SM90_TMA) ? 240 : 232)
 
 
 template <int STAGES>
@@ -66,8 +100,16 @@ static constexpr size_t
 sm90_smem_bytes(void)
 {
     return 1024 + SM90_Q + (size_t) STAGES * 2 * SM90_TILE
-           + 3 * STAGES * 8;
+           + (3 * STAGES + 1) * 8;
 }
+
+
+/* the TMA producer's tensor maps: q, the K cache, the V cache */
+typedef struct {
+    CUtensorMap  q;
+    CUtensorMap  k;
+    CUtensorMap  v;
+} sm90_maps_t;
 
 
 /* the block's tile, as every thread sees it */
@@ -85,7 +127,9 @@ typedef struct {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-enum { SM90_K_FULL, SM90_V_FULL, SM90_EMPTY };
+/* per stage: K full, V full, empty; then the tail barrier (as stage 0 of
+   a fourth kind) */
+enum { SM90_K_FULL, SM90_V_FULL, SM90_EMPTY, SM90_TAIL };
 
 /* barrier kind of stage s */
 template <int STAGES>
@@ -238,6 +282,88 @@ sm90_produce(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
 }
 
 
+static __device__ __forceinline__ void
+st_shared_zero16(uint32_t addr)
+{
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n"
+                 :: "r"(addr), "r"(0) : "memory");
+}
+
+
+/*
+ * TMA producer, warp 0 of the producer group.  Per KV tile, lane i <
+ * 128 / rows (rows: tokens of a box, the block size up to 128) looks up
+ * the physical block of tokens j * 128 + i * rows .. + rows - 1, before
+ * the wait for the stage to be free, so the lookup's latency hides
+ * behind it, then copies the box's two halves of K and of V; lane 0
+ * arrives on the stage's K full and V full barriers with their byte
+ * counts first (and, for tile 0, the Q rows' on K full).  Blocks past
+ * the sequence's last are read from the last one.
+ * Then, when the last tile reaches past the context, the warp waits for
+ * its V, zeroes the rows of tokens at and past the context's end and
+ * arrives on the tail barrier (see the top of the file).
+ */
+template <int STAGES>
+static __device__ __forceinline__ void
+sm90_produce_tma(const attn_params_t &p, const sm90_tile_t &t,
+    const sm90_maps_t &mp, uint32_t qs, uint32_t bars)
+{
+    int  lane = threadIdx.x & 31, lb = p.log2_block, lr = min(lb, 7);
+    int  nbox = SM90_BN >> lr, last = (t.ctx - 1) >> lb;
+    int  kvh = t.head / p.group, j;
+
+    if (lane == 0) {
+        tma_prefetch_map(&mp.q);
+        tma_prefetch_map(&mp.k);
+        tma_prefetch_map(&mp.v);
+    }
+    for (j = 0; j < t.ntiles; j++) {
+        int       s = j % STAGES, tok = j * SM90_BN + (lane << lr), row = 0;
+        uint32_t  ks = sm90_stage(qs, s) + ((uint32_t) lane << lr) * 128;
+        uint32_t  kf = sm90_bar<STAGES>(bars, SM90_K_FULL, s);
+        uint32_t  vf = sm90_bar<STAGES>(bars, SM90_V_FULL, s);
+
+        if (lane < nbox) {
+            row = (t.table[min(tok >> lb, last)] << lb)
+                  | (tok & ((1 << lb) - 1));
+        }
+        if (j >= STAGES) {
+            sm90_wait<STAGES>(bars, SM90_EMPTY, j - STAGES);
+        }
+        if (lane == 0) {
+            mbar_arrive_expect_tx(kf, SM90_TILE + (j == 0 ? SM90_Q : 0));
+            mbar_arrive_expect_tx(vf, SM90_TILE);
+            if (j == 0) {
+                tma_load_3d(qs, &mp.q, 0, t.head, t.q0 + t.r0, kf);
+                tma_load_3d(qs + SM90_Q / 2, &mp.q, 64, t.head,
+                            t.q0 + t.r0, kf);
+            }
+        }
+        if (lane < nbox) {
+            tma_load_3d(ks, &mp.k, 0, kvh, row, kf);
+            tma_load_3d(ks + SM90_TILE / 2, &mp.k, 64, kvh, row, kf);
+            tma_load_3d(ks + SM90_TILE, &mp.v, 0, kvh, row, vf);
+            tma_load_3d(ks + SM90_TILE * 3 / 2, &mp.v, 64, kvh, row, vf);
+        }
+    }
+
+    j = t.ntiles - 1;
+    if ((j + 1) * SM90_BN > t.ctx) {
+        uint32_t  vs = sm90_stage(qs, j % STAGES) + SM90_TILE;
+
+        sm90_wait<STAGES>(bars, SM90_V_FULL, j);
+        for (int i = (t.ctx - j * SM90_BN) * 8 + lane; i < SM90_BN * 8;
+             i += 32)
+        {
+            st_shared_zero16(vs + 16 * i);
+            st_shared_zero16(vs + SM90_TILE / 2 + 16 * i);
+        }
+        fence_proxy_async();
+        mbar_arrive(sm90_bar<STAGES>(bars, SM90_TAIL, 0));
+    }
+}
+
+
 /*
  * Mask (when MASK), then fold S into the running softmax of the
  * thread's two rows; S becomes P.  m is the running maximum of the
@@ -280,6 +406,18 @@ sm90_softmax(float (&s)[64], float (&m)[2], float (&l)[2], float (&corr)[2],
                 l[h] += v;
             }
         }
+    }
+}
+
+
+/* after a wait for a full barrier: cp.async's writes are generic, and
+   wgmma reads through the async proxy */
+template <int OPTS>
+static __device__ __forceinline__ void
+sm90_landed(void)
+{
+    if (!(OPTS & SM90_TMA)) {
+        fence_proxy_async();
     }
 }
 
@@ -445,7 +583,9 @@ sm90_turn_end(int cw)
  * which adds up to the same O as O = O c_j + P_j V_j tile by tile.
  * Every consumer thread also waits for and releases the tiles past its
  * own rows' last (the other group's), so the empty barriers count the
- * same arrivals in every phase; those count as turns too.
+ * same arrivals in every phase; those count as turns too.  The P V of
+ * the block's last tile waits for the tail barrier too when that tile
+ * reaches past the context (TMA).
  */
 template <int STAGES, int OPTS>
 static __device__ __forceinline__ void
@@ -480,7 +620,7 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
 
     if (mine > 0) {
         sm90_wait<STAGES>(w.bars, SM90_K_FULL, 0);
-        fence_proxy_async();
+        sm90_landed<OPTS>();
         sm90_turn_begin<OPTS>(cw);
         wgmma_fence();
         sm90_issue_qk(w, sc, 0);
@@ -496,7 +636,7 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
 
         sm90_wait<STAGES>(w.bars, SM90_K_FULL, j);
         sm90_wait<STAGES>(w.bars, SM90_V_FULL, j - 1);
-        fence_proxy_async();
+        sm90_landed<OPTS>();
         sm90_turn_begin<OPTS>(cw);
         wgmma_fence();
         sm90_issue_qk(w, sc, s);
@@ -517,7 +657,12 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         int  sp = (mine - 1) % STAGES;
 
         sm90_wait<STAGES>(w.bars, SM90_V_FULL, mine - 1);
-        fence_proxy_async();
+        if ((OPTS & SM90_TMA) && mine == t.ntiles
+            && t.ntiles * SM90_BN > t.ctx)
+        {
+            mbar_wait(sm90_bar<STAGES>(w.bars, SM90_TAIL, 0), 0);
+        }
+        sm90_landed<OPTS>();
         sm90_turn_begin<OPTS>(cw);
         sm90_rescale(o, corr);
         wgmma_fence();
@@ -554,7 +699,8 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
 
 template <int STAGES, int OPTS>
 __global__ void __launch_bounds__(SM90_THREADS, 1)
-prefill_attention_sm90_kernel(const attn_params_t p)
+prefill_attention_sm90_kernel(const attn_params_t p,
+    const __grid_constant__ sm90_maps_t mp)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char sm90_smem[];
@@ -568,19 +714,31 @@ prefill_attention_sm90_kernel(const attn_params_t p)
         return;
     }
     if (threadIdx.x < STAGES) {
-        mbar_init(sm90_bar<STAGES>(bars, SM90_K_FULL, threadIdx.x), 128);
-        mbar_init(sm90_bar<STAGES>(bars, SM90_V_FULL, threadIdx.x), 128);
+        int  full = (OPTS & SM90_TMA) ? 1 : 128;
+
+        mbar_init(sm90_bar<STAGES>(bars, SM90_K_FULL, threadIdx.x), full);
+        mbar_init(sm90_bar<STAGES>(bars, SM90_V_FULL, threadIdx.x), full);
         mbar_init(sm90_bar<STAGES>(bars, SM90_EMPTY, threadIdx.x), 256);
+    }
+    if (threadIdx.x == 0) {
+        mbar_init(sm90_bar<STAGES>(bars, SM90_TAIL, 0), 32);
+    }
+    if ((OPTS & SM90_TMA) && threadIdx.x < STAGES) {
+        mbar_init_fence();
     }
     __syncthreads();
 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n"
-                     :: "n"(SM90_REGS_LOAD));
-        sm90_produce<STAGES, OPTS>(p, t, qs, bars);
+                     :: "n"(SM90_REGS_LOAD(OPTS)));
+        if (!(OPTS & SM90_TMA)) {
+            sm90_produce<STAGES, OPTS>(p, t, qs, bars);
+        } else if (threadIdx.x < 32) {
+            sm90_produce_tma<STAGES>(p, t, mp, qs, bars);
+        }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n"
-                     :: "n"(SM90_REGS_MATH));
+                     :: "n"(SM90_REGS_MATH(OPTS)));
         sm90_consume<STAGES, OPTS>(p, t, qs, bars, wg - 1);
     }
 #else
@@ -592,7 +750,8 @@ prefill_attention_sm90_kernel(const attn_params_t p)
 
 template <int STAGES, int OPTS>
 static void
-launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows)
+launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
+    const sm90_maps_t &mp)
 {
     static char  ready[64];            /* per device */
     size_t       smem = sm90_smem_bytes<STAGES>();
@@ -607,25 +766,76 @@ launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows)
     }
     prefill_attention_sm90_kernel<STAGES, OPTS>
         <<<(unsigned) (tiles * p.n_heads), SM90_THREADS, smem,
-           cu->stream>>>(p);
+           cu->stream>>>(p, mp);
     PL_CUDA_LAUNCHED("prefill attention (sm90)");
+}
+
+
+template <int STAGES, int LOADS>
+static void
+launch_sm90_pp(pl_cuda_t *cu, const attn_params_t &p, int rows,
+    bool pingpong, const sm90_maps_t &mp)
+{
+    if (pingpong) {
+        launch_sm90<STAGES, LOADS | SM90_PINGPONG>(cu, p, rows, mp);
+    } else {
+        launch_sm90<STAGES, LOADS>(cu, p, rows, mp);
+    }
 }
 
 
 template <int STAGES>
 static void
-launch_sm90_opts(pl_cuda_t *cu, const attn_params_t &p, int rows, bool async,
-    bool pingpong)
+launch_sm90_opts(pl_cuda_t *cu, const attn_params_t &p, int rows, int loads,
+    bool pingpong, const sm90_maps_t &mp)
 {
-    if (async && pingpong) {
-        launch_sm90<STAGES, SM90_ASYNC | SM90_PINGPONG>(cu, p, rows);
-    } else if (async) {
-        launch_sm90<STAGES, SM90_ASYNC>(cu, p, rows);
-    } else if (pingpong) {
-        launch_sm90<STAGES, SM90_PINGPONG>(cu, p, rows);
+    if (loads == SM90_TMA) {
+        launch_sm90_pp<STAGES, SM90_TMA>(cu, p, rows, pingpong, mp);
+    } else if (loads == SM90_ASYNC) {
+        launch_sm90_pp<STAGES, SM90_ASYNC>(cu, p, rows, pingpong, mp);
     } else {
-        launch_sm90<STAGES, 0>(cu, p, rows);
+        launch_sm90_pp<STAGES, 0>(cu, p, rows, pingpong, mp);
     }
+}
+
+
+/*
+ * The tensor maps of the TMA loads: q as [rows][n_heads][128] in boxes of
+ * 128 rows (rows past the batch read as zeros), each cache buffer as
+ * [tokens][KV heads][128], the tokens those of the buffer's allocation,
+ * in boxes of min(block size, 128) tokens; each box 64 dims wide (128
+ * bytes, the 128-byte swizzle's row).  False when TMA cannot serve:
+ * block sizes under 8 (a box of fewer rows would not start 1024-aligned
+ * in shared memory, where the swizzle pattern of mma.cuh assumes it), a
+ * cache whose allocation the driver does not know, or a map the driver
+ * does not encode.
+ */
+static bool
+sm90_encode_maps(const attn_params_t &p, int rows, sm90_maps_t *mp)
+{
+    uint64_t  row = (uint64_t) (p.n_heads / p.group) * SM90_D * 2;
+    uint64_t  kn = pl_tma_rows_left(p.k_cache, row);
+    uint64_t  vn = pl_tma_rows_left(p.v_cache, row);
+    uint64_t  qdim[3] = { SM90_D, (uint64_t) p.n_heads, (uint64_t) rows };
+    uint64_t  qstride[2] = { SM90_D * 2, (uint64_t) p.n_heads * SM90_D * 2 };
+    uint64_t  kdim[3] = { SM90_D, row / (SM90_D * 2), 0 };
+    uint64_t  kstride[2] = { SM90_D * 2, row };
+    uint32_t  qbox[3] = { 64, 1, SM90_BM };
+    uint32_t  kbox[3] = { 64, 1, 1u << (p.log2_block < 7 ? p.log2_block
+                                                          : 7) };
+
+    if (p.log2_block < 3 || kn == 0 || vn == 0) {
+        return false;
+    }
+    if (pl_tma_map_bf16(&mp->q, p.q, qdim, qstride, qbox) != 0) {
+        return false;
+    }
+    kdim[2] = kn < INT32_MAX ? kn : INT32_MAX;
+    if (pl_tma_map_bf16(&mp->k, p.k_cache, kdim, kstride, kbox) != 0) {
+        return false;
+    }
+    kdim[2] = vn < INT32_MAX ? vn : INT32_MAX;
+    return pl_tma_map_bf16(&mp->v, p.v_cache, kdim, kstride, kbox) == 0;
 }
 
 
@@ -635,15 +845,24 @@ launch_sm90_opts(pl_cuda_t *cu, const attn_params_t &p, int rows, bool async,
  * two stages at a time (tile j's K, tile j - 1's V) and frees the older
  * one late in its step, so with two the producer starts tile j + 1 only
  * then and the consumers wait for it; three keep a tile in flight.
- * async, pingpong: the SM90_ASYNC and SM90_PINGPONG variants.
+ * tma: load with TMA where it can (else cp.async, async or not: the
+ * SM90_ASYNC variant); pingpong: the SM90_PINGPONG variant.  Returns
+ * whether the loads are TMA's.
  */
-void
+bool
 pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    int stages, bool async, bool pingpong)
+    int stages, bool tma, bool async, bool pingpong)
 {
+    sm90_maps_t  mp;
+    int          loads;
+
+    memset(&mp, 0, sizeof(mp));
+    tma = tma && sm90_encode_maps(p, rows, &mp);
+    loads = tma ? SM90_TMA : async ? SM90_ASYNC : 0;
     if (stages == 2) {
-        launch_sm90_opts<2>(cu, p, rows, async, pingpong);
+        launch_sm90_opts<2>(cu, p, rows, loads, pingpong, mp);
     } else {
-        launch_sm90_opts<3>(cu, p, rows, async, pingpong);
+        launch_sm90_opts<3>(cu, p, rows, loads, pingpong, mp);
     }
+    return tma;
 }

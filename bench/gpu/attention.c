@@ -259,8 +259,9 @@ set_overrides(const char *const *kv, int on)
 /*
  * The prefill on the default kernel, then under each override of
  * kernels/prefill_attention.cu, one "NAME=value" or two per line (the
- * wgmma kernel's variants, then the mma.sync kernel); each is unset
- * again after its line.
+ * wgmma kernel's variants: its TMA loads with two stages or without
+ * ping-pong, its cp.async loads, then the mma.sync kernel); each is
+ * unset again after its line.
  */
 static void
 bench_prefill_variants(void)
@@ -268,8 +269,11 @@ bench_prefill_variants(void)
     static const char  *variants[][2] = {
         { NULL, NULL },
         { "PAGEDLLM_CUDA_PREFILL_STAGES=2", NULL },
-        { "PAGEDLLM_CUDA_PREFILL_LOADS=wait", NULL },
         { "PAGEDLLM_CUDA_PREFILL_PINGPONG=off", NULL },
+        { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync", NULL },
+        { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync",
+          "PAGEDLLM_CUDA_PREFILL_STAGES=2" },
+        { "PAGEDLLM_CUDA_PREFILL_LOADS=wait", NULL },
         { "PAGEDLLM_CUDA_PREFILL_LOADS=wait",
           "PAGEDLLM_CUDA_PREFILL_PINGPONG=off" },
         { "PAGEDLLM_CUDA_PREFILL=mma", NULL },

@@ -9,12 +9,19 @@
  *
  * Prefill rows run on one of two kernels: on Hopper, head size 128, the
  * wgmma one (tiles of 128 rows, two warpgroups of 64, KV tiles of 128),
- * else the mma.sync one; every name says which ran.  The prefill edge
- * cases (rows around the tile and warpgroup sizes, prefixes on and off
- * the tile grid, many KV tiles) run on both, the wgmma one in each of its
- * variants (KV stages, loads, ping-pong).  A failing comparison says
- * where the output differs: rows and dimensions as maps of 8-wide groups,
- * and the first differing (row, head) with its place in the tile.
+ * else the mma.sync one; every name says which ran, and on Hopper the
+ * wgmma one must have loaded with TMA unless told otherwise (block sizes
+ * of 8 and more).  The prefill edge cases (rows around the tile and
+ * warpgroup sizes, prefixes on and off the tile grid, many KV tiles,
+ * partial tiles of sequences that are not the batch's last, chunks over
+ * a longer context, block sizes past the 128-token KV tile and under
+ * the TMA box's 8 rows) run on both, the wgmma one in each of its
+ * variants (KV stages, TMA or cp.async loads, ping-pong).  Every cache
+ * slot past the contexts holds NaN, as unwritten slots may: a kernel
+ * that lets one reach a product (0 x NaN in P V) fails.  A failing
+ * comparison says where the output differs: rows and dimensions as maps
+ * of 8-wide groups, and the first differing (row, head) with its place
+ * in the tile.
  */
 
 #include "pair.h"
@@ -192,6 +199,51 @@ locate(const attn_case_t *c, const int32_t *qs, const float *g,
 }
 
 
+/* NaN in every cache slot outside the contexts: past each context's end
+   in its last block, and the blocks no table names */
+static void
+poison_unused(const attn_case_t *c, const pl_batch_t *b, int num_blocks,
+    float *kv, float *vv)
+{
+    size_t   row = (size_t) c->n_kv_heads * c->head_dim, i;
+    size_t   slots = (size_t) num_blocks * c->block_size;
+    char    *used = calloc(slots, 1);
+    int      s, t, bs = c->block_size;
+
+    for (s = 0; s < c->num_seqs; s++) {
+        const int32_t  *tbl = b->block_tables
+                              + (size_t) s * b->max_blocks_per_seq;
+
+        for (t = 0; t < c->seqs[s].ctx; t++) {
+            used[(size_t) tbl[t / bs] * bs + t % bs] = 1;
+        }
+    }
+    for (i = 0; i < slots * row; i++) {
+        if (!used[i / row]) {
+            kv[i] = NAN;
+            vv[i] = NAN;
+        }
+    }
+    free(used);
+}
+
+
+/* Hopper's prefill kernel loads with TMA unless the environment asks
+   for cp.async or the block size is under TMA's 8-row box */
+static void
+check_loads(const attn_case_t *c, const char *name)
+{
+    const char  *kernel = pl_cuda_prefill_kernel();
+    const char  *loads = getenv("PAGEDLLM_CUDA_PREFILL_LOADS");
+
+    if (strncmp(kernel, "sm90", 4) == 0 && c->block_size >= 8
+        && (loads == NULL || strcmp(loads, "tma") == 0))
+    {
+        ok(strstr(kernel, "tma loads") != NULL, "TMA loads: %s", name);
+    }
+}
+
+
 /* q_amp 0: every score 0, so each row averages the V rows it may see:
    masking, the V gather and O += P V without the Q K^T product */
 static void
@@ -213,6 +265,7 @@ run_case_q(const attn_case_t *c, const char *what, float q_amp)
     kv = pair_rand(cs, 1.0f);
     vv = pair_rand(cs, 1.0f);
     q = pair_rand(qn, q_amp);
+    poison_unused(c, &hb, num_blocks, kv, vv);
     kc = pair_put(P.cpu, kv, cs);
     kg = pair_put(P.gpu, kv, cs);
     vc = pair_put(P.cpu, vv, cs);
@@ -237,6 +290,9 @@ run_case_q(const attn_case_t *c, const char *what, float q_amp)
              hb.max_query_len >= 16 ? "]" : "", c->block_size,
              c->head_dim, c->n_heads, c->n_kv_heads, c->num_seqs, rows,
              hb.max_context_len);
+    if (hb.max_query_len >= 16) {
+        check_loads(c, name);
+    }
     if (!pair_close(&P, og, oc, qn, ATTN_BOUND, name)) {
         float  *g = pair_get(P.gpu, og, qn), *w = pair_get(P.cpu, oc, qn);
 
@@ -455,6 +511,36 @@ many_tiles_case(int bs)
 }
 
 
+/*
+ * Chunks of sequences that are not the batch's last, their last tile of
+ * rows partial (so a TMA copy of Q reads the next sequence's rows:
+ * 203 = 128 + 75, 150 = 128 + 22), next to a last one whose tile runs
+ * past the batch's rows; contexts off the 128-token tile and off the
+ * block size (203, 1001, 555, 4099); chunks over a longer context
+ * (qlen < context: a prefix of 801, of 3099 tokens, of one token).
+ */
+static void
+chunk_cases(int bs, int nh, int nkv)
+{
+    attn_case_t  partial = { bs, 128, nh, nkv, 4, {
+        { 203, 203, 0 },
+        { 150, 161 + pair_int(60), 0 },
+        { 1, 300, 0 },
+        { 77, 77, 0 },
+    } };
+    attn_case_t  chunked = { bs, 128, nh, nkv, 5, {
+        { 200, 1001, 0 },
+        { 1000, 4099, 0 },
+        { 40, 41, 0 },
+        { 16, 555, 1 },
+        { 129, 129 + pair_int(400), 0 },
+    } };
+
+    run_case(&partial, "partial tiles of sequences not last");
+    run_case(&chunked, "chunks over longer contexts");
+}
+
+
 static void
 long_case(void)
 {
@@ -465,6 +551,40 @@ long_case(void)
     } };
 
     run_case(&c, "long contexts");
+}
+
+
+/* the prefill kernels' variants, one or two "NAME=value" each */
+static const char  *prefill_variants[][2] = {
+    { NULL, NULL },
+    { "PAGEDLLM_CUDA_PREFILL_STAGES=2", NULL },
+    { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync", NULL },
+    { "PAGEDLLM_CUDA_PREFILL_LOADS=wait", NULL },
+    { "PAGEDLLM_CUDA_PREFILL_PINGPONG=off", NULL },
+    { "PAGEDLLM_CUDA_PREFILL_LOADS=wait",
+      "PAGEDLLM_CUDA_PREFILL_PINGPONG=off" },
+    { "PAGEDLLM_CUDA_PREFILL=mma", NULL },
+};
+
+
+/* set (on) or unset the "NAME=value" settings of a variant */
+static void
+set_variant(const char *const *kv, int on)
+{
+    char  name[64];
+    int   k;
+
+    for (k = 0; k < 2 && kv[k] != NULL; k++) {
+        size_t  n = strcspn(kv[k], "=");
+
+        snprintf(name, sizeof(name), "%.*s", (int) n, kv[k]);
+        if (on) {
+            setenv(name, kv[k] + n + 1, 1);
+            diag("%s", kv[k]);
+        } else {
+            unsetenv(name);
+        }
+    }
 }
 
 
@@ -504,32 +624,30 @@ main(void)
     mixed_case(16, 64, 40, 2);
     long_case();
 
-    /* the prefill edges on the default kernel (wgmma on Hopper), with
-       two KV stages instead of three, with a producer that waits for
-       each tile, with consumers that do not take turns, with both of
-       those, then on the mma.sync one */
-    for (i = 0; i < 6; i++) {
-        if (i == 1) {
-            setenv("PAGEDLLM_CUDA_PREFILL_STAGES", "2", 1);
-        } else if (i == 2) {
-            unsetenv("PAGEDLLM_CUDA_PREFILL_STAGES");
-            setenv("PAGEDLLM_CUDA_PREFILL_LOADS", "wait", 1);
-        } else if (i == 3) {
-            unsetenv("PAGEDLLM_CUDA_PREFILL_LOADS");
-            setenv("PAGEDLLM_CUDA_PREFILL_PINGPONG", "off", 1);
-        } else if (i == 4) {
-            setenv("PAGEDLLM_CUDA_PREFILL_LOADS", "wait", 1);
-        } else if (i == 5) {
-            unsetenv("PAGEDLLM_CUDA_PREFILL_LOADS");
-            unsetenv("PAGEDLLM_CUDA_PREFILL_PINGPONG");
-            setenv("PAGEDLLM_CUDA_PREFILL", "mma", 1);
-        }
+    /* the prefill edges on the default kernel (wgmma with TMA loads on
+       Hopper), with two KV stages instead of three, with the cp.async
+       producer, with the cp.async producer waiting for each tile, with
+       consumers that do not take turns, with that and the waiting
+       producer, then on the mma.sync one */
+    for (i = 0; i < (int) (sizeof(prefill_variants)
+                           / sizeof(prefill_variants[0])); i++)
+    {
+        set_variant(prefill_variants[i], 1);
         tile_edge_cases(16, 8, 8);
         tile_edge_cases(i == 1 ? 16 : 32, 8, 2);
         tile_edge_cases(8, 12, 2);
         many_tiles_case(16);
+        chunk_cases(8, 4, 2);
+        chunk_cases(16, 8, 8);
+        chunk_cases(32, 4, 1);
+        if (i == 0 || i == 2) {
+            chunk_cases(256, 4, 2);
+        }
+        if (i == 0) {
+            chunk_cases(4, 4, 2);
+        }
+        set_variant(prefill_variants[i], 0);
     }
-    unsetenv("PAGEDLLM_CUDA_PREFILL");
     P.gpu->destroy(P.gpu);
     P.cpu->destroy(P.cpu);
     return done_testing();
