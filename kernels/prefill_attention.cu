@@ -30,7 +30,9 @@
  * instead of TMA copies (the loads TMA cannot serve use it anyway:
  * block sizes under 8), PAGEDLLM_CUDA_PREFILL_LOADS=wait that gather
  * waiting for each KV tile to land, PAGEDLLM_CUDA_PREFILL_PINGPONG=off
- * consumers that do not take turns at the tensor cores.
+ * consumers that do not take turns at the tensor cores,
+ * PAGEDLLM_CUDA_PREFILL_ORDER=heads blocks head after head (L2 reuse of
+ * K and V) instead of longest tiles of every head first.
  */
 
 #include <float.h>
@@ -47,7 +49,7 @@
 
 /* prefill_attention_sm90.cu; p.tile_start numbers tiles of PF_BM_SM90 */
 bool pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    int stages, bool tma, bool async, bool pingpong);
+    int stages, bool tma, bool async, bool pingpong, bool head_major);
 
 /* which kernel the last prefill launch ran, for tests and benchmarks */
 static const char  *prefill_kernel_name;
@@ -414,18 +416,21 @@ launch_sm90_env(pl_cuda_t *cu, const attn_params_t &p, int rows)
 {
     const char  *loads = getenv("PAGEDLLM_CUDA_PREFILL_LOADS");
     const char  *pp = getenv("PAGEDLLM_CUDA_PREFILL_PINGPONG");
+    const char  *order = getenv("PAGEDLLM_CUDA_PREFILL_ORDER");
     int          stages;
-    bool         tma, async, pingpong;
+    bool         tma, async, pingpong, heads;
 
     stages = pl_cuda_env_int("PAGEDLLM_CUDA_PREFILL_STAGES", 3) == 2 ? 2 : 3;
     tma = loads == NULL || strcmp(loads, "tma") == 0;
     async = loads == NULL || strcmp(loads, "wait") != 0;
     pingpong = pp == NULL || strcmp(pp, "off") != 0;
-    tma = pl_cuda_prefill_sm90(cu, p, rows, stages, tma, async, pingpong);
+    heads = order != NULL && strcmp(order, "heads") == 0;
+    tma = pl_cuda_prefill_sm90(cu, p, rows, stages, tma, async, pingpong,
+                               heads);
     snprintf(prefill_kernel_buf, sizeof(prefill_kernel_buf),
-             "sm90 wgmma, %d stages, %s loads%s", stages,
+             "sm90 wgmma, %d stages, %s loads%s%s", stages,
              tma ? "tma" : async ? "cp.async" : "waiting cp.async",
-             pingpong ? ", ping-pong" : "");
+             pingpong ? ", ping-pong" : "", heads ? ", head-major" : "");
     prefill_kernel_name = prefill_kernel_buf;
 }
 

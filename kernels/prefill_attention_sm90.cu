@@ -5,7 +5,9 @@
  * Layouts as in paged_attention.cu.  Work split: a tile is 128
  * consecutive query rows of one sequence; one thread block per (tile,
  * query head), blocks numbered so that every head's longest causal tiles
- * start first.  The block is three warpgroups:
+ * start first, or (head_major) head after head, each head's tiles
+ * longest first, so the blocks running together share fewer heads' K
+ * and V and those stay in L2.  The block is three warpgroups:
  *   - a producer, which loads the tile's Q rows and then, KV tile after
  *     KV tile (128 tokens, up to the last position the block's rows may
  *     see), the K and V rows of the tile's physical blocks into shared
@@ -158,11 +160,11 @@ sm90_stage(uint32_t qs, int s)
 
 
 static __device__ __forceinline__ bool
-sm90_find_tile(const attn_params_t &p, sm90_tile_t &t)
+sm90_find_tile(const attn_params_t &p, int head_major, sm90_tile_t &t)
 {
-    int  total = p.tile_start[p.num_seqs];
+    int  total = p.tile_start[p.num_seqs], b = (int) blockIdx.x;
     int  upper = (int) gridDim.x / p.n_heads;
-    int  tile = upper - 1 - (int) blockIdx.x / p.n_heads;
+    int  tile = upper - 1 - (head_major ? b % upper : b / p.n_heads);
     int  lo = 0, hi = p.num_seqs - 1;
 
     if (tile >= total) {
@@ -181,7 +183,7 @@ sm90_find_tile(const attn_params_t &p, sm90_tile_t &t)
     t.qlen = p.query_start[lo + 1] - t.q0;
     t.ctx = p.context_lens[lo];
     t.r0 = (tile - p.tile_start[lo]) * SM90_BM;
-    t.head = (int) blockIdx.x % p.n_heads;
+    t.head = head_major ? b / upper : b % p.n_heads;
     t.kv_end = min(t.ctx, t.ctx - t.qlen + min(t.r0 + SM90_BM, t.qlen));
     t.ntiles = (t.kv_end + SM90_BN - 1) / SM90_BN;
     t.table = p.block_tables + (int64_t) lo * p.max_blocks;
@@ -700,7 +702,7 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
 template <int STAGES, int OPTS>
 __global__ void __launch_bounds__(SM90_THREADS, 1)
 prefill_attention_sm90_kernel(const attn_params_t p,
-    const __grid_constant__ sm90_maps_t mp)
+    const __grid_constant__ sm90_maps_t mp, int head_major)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char sm90_smem[];
@@ -710,7 +712,7 @@ prefill_attention_sm90_kernel(const attn_params_t p,
     uint32_t     bars = qs + SM90_Q + STAGES * 2 * SM90_TILE;
     int          wg = threadIdx.x >> 7;
 
-    if (!sm90_find_tile(p, t)) {
+    if (!sm90_find_tile(p, head_major, t)) {
         return;
     }
     if (threadIdx.x < STAGES) {
@@ -751,7 +753,7 @@ prefill_attention_sm90_kernel(const attn_params_t p,
 template <int STAGES, int OPTS>
 static void
 launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    const sm90_maps_t &mp)
+    const sm90_maps_t &mp, int head_major)
 {
     static char  ready[64];            /* per device */
     size_t       smem = sm90_smem_bytes<STAGES>();
@@ -766,7 +768,7 @@ launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
     }
     prefill_attention_sm90_kernel<STAGES, OPTS>
         <<<(unsigned) (tiles * p.n_heads), SM90_THREADS, smem,
-           cu->stream>>>(p, mp);
+           cu->stream>>>(p, mp, head_major);
     PL_CUDA_LAUNCHED("prefill attention (sm90)");
 }
 
@@ -774,12 +776,13 @@ launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
 template <int STAGES, int LOADS>
 static void
 launch_sm90_pp(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    bool pingpong, const sm90_maps_t &mp)
+    bool pingpong, const sm90_maps_t &mp, int head_major)
 {
     if (pingpong) {
-        launch_sm90<STAGES, LOADS | SM90_PINGPONG>(cu, p, rows, mp);
+        launch_sm90<STAGES, LOADS | SM90_PINGPONG>(cu, p, rows, mp,
+                                                   head_major);
     } else {
-        launch_sm90<STAGES, LOADS>(cu, p, rows, mp);
+        launch_sm90<STAGES, LOADS>(cu, p, rows, mp, head_major);
     }
 }
 
@@ -787,14 +790,16 @@ launch_sm90_pp(pl_cuda_t *cu, const attn_params_t &p, int rows,
 template <int STAGES>
 static void
 launch_sm90_opts(pl_cuda_t *cu, const attn_params_t &p, int rows, int loads,
-    bool pingpong, const sm90_maps_t &mp)
+    bool pingpong, const sm90_maps_t &mp, int head_major)
 {
     if (loads == SM90_TMA) {
-        launch_sm90_pp<STAGES, SM90_TMA>(cu, p, rows, pingpong, mp);
+        launch_sm90_pp<STAGES, SM90_TMA>(cu, p, rows, pingpong, mp,
+                                         head_major);
     } else if (loads == SM90_ASYNC) {
-        launch_sm90_pp<STAGES, SM90_ASYNC>(cu, p, rows, pingpong, mp);
+        launch_sm90_pp<STAGES, SM90_ASYNC>(cu, p, rows, pingpong, mp,
+                                           head_major);
     } else {
-        launch_sm90_pp<STAGES, 0>(cu, p, rows, pingpong, mp);
+        launch_sm90_pp<STAGES, 0>(cu, p, rows, pingpong, mp, head_major);
     }
 }
 
@@ -846,12 +851,12 @@ sm90_encode_maps(const attn_params_t &p, int rows, sm90_maps_t *mp)
  * one late in its step, so with two the producer starts tile j + 1 only
  * then and the consumers wait for it; three keep a tile in flight.
  * tma: load with TMA where it can (else cp.async, async or not: the
- * SM90_ASYNC variant); pingpong: the SM90_PINGPONG variant.  Returns
- * whether the loads are TMA's.
+ * SM90_ASYNC variant); pingpong: the SM90_PINGPONG variant; head_major:
+ * the blocks' order (see the top).  Returns whether the loads are TMA's.
  */
 bool
 pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    int stages, bool tma, bool async, bool pingpong)
+    int stages, bool tma, bool async, bool pingpong, bool head_major)
 {
     sm90_maps_t  mp;
     int          loads;
@@ -860,9 +865,9 @@ pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
     tma = tma && sm90_encode_maps(p, rows, &mp);
     loads = tma ? SM90_TMA : async ? SM90_ASYNC : 0;
     if (stages == 2) {
-        launch_sm90_opts<2>(cu, p, rows, loads, pingpong, mp);
+        launch_sm90_opts<2>(cu, p, rows, loads, pingpong, mp, head_major);
     } else {
-        launch_sm90_opts<3>(cu, p, rows, loads, pingpong, mp);
+        launch_sm90_opts<3>(cu, p, rows, loads, pingpong, mp, head_major);
     }
     return tma;
 }

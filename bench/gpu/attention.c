@@ -259,9 +259,9 @@ set_overrides(const char *const *kv, int on)
 /*
  * The prefill on the default kernel, then under each override of
  * kernels/prefill_attention.cu, one "NAME=value" or two per line (the
- * wgmma kernel's variants: its TMA loads with two stages or without
- * ping-pong, its cp.async loads, then the mma.sync kernel); each is
- * unset again after its line.
+ * wgmma kernel's variants: its TMA loads with two stages, without
+ * ping-pong, in head-major block order, its cp.async loads, then the
+ * mma.sync kernel); each is unset again after its line.
  */
 static void
 bench_prefill_variants(void)
@@ -270,6 +270,9 @@ bench_prefill_variants(void)
         { NULL, NULL },
         { "PAGEDLLM_CUDA_PREFILL_STAGES=2", NULL },
         { "PAGEDLLM_CUDA_PREFILL_PINGPONG=off", NULL },
+        { "PAGEDLLM_CUDA_PREFILL_ORDER=heads", NULL },
+        { "PAGEDLLM_CUDA_PREFILL_ORDER=heads",
+          "PAGEDLLM_CUDA_PREFILL_STAGES=2" },
         { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync", NULL },
         { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync",
           "PAGEDLLM_CUDA_PREFILL_STAGES=2" },

@@ -560,7 +560,8 @@ static const char  *prefill_variants[][2] = {
     { "PAGEDLLM_CUDA_PREFILL_STAGES=2", NULL },
     { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync", NULL },
     { "PAGEDLLM_CUDA_PREFILL_LOADS=wait", NULL },
-    { "PAGEDLLM_CUDA_PREFILL_PINGPONG=off", NULL },
+    { "PAGEDLLM_CUDA_PREFILL_PINGPONG=off",
+      "PAGEDLLM_CUDA_PREFILL_ORDER=heads" },
     { "PAGEDLLM_CUDA_PREFILL_LOADS=wait",
       "PAGEDLLM_CUDA_PREFILL_PINGPONG=off" },
     { "PAGEDLLM_CUDA_PREFILL=mma", NULL },
@@ -627,8 +628,9 @@ main(void)
     /* the prefill edges on the default kernel (wgmma with TMA loads on
        Hopper), with two KV stages instead of three, with the cp.async
        producer, with the cp.async producer waiting for each tile, with
-       consumers that do not take turns, with that and the waiting
-       producer, then on the mma.sync one */
+       consumers that do not take turns and blocks head after head, with
+       consumers that do not take turns and the waiting producer, then on
+       the mma.sync one */
     for (i = 0; i < (int) (sizeof(prefill_variants)
                            / sizeof(prefill_variants[0])); i++)
     {
