@@ -203,9 +203,10 @@ pl_engine_load_model(pl_engine_t *e)
                "(--enforce-eager)");
     }
     pl_log(PL_LOG_INFO, "architecture: %s, %d layers, hidden %d, %d heads "
-           "(%d kv), vocab %d, %s weights", e->mc->arch, e->mc->num_layers,
-           e->mc->hidden_size, e->mc->num_heads, e->mc->num_kv_heads,
-           e->mc->vocab_size, pl_dtype_name(e->mc->dtype));
+           "(%d kv), vocab %d, %s weights, %s activations", e->mc->arch,
+           e->mc->num_layers, e->mc->hidden_size, e->mc->num_heads,
+           e->mc->num_kv_heads, e->mc->vocab_size,
+           pl_dtype_name(e->mc->dtype), pl_dtype_name(e->be->act_dtype));
     pl_log(PL_LOG_INFO, "weights loaded");
 
     if (pl_model_prepare(e->model, e->cfg.max_num_batched_tokens,

@@ -56,6 +56,12 @@ static const char  usage_text[] =
 "                                 on the CPU, GPUs 0..N-1 with cuda; N\n"
 "                                 must divide the attention and KV heads\n"
 "                                 (default 1)\n"
+"  --dtype DTYPE                  activations and KV cache on the GPU:\n"
+"                                 auto (default: float16 checkpoints in\n"
+"                                 float16 where the backend runs it, all\n"
+"                                 others in bfloat16), float16 or\n"
+"                                 bfloat16; the CPU computes in float32\n"
+"                                 (auto or float32)\n"
 "  --enforce-eager                launch every kernel of decode iterations\n"
 "                                 from the host instead of replaying CUDA\n"
 "                                 graphs (graphs are used on one GPU by\n"
@@ -68,7 +74,7 @@ enum {
     OPT_BLOCK_SIZE, OPT_KV_MB, OPT_GPU_UTIL, OPT_NUM_BLOCKS, OPT_MAX_SEQS,
     OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_HELP,
     OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY,
-    OPT_TP_SIZE, OPT_ENFORCE_EAGER
+    OPT_TP_SIZE, OPT_ENFORCE_EAGER, OPT_DTYPE
 };
 
 static const struct option  options[] = {
@@ -96,10 +102,11 @@ static const struct option  options[] = {
     { "tensor-parallel-size",    required_argument, NULL, OPT_TP_SIZE },
     { "enforce-eager",           no_argument,       NULL,
       OPT_ENFORCE_EAGER },
+    { "dtype",                   required_argument, NULL, OPT_DTYPE },
     { NULL, 0, NULL, 0 }
 };
 
-static pl_model_options_t  model_options = { 1 };
+static pl_model_options_t  model_options = { 1, PL_MODEL_DTYPE_AUTO };
 
 
 /* in the order of pl_preempt_mode_t and pl_kv_policy_t */
@@ -251,6 +258,9 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
         break;
     case OPT_TP_SIZE:
         bad = parse_int(arg, 10, 1, 256, &model_options.tensor_parallel_size);
+        break;
+    case OPT_DTYPE:
+        bad = pl_model_dtype_parse(arg, &model_options.dtype);
         break;
     case OPT_LOG_LEVEL:
         bad = parse_log_level(arg);

@@ -211,6 +211,34 @@ model_own(pl_model_t *m, void *p, int from_backend)
 
 
 /*
+ * A bf16 or fp32 checkpoint run in fp16 (--dtype float16) must fit fp16's
+ * far smaller range: a weight beyond it would become infinity, so the
+ * load stops and names the tensor rather than clamp the model into
+ * something else.
+ */
+static int
+f16_range_check(pl_model_t *m, const pl_weight_t *w, const void *host,
+    const char *what, char *err, size_t errlen)
+{
+    int64_t  n;
+    float    worst;
+
+    if (m->be->act_dtype != PL_DT_F16 || w->dtype == PL_DT_F16) {
+        return 0;
+    }
+    n = pl_f16_overflows(host, w->dtype, w->rows * w->cols, &worst);
+    if (n == 0) {
+        return 0;
+    }
+    return model_fail(err, errlen, "%s: tensor '%s' holds %lld values "
+                      "beyond float16's range (the largest %g; float16 "
+                      "ends at 65504): run this checkpoint in bfloat16 "
+                      "(--dtype bfloat16)", pl_ckpt_path(m->ckpt), what,
+                      (long long) n, worst);
+}
+
+
+/*
  * Hand host bytes to the backend.  When the backend keeps our pointer the
  * host copy must live as long as the model (ours, when not NULL, is then
  * ours to free); when it copied, the copy is its memory to free at the end.
@@ -219,6 +247,10 @@ static int
 model_weight_load(pl_model_t *m, pl_weight_t *w, const void *host,
     void *ours, const char *what, char *err, size_t errlen)
 {
+    if (f16_range_check(m, w, host, what, err, errlen) != 0) {
+        free(ours);
+        return -1;
+    }
     if (m->be->weight_load(m->be, w, host) != 0) {
         free(ours);
         return model_fail(err, errlen, "%s: the %s backend cannot load "
@@ -803,7 +835,139 @@ plan_shard(pl_model_t *m, pl_comm_t *comm, char *err, size_t errlen)
 }
 
 
-static pl_model_options_t  default_options = { 1 };
+static pl_model_options_t  default_options = { 1, PL_MODEL_DTYPE_AUTO };
+
+
+/* --dtype's values; "half" and "float" as vLLM takes them */
+static const struct {
+    const char        *name;
+    pl_model_dtype_t   dtype;
+} dtype_names[] = {
+    { "auto", PL_MODEL_DTYPE_AUTO },
+    { "float16", PL_MODEL_DTYPE_F16 },
+    { "half", PL_MODEL_DTYPE_F16 },
+    { "bfloat16", PL_MODEL_DTYPE_BF16 },
+    { "float32", PL_MODEL_DTYPE_F32 },
+    { "float", PL_MODEL_DTYPE_F32 },
+};
+
+
+int
+pl_model_dtype_parse(const char *s, pl_model_dtype_t *out)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(dtype_names) / sizeof(dtype_names[0]); i++) {
+        if (strcmp(s, dtype_names[i].name) == 0) {
+            *out = dtype_names[i].dtype;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+
+/* vLLM's rule, but fp32 checkpoints in bf16 (its range, half the bytes) */
+pl_dtype_t
+pl_model_dtype_wanted(pl_model_dtype_t want, pl_dtype_t checkpoint)
+{
+    switch (want) {
+    case PL_MODEL_DTYPE_F16:
+        return PL_DT_F16;
+    case PL_MODEL_DTYPE_BF16:
+        return PL_DT_BF16;
+    case PL_MODEL_DTYPE_F32:
+        return PL_DT_F32;
+    default:
+        return checkpoint == PL_DT_F16 ? PL_DT_F16 : PL_DT_BF16;
+    }
+}
+
+
+static const char *
+dtype_word(pl_dtype_t dt)
+{
+    return dt == PL_DT_F16 ? "float16" : dt == PL_DT_BF16 ? "bfloat16"
+                                                          : "float32";
+}
+
+
+/* config.json's dtype, else the embedding's (the first tensor a load
+   takes, whose dtype every other must have) */
+static int
+checkpoint_dtype(const char *dir, pl_dtype_t *dt, char *err, size_t errlen)
+{
+    static const char *const  embed[] = {
+        "model.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+        "decoder.embed_tokens.weight"
+    };
+    pl_model_config_t         c;
+    pl_arch_t                 a;
+    pl_checkpoint_t          *ck;
+    const pl_st_tensor_t     *t = NULL;
+    size_t                    i;
+
+    if (pl_model_config_read(dir, &c, &a, err, errlen) != 0) {
+        return -1;
+    }
+    *dt = c.dtype;
+    if (a.dtype_given) {
+        return 0;
+    }
+    ck = pl_ckpt_open(dir, err, errlen);
+    if (ck == NULL) {
+        return -1;
+    }
+    for (i = 0; t == NULL && i < sizeof(embed) / sizeof(embed[0]); i++) {
+        t = pl_ckpt_find(ck, embed[i], NULL);
+    }
+    if (t != NULL) {
+        *dt = t->dtype;
+    }
+    pl_ckpt_close(ck);
+    return 0;
+}
+
+
+/*
+ * The activation dtype, set on rank 0's backend before anything loads
+ * (further ranks take the same, model_tp.c).  A backend without a choice
+ * keeps its own for auto and refuses any other.  auto falls back to
+ * bf16 while the backend refuses an fp16 checkpoint's fp16: that is the
+ * CUDA backend until its attention and GEMV kernels take fp16
+ * (cuda_backend.cu, cuda_fp16_missing), after which auto runs fp16
+ * checkpoints in fp16 with no change here.
+ */
+static int
+choose_act_dtype(const char *dir, pl_backend_t *be, pl_model_dtype_t want,
+    char *err, size_t errlen)
+{
+    pl_dtype_t  ckpt, dt;
+    char        why[256];
+
+    if (be->set_act_dtype == NULL) {
+        dt = pl_model_dtype_wanted(want, PL_DT_F32);
+        if (want == PL_MODEL_DTYPE_AUTO || dt == be->act_dtype) {
+            return 0;
+        }
+        return model_fail(err, errlen, "--dtype %s: the %s backend computes "
+                          "in %s only", dtype_word(dt), be->name,
+                          dtype_word(be->act_dtype));
+    }
+    if (checkpoint_dtype(dir, &ckpt, err, errlen) != 0) {
+        return -1;
+    }
+    dt = pl_model_dtype_wanted(want, ckpt);
+    if (be->set_act_dtype(be, dt, why, sizeof(why)) == 0) {
+        return 0;
+    }
+    if (want == PL_MODEL_DTYPE_AUTO && dt != PL_DT_BF16
+        && be->set_act_dtype(be, PL_DT_BF16, err, errlen) == 0)
+    {
+        return 0;
+    }
+    return model_fail(err, errlen, "--dtype %s: %s", dtype_word(dt), why);
+}
 
 
 void
@@ -851,6 +1015,12 @@ pl_model_load_opts(const char *dir, pl_backend_t *be,
 {
     int  world = opts != NULL ? opts->tensor_parallel_size : 1;
 
+    if (choose_act_dtype(dir, be, opts != NULL ? opts->dtype
+                                               : PL_MODEL_DTYPE_AUTO,
+                         err, errlen) != 0)
+    {
+        return NULL;
+    }
     return world == 1 ? pl_model_load_shard(dir, be, NULL, err, errlen)
                       : load_parallel(dir, be, world, err, errlen);
 }

@@ -133,10 +133,12 @@ run_all(pl_tp_t *tp, pl_tp_job_t job, void *arg, char *err, size_t errlen)
 /* ---- jobs ---- */
 
 
+/* a backend of rank 0's kind, with its activation dtype */
 static int
 job_open_backend(pl_tp_rank_t *r, void *arg)
 {
-    const char  *kind = arg;
+    const char    *kind = arg;
+    pl_backend_t  *be0 = r->tp->ranks[0].be;
 
     if (r->rank == 0) {
         return 0;
@@ -145,7 +147,13 @@ job_open_backend(pl_tp_rank_t *r, void *arg)
             ? pl_backend_cuda_create(r->rank, r->err, sizeof(r->err))
             : pl_backend_cpu_create(1, r->err, sizeof(r->err));
     r->own_be = r->be != NULL;
-    return r->be != NULL ? 0 : -1;
+    if (r->be == NULL) {
+        return -1;
+    }
+    return r->be->set_act_dtype == NULL
+           || r->be->act_dtype == be0->act_dtype
+           || r->be->set_act_dtype(r->be, be0->act_dtype, r->err,
+                                   sizeof(r->err)) == 0 ? 0 : -1;
 }
 
 

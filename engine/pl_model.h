@@ -172,6 +172,31 @@ int pl_model_profile(pl_model_t *m, int block_size, int max_context,
 int pl_model_tp_size(const pl_model_t *m);
 
 /*
+ * The dtype of activations and the KV cache (the engine's --dtype), on a
+ * backend that has a choice (CUDA: bf16 or fp16; the CPU computes in fp32
+ * and refuses anything but auto or float32).  auto follows the
+ * checkpoint: fp16 runs in fp16, bf16 in bf16, fp32 in bf16; where the
+ * backend cannot run fp16 yet, an fp16 checkpoint runs in bf16.  A bf16
+ * or fp32 checkpoint forced to fp16 loads only when every weight is within
+ * fp16's range.
+ */
+typedef enum {
+    PL_MODEL_DTYPE_AUTO = 0,
+    PL_MODEL_DTYPE_F16,
+    PL_MODEL_DTYPE_BF16,
+    PL_MODEL_DTYPE_F32
+} pl_model_dtype_t;
+
+/* "auto", "float16" or "half", "bfloat16", "float32" or "float"; 0, or -1
+   for anything else */
+int pl_model_dtype_parse(const char *s, pl_model_dtype_t *out);
+
+/* The activation dtype want asks for with a checkpoint of dtype
+   checkpoint (before the backend's say). */
+pl_dtype_t pl_model_dtype_wanted(pl_model_dtype_t want,
+    pl_dtype_t checkpoint);
+
+/*
  * Tensor parallelism (Megatron-style): the model split over
  * tensor_parallel_size ranks.  Each rank holds its share of the attention
  * and KV heads (column-parallel q/k/v, row-parallel output projection),
@@ -188,7 +213,9 @@ int pl_model_tp_size(const pl_model_t *m);
  * load refuses any other with the reason.
  */
 typedef struct {
-    int  tensor_parallel_size;          /* 1: no tensor parallelism */
+    int               tensor_parallel_size;     /* 1: no tensor
+                                                   parallelism */
+    pl_model_dtype_t  dtype;                    /* --dtype */
 } pl_model_options_t;
 
 pl_model_t *pl_model_load_opts(const char *dir, pl_backend_t *be,

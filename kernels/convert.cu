@@ -1,28 +1,12 @@
 /*
  * convert: element-wise dtype conversion on the device, used by weight_load
- * (checkpoint dtype to bf16 or fp32) and download_f32 (bf16 activations to
- * fp32).  One thread per element, grid-stride.
+ * (checkpoint dtype to the activation dtype, bf16 or fp16, or to fp32) and
+ * download_f32 (activations to fp32).  One thread per element, grid-stride;
+ * rounding to nearest even, so a value beyond fp16's range becomes
+ * infinity (the model loader refuses such weights before they get here).
  */
 
 #include "pl_cuda.cuh"
-
-
-template <typename Out>
-__device__ __forceinline__ Out pl_from_f32(float f);
-
-template <>
-__device__ __forceinline__ float
-pl_from_f32<float>(float f)
-{
-    return f;
-}
-
-template <>
-__device__ __forceinline__ __nv_bfloat16
-pl_from_f32<__nv_bfloat16>(float f)
-{
-    return __float2bfloat16_rn(f);
-}
 
 
 template <typename Out>
@@ -51,14 +35,21 @@ pl_cuda_convert(pl_backend_t *be, void *dst, pl_dtype_t dst_dtype,
     if (blocks > 65535u) {
         blocks = 65535u;
     }
-    if (dst_dtype == PL_DT_F32) {
+    switch (dst_dtype) {
+    case PL_DT_F32:
         convert_kernel<float><<<blocks, 256, 0, st>>>((float *) dst, src,
                                                      src_dtype, count);
-    } else if (dst_dtype == PL_DT_BF16) {
+        break;
+    case PL_DT_BF16:
         convert_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(
             (__nv_bfloat16 *) dst, src, src_dtype, count);
-    } else {
-        pl_cuda_fail("convert", "only bf16 and fp32 destinations");
+        break;
+    case PL_DT_F16:
+        convert_kernel<__half><<<blocks, 256, 0, st>>>((__half *) dst, src,
+                                                      src_dtype, count);
+        break;
+    default:
+        pl_cuda_fail("convert", "unknown destination dtype");
     }
     PL_CUDA_LAUNCHED("convert");
 }

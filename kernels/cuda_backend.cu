@@ -126,14 +126,14 @@ cuda_mem_info(pl_backend_t *be, size_t *free_bytes, size_t *total_bytes)
 
 
 /*
- * Matrices become bf16 for the GEMMs, vectors fp32 for the norms and
- * biases.  The checkpoint's bytes go up as they are and are converted on
- * the device.
+ * Matrices take the activation dtype, what the GEMMs multiply them with;
+ * vectors become fp32 for the norms and biases.  The checkpoint's bytes go
+ * up as they are and are converted on the device.
  */
 static int
 cuda_weight_load(pl_backend_t *be, pl_weight_t *w, const void *host)
 {
-    pl_dtype_t  want = w->rows == 1 ? PL_DT_F32 : PL_DT_BF16;
+    pl_dtype_t  want = w->rows == 1 ? PL_DT_F32 : be->act_dtype;
     int64_t     count = w->rows * w->cols;
     size_t      raw_bytes = (size_t) count * pl_dtype_size(w->dtype);
     void       *raw, *dst;
@@ -495,9 +495,41 @@ cuda_download_f32(pl_backend_t *be, float *dst, const void *src,
                       "download_f32");
         cu->f32_cap = count;
     }
-    pl_cuda_convert(be, cu->f32_stage, PL_DT_F32, src, PL_DT_BF16,
+    pl_cuda_convert(be, cu->f32_stage, PL_DT_F32, src, be->act_dtype,
                     (int64_t) count);
     cuda_download(be, dst, cu->f32_stage, count * sizeof(float));
+}
+
+
+/*
+ * What fp16 activations still lack.  Every operation takes them, but the
+ * tensor-core attention kernels (decode_attention.cu, prefill_attention*.cu)
+ * and the GEMV (gemv.cu) are bf16-only: fp16 would run every attention row
+ * on the CUDA-core kernel and every decode matmul through cuBLAS, at a
+ * fraction of the speed.  When they take fp16 this becomes NULL, and that
+ * alone lets --dtype float16 through and --dtype auto run fp16 checkpoints
+ * in fp16 (model.c falls back to bf16 only while this refuses).
+ */
+static const char  *cuda_fp16_missing = "the tensor-core decode and prefill "
+    "attention kernels and the GEMV are bfloat16-only so far";
+
+
+static int
+cuda_set_act_dtype(pl_backend_t *be, pl_dtype_t dt, char *err,
+    size_t errlen)
+{
+    if (dt == PL_DT_F16 && cuda_fp16_missing != NULL) {
+        snprintf(err, errlen, "float16 activations on cuda: %s",
+                 cuda_fp16_missing);
+        return -1;
+    }
+    if (dt != PL_DT_BF16 && dt != PL_DT_F16) {
+        snprintf(err, errlen, "the cuda backend runs bfloat16 or float16 "
+                 "activations, not %s", pl_dtype_name(dt));
+        return -1;
+    }
+    be->act_dtype = dt;
+    return 0;
 }
 
 
@@ -549,6 +581,7 @@ cuda_wire(pl_backend_t *be)
     be->destroy = cuda_destroy;
     be->mem_info = cuda_mem_info;
     be->weight_load = cuda_weight_load;
+    be->set_act_dtype = cuda_set_act_dtype;
     be->batch_upload = cuda_batch_upload;
     be->embedding = pl_cuda_embedding;
     be->rmsnorm = pl_cuda_rmsnorm;

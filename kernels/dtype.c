@@ -4,9 +4,11 @@
  *
  * bf16 is the top half of an fp32; f16 is IEEE binary16.  Both directions
  * round to nearest even and keep infinities and NaNs, so loaders, tests and
- * the CPU kernels agree bit for bit with PyTorch's casts.
+ * the CPU kernels agree bit for bit with PyTorch's casts.  f16's range is
+ * far smaller than the others': pl_f16_overflows finds what it cannot hold.
  */
 
+#include <math.h>
 #include <string.h>
 
 #include "pl_ops.h"
@@ -141,4 +143,32 @@ pl_f32_to_f16(float f)
     /* a carry out of the mantissa bumps the exponent, up to infinity */
     return (uint16_t) (sign | shift_round_even(((uint32_t) e << 23) | mant,
                                                13));
+}
+
+
+int64_t
+pl_f16_overflows(const void *data, pl_dtype_t dt, int64_t count,
+    float *worst)
+{
+    const uint16_t  *h = data;
+    const float     *f = data;
+    int64_t          i, n = 0;
+    float            most = 0.0f, a;
+
+    if (dt == PL_DT_F16) {
+        count = 0;
+    }
+    for (i = 0; i < count; i++) {
+        a = fabsf(dt == PL_DT_F32 ? f[i] : pl_bf16_to_f32(h[i]));
+        /* 65520 is halfway between 65504, the largest f16, and 2^16,
+           and rounds (to even) up to infinity */
+        if (a >= 65520.0f && a != INFINITY) {
+            n++;
+            most = a > most ? a : most;
+        }
+    }
+    if (worst != NULL) {
+        *worst = most;
+    }
+    return n;
 }

@@ -1,6 +1,6 @@
 /*
- * embedding: out[n][dim] (bf16) = table[ids[i]], table [vocab][dim] in any
- * weight dtype.  One thread block per token row; ids outside the table
+ * embedding: out[n][dim] (T, the activation dtype: bf16 or fp16) =
+ * table[ids[i]], table [vocab][dim] in any weight dtype.  One thread block per token row; ids outside the table
  * give a zero row (the runner validates ids, this only keeps a bad one from
  * reading outside the table).
  *
@@ -12,12 +12,13 @@
 #include "pl_cuda.cuh"
 
 
+template <typename T>
 __global__ void
-embedding_kernel(__nv_bfloat16 *out, const void *table, pl_dtype_t dt,
-    int64_t vocab, const int32_t *ids, int dim)
+embedding_kernel(T *out, const void *table, pl_dtype_t dt, int64_t vocab,
+    const int32_t *ids, int dim)
 {
-    int64_t         id = ids[blockIdx.x];
-    __nv_bfloat16  *row = out + (int64_t) blockIdx.x * dim;
+    int64_t   id = ids[blockIdx.x];
+    T        *row = out + (int64_t) blockIdx.x * dim;
 
     pl_grid_wait();
     pl_grid_release();
@@ -27,8 +28,19 @@ embedding_kernel(__nv_bfloat16 *out, const void *table, pl_dtype_t dt,
         if (id >= 0 && id < vocab) {
             v = pl_weight_at(table, dt, id * dim + c);
         }
-        row[c] = __float2bfloat16_rn(v);
+        row[c] = pl_from_f32<T>(v);
     }
+}
+
+
+template <typename T>
+static void
+embedding_t(pl_cuda_t *cu, void *out, const pl_weight_t *table,
+    const int32_t *ids, int n)
+{
+    pl_cuda_launch(cu, "embedding", embedding_kernel<T>, n, 256, 0, (T *) out,
+                   (const void *) table->data, table->dtype, table->rows,
+                   ids, (int) table->cols);
 }
 
 
@@ -39,8 +51,7 @@ pl_cuda_embedding(pl_backend_t *be, void *out, const pl_weight_t *table,
     if (n <= 0) {
         return;
     }
-    pl_cuda_launch(pl_cuda(be), "embedding", embedding_kernel, n, 256, 0,
-                   (__nv_bfloat16 *) out, (const void *) table->data,
-                   table->dtype, table->rows, ids, (int) table->cols);
+    PL_CUDA_ACT(be, "embedding", embedding_t, pl_cuda(be), out, table, ids,
+                n);
     PL_CUDA_LAUNCHED("embedding");
 }

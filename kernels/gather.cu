@@ -1,5 +1,6 @@
 /*
- * gather: out[i][dim] = x[rows[i]][dim] for i < n, bf16 rows; used to pick
+ * gather: out[i][dim] = x[rows[i]][dim] for i < n, rows of 16-bit
+ * activations (bf16 or fp16: moved as bits, whichever it is); used to pick
  * the one row per sequence whose logits are wanted.  One thread block per
  * output row, 16-byte copies when dim allows.
  *
@@ -12,11 +13,10 @@
 
 
 __global__ void
-gather_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x,
-    const int32_t *rows, int dim)
+gather_kernel(uint16_t *out, const uint16_t *x, const int32_t *rows, int dim)
 {
-    const __nv_bfloat16  *src = x + (int64_t) rows[blockIdx.x] * dim;
-    __nv_bfloat16        *dst = out + (int64_t) blockIdx.x * dim;
+    const uint16_t  *src = x + (int64_t) rows[blockIdx.x] * dim;
+    uint16_t        *dst = out + (int64_t) blockIdx.x * dim;
 
     pl_grid_wait();
     pl_grid_release();
@@ -40,7 +40,6 @@ pl_cuda_gather_rows(pl_backend_t *be, void *out, const void *x,
         return;
     }
     pl_cuda_launch(pl_cuda(be), "gather_rows", gather_kernel, n, 128, 0,
-                   (__nv_bfloat16 *) out, (const __nv_bfloat16 *) x, rows,
-                   dim);
+                   (uint16_t *) out, (const uint16_t *) x, rows, dim);
     PL_CUDA_LAUNCHED("gather_rows");
 }

@@ -8,7 +8,9 @@
  * Fragment layouts follow the PTX ISA for mma.m16n8k16: for lane l,
  * g = l / 4 and c = l % 4; A holds rows g and g + 8, columns 2c, 2c + 1
  * and 2c + 8, 2c + 9; B columns g, rows 2c, 2c + 1 and 2c + 8, 2c + 9; C
- * rows g and g + 8, columns 2c, 2c + 1.
+ * rows g and g + 8, columns 2c, 2c + 1.  Every MMA here has an fp16 twin
+ * (mma_f16, wgmma_*_f16) of the same layouts, and a form templated on the
+ * operand type (mma_f32acc<T>, wgmma_*_of<T>) for kernels templated on T.
  */
 
 #ifndef PL_MMA_CUH
@@ -85,6 +87,34 @@ pack_bf16(float lo, float hi)
     __nv_bfloat162  v = __floats2bfloat162_rn(lo, hi);
 
     return *(uint32_t *) &v;
+}
+
+
+/* the same tile with fp16 operands (same fragment layouts) */
+static __device__ __forceinline__ void
+mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),
+                   "r"(b0), "r"(b1));
+}
+
+
+/* d += a . b with operands of T (__nv_bfloat16 or __half), fp32
+   accumulators: the MMA of a kernel templated on T; operands pack with
+   pl_pack2<T> (pl_cuda.cuh) */
+template <typename T>
+static __device__ __forceinline__ void
+mma_f32acc(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    if constexpr (std::is_same_v<T, __half>) {
+        mma_f16(d, a, b0, b1);
+    } else {
+        mma_bf16(d, a, b0, b1);
+    }
 }
 
 
@@ -188,9 +218,58 @@ wgmma_128_rs_t(float (&d)[64], const uint32_t (&a)[4], uint64_t b)
                  : "memory");
 }
 
+/* the two above with fp16 operands */
+static __device__ __forceinline__ void
+wgmma_128_ss_f16(float (&d)[64], uint64_t a, uint64_t b, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 WG_R64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : WG_D64
+                 : "l"(a), "l"(b), "r"(acc)
+                 : "memory");
+}
+
+
+static __device__ __forceinline__ void
+wgmma_128_rs_t_f16(float (&d)[64], const uint32_t (&a)[4], uint64_t b)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 WG_R64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+                 : WG_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
+                 : "memory");
+}
+
 #undef WG_D8
 #undef WG_D64
 #undef WG_R64
+
+
+/* wgmma_128_ss and wgmma_128_rs_t for operands of T (__nv_bfloat16 or
+   __half), for kernels templated on T */
+template <typename T>
+static __device__ __forceinline__ void
+wgmma_128_ss_of(float (&d)[64], uint64_t a, uint64_t b, int acc)
+{
+    if constexpr (std::is_same_v<T, __half>) {
+        wgmma_128_ss_f16(d, a, b, acc);
+    } else {
+        wgmma_128_ss(d, a, b, acc);
+    }
+}
+
+
+template <typename T>
+static __device__ __forceinline__ void
+wgmma_128_rs_t_of(float (&d)[64], const uint32_t (&a)[4], uint64_t b)
+{
+    if constexpr (std::is_same_v<T, __half>) {
+        wgmma_128_rs_t_f16(d, a, b);
+    } else {
+        wgmma_128_rs_t(d, a, b);
+    }
+}
 
 
 /* order register accesses before the next wgmma */

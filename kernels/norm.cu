@@ -8,15 +8,15 @@
  *
  *     layernorm:    out[r] = (x[r] - mean) / sqrt(var + eps) * w + b
  *
- * Rows of dim bf16 values; w and b of dim fp32 (weight_load widens every
- * vector).  One thread block per row, sized so each thread holds NV
+ * Rows of dim values of T, the activation dtype (bf16 or fp16); w and b
+ * of dim fp32 (weight_load widens every vector).  One thread block per row, sized so each thread holds NV
  * vectors of VEC columns in registers (VEC = 8, 16-byte loads and float4
  * weights, when dim % 8 == 0, up to 16384 columns; else 1, up to 8192):
  * the row is read once, the weights
  * are fetched before the reduction so their latency hides behind it, a
  * warp shuffle and one shared-memory round give the block's sum, and the
  * row is written once.  Sums are fp32.  The fused form rounds the new
- * residual to bf16 and normalises that rounded value, as the next layer
+ * residual to T and normalises that rounded value, as the next layer
  * will see it; LayerNorm takes the variance about the mean in a second
  * pass over the registers.
  *
@@ -72,10 +72,10 @@ block_sum(float v, float *part)
 }
 
 
-template <int VEC, int NV, bool ADD>
+template <typename T, int VEC, int NV, bool ADD>
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
-rmsnorm_kernel(__nv_bfloat16 *out, __nv_bfloat16 *residual,
-    const __nv_bfloat16 *x, const float *w, int dim, float eps)
+rmsnorm_kernel(T *out, T *residual, const T *x, const float *w, int dim,
+    float eps)
 {
     __shared__ float  part[32];
     int64_t           base = (int64_t) blockIdx.x * dim;
@@ -98,17 +98,16 @@ rmsnorm_kernel(__nv_bfloat16 *out, __nv_bfloat16 *residual,
         if (c >= dim) {
             continue;
         }
-        load_bf16<VEC>(x + base + c, v[k]);
+        pl_load<VEC>(x + base + c, v[k]);
         if (ADD) {
             float  r[VEC];
 
-            load_bf16<VEC>(residual + base + c, r);
+            pl_load<VEC>(residual + base + c, r);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
-                v[k][e] = __bfloat162float(__float2bfloat16_rn(v[k][e]
-                                                               + r[e]));
+                v[k][e] = pl_to_f32(pl_from_f32<T>(v[k][e] + r[e]));
             }
-            store_bf16<VEC>(residual + base + c, v[k]);
+            pl_store<VEC>(residual + base + c, v[k]);
         }
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
@@ -125,16 +124,16 @@ rmsnorm_kernel(__nv_bfloat16 *out, __nv_bfloat16 *residual,
             for (int e = 0; e < VEC; e++) {
                 v[k][e] = v[k][e] * inv * wv[k][e];
             }
-            store_bf16<VEC>(out + base + c, v[k]);
+            pl_store<VEC>(out + base + c, v[k]);
         }
     }
 }
 
 
-template <int VEC, int NV>
+template <typename T, int VEC, int NV>
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
-layernorm_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x, const float *w,
-    const float *b, int dim, float eps)
+layernorm_kernel(T *out, const T *x, const float *w, const float *b, int dim,
+    float eps)
 {
     __shared__ float  part[2][32];
     int64_t           base = (int64_t) blockIdx.x * dim;
@@ -159,7 +158,7 @@ layernorm_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x, const float *w,
         if (c >= dim) {
             continue;
         }
-        load_bf16<VEC>(x + base + c, v[k]);
+        pl_load<VEC>(x + base + c, v[k]);
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
             sum += v[k][e];
@@ -185,7 +184,7 @@ layernorm_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x, const float *w,
             for (int e = 0; e < VEC; e++) {
                 v[k][e] = (v[k][e] - mean) * inv * wv[k][e] + bv[k][e];
             }
-            store_bf16<VEC>(out + base + c, v[k]);
+            pl_store<VEC>(out + base + c, v[k]);
         }
     }
 }
@@ -221,33 +220,32 @@ weights_f32(const char *what, const pl_weight_t *w)
 }
 
 
-template <int VEC, bool ADD>
+template <typename T, int VEC, bool ADD>
 static void
-rmsnorm_go(int nv, int n, int threads, pl_cuda_t *cu, __nv_bfloat16 *out,
-    __nv_bfloat16 *residual, const __nv_bfloat16 *x, const float *w, int dim,
-    float eps)
+rmsnorm_go(int nv, int n, int threads, pl_cuda_t *cu, T *out, T *residual,
+    const T *x, const float *w, int dim, float eps)
 {
     switch (nv) {
     case 1:
-        pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<VEC, 1, ADD>, n,
+        pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<T, VEC, 1, ADD>, n,
                        threads, 0, out, residual, x, w, dim, eps);
         break;
     case 2:
-        pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<VEC, 2, ADD>, n,
+        pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<T, VEC, 2, ADD>, n,
                        threads, 0, out, residual, x, w, dim, eps);
         break;
     case 4:
-        pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<VEC, 4, ADD>, n,
+        pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<T, VEC, 4, ADD>, n,
                        threads, 0, out, residual, x, w, dim, eps);
         break;
     default:
         if constexpr (VEC == 1) {
             if (nv == 8) {
-                pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<1, 8, ADD>,
+                pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<T, 1, 8, ADD>,
                                n, threads, 0, out, residual, x, w, dim,
                                eps);
             } else {
-                pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<1, 16, ADD>,
+                pl_cuda_launch(cu, "rmsnorm", rmsnorm_kernel<T, 1, 16, ADD>,
                                n, threads, 0, out, residual, x, w, dim,
                                eps);
             }
@@ -256,35 +254,52 @@ rmsnorm_go(int nv, int n, int threads, pl_cuda_t *cu, __nv_bfloat16 *out,
 }
 
 
-template <int VEC>
+template <typename T, int VEC>
 static void
-layernorm_go(int nv, int n, int threads, pl_cuda_t *cu, __nv_bfloat16 *out,
-    const __nv_bfloat16 *x, const float *w, const float *b, int dim,
-    float eps)
+layernorm_go(int nv, int n, int threads, pl_cuda_t *cu, T *out, const T *x,
+    const float *w, const float *b, int dim, float eps)
 {
     switch (nv) {
     case 1:
-        pl_cuda_launch(cu, "layernorm", layernorm_kernel<VEC, 1>, n,
+        pl_cuda_launch(cu, "layernorm", layernorm_kernel<T, VEC, 1>, n,
                        threads, 0, out, x, w, b, dim, eps);
         break;
     case 2:
-        pl_cuda_launch(cu, "layernorm", layernorm_kernel<VEC, 2>, n,
+        pl_cuda_launch(cu, "layernorm", layernorm_kernel<T, VEC, 2>, n,
                        threads, 0, out, x, w, b, dim, eps);
         break;
     case 4:
-        pl_cuda_launch(cu, "layernorm", layernorm_kernel<VEC, 4>, n,
+        pl_cuda_launch(cu, "layernorm", layernorm_kernel<T, VEC, 4>, n,
                        threads, 0, out, x, w, b, dim, eps);
         break;
     default:
         if constexpr (VEC == 1) {
             if (nv == 8) {
-                pl_cuda_launch(cu, "layernorm", layernorm_kernel<1, 8>, n,
+                pl_cuda_launch(cu, "layernorm", layernorm_kernel<T, 1, 8>, n,
                                threads, 0, out, x, w, b, dim, eps);
             } else {
-                pl_cuda_launch(cu, "layernorm", layernorm_kernel<1, 16>, n,
-                               threads, 0, out, x, w, b, dim, eps);
+                pl_cuda_launch(cu, "layernorm", layernorm_kernel<T, 1, 16>,
+                               n, threads, 0, out, x, w, b, dim, eps);
             }
         }
+    }
+}
+
+
+template <typename T>
+static void
+layernorm_t(pl_cuda_t *cu, int nv, int vec, int threads, void *out,
+    const void *x, const pl_weight_t *w, const pl_weight_t *b, int n,
+    int dim, float eps)
+{
+    if (vec == 8) {
+        layernorm_go<T, 8>(nv, n, threads, cu, (T *) out, (const T *) x,
+                           (const float *) w->data, (const float *) b->data,
+                           dim, eps);
+    } else {
+        layernorm_go<T, 1>(nv, n, threads, cu, (T *) out, (const T *) x,
+                           (const float *) w->data, (const float *) b->data,
+                           dim, eps);
     }
 }
 
@@ -293,8 +308,7 @@ void
 pl_cuda_layernorm(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *b, int n, int dim, float eps)
 {
-    pl_cuda_t    *cu = pl_cuda(be);
-    int           vec, threads, nv;
+    int  vec, threads, nv;
 
     if (n <= 0) {
         return;
@@ -302,16 +316,30 @@ pl_cuda_layernorm(pl_backend_t *be, void *out, const void *x,
     nv = norm_shape("layernorm", dim, &vec, &threads);
     weights_f32("layernorm", w);
     weights_f32("layernorm", b);
-    if (vec == 8) {
-        layernorm_go<8>(nv, n, threads, cu, (__nv_bfloat16 *) out,
-                        (const __nv_bfloat16 *) x, (const float *) w->data,
-                        (const float *) b->data, dim, eps);
-    } else {
-        layernorm_go<1>(nv, n, threads, cu, (__nv_bfloat16 *) out,
-                        (const __nv_bfloat16 *) x, (const float *) w->data,
-                        (const float *) b->data, dim, eps);
-    }
+    PL_CUDA_ACT(be, "layernorm", layernorm_t, pl_cuda(be), nv, vec, threads,
+                out, x, w, b, n, dim, eps);
     PL_CUDA_LAUNCHED("layernorm");
+}
+
+
+template <typename T>
+static void
+rmsnorm_t(pl_cuda_t *cu, int nv, int vec, int threads, void *out,
+    void *residual, const void *x, const float *w, int n, int dim,
+    float eps)
+{
+    T        *o = (T *) out, *r = (T *) residual;
+    const T  *xt = (const T *) x;
+
+    if (vec == 8 && r != NULL) {
+        rmsnorm_go<T, 8, true>(nv, n, threads, cu, o, r, xt, w, dim, eps);
+    } else if (vec == 8) {
+        rmsnorm_go<T, 8, false>(nv, n, threads, cu, o, r, xt, w, dim, eps);
+    } else if (r != NULL) {
+        rmsnorm_go<T, 1, true>(nv, n, threads, cu, o, r, xt, w, dim, eps);
+    } else {
+        rmsnorm_go<T, 1, false>(nv, n, threads, cu, o, r, xt, w, dim, eps);
+    }
 }
 
 
@@ -319,27 +347,15 @@ static void
 norm_launch(pl_backend_t *be, void *out, void *residual, const void *x,
     const pl_weight_t *w, int n, int dim, float eps)
 {
-    pl_cuda_t            *cu = pl_cuda(be);
-    __nv_bfloat16        *o = (__nv_bfloat16 *) out;
-    __nv_bfloat16        *r = (__nv_bfloat16 *) residual;
-    const __nv_bfloat16  *xb = (const __nv_bfloat16 *) x;
-    const float          *wf = (const float *) w->data;
-    int                   vec, threads, nv;
+    int  vec, threads, nv;
 
     if (n <= 0) {
         return;
     }
     nv = norm_shape("rmsnorm", dim, &vec, &threads);
     weights_f32("rmsnorm", w);
-    if (vec == 8 && r != NULL) {
-        rmsnorm_go<8, true>(nv, n, threads, cu, o, r, xb, wf, dim, eps);
-    } else if (vec == 8) {
-        rmsnorm_go<8, false>(nv, n, threads, cu, o, r, xb, wf, dim, eps);
-    } else if (r != NULL) {
-        rmsnorm_go<1, true>(nv, n, threads, cu, o, r, xb, wf, dim, eps);
-    } else {
-        rmsnorm_go<1, false>(nv, n, threads, cu, o, r, xb, wf, dim, eps);
-    }
+    PL_CUDA_ACT(be, "rmsnorm", rmsnorm_t, pl_cuda(be), nv, vec, threads, out,
+                residual, x, (const float *) w->data, n, dim, eps);
     PL_CUDA_LAUNCHED("rmsnorm");
 }
 

@@ -3,7 +3,8 @@
  * sequence's paged KV cache (pl_ops.h), and the CUDA-core kernel that
  * serves decode rows.
  *
- * Layouts (bf16):
+ * Layouts (T, the activation dtype: bf16, or fp16 on the CUDA-core kernel
+ * alone, see below):
  *     q, out     [num_tokens][n_heads][head_dim]
  *     k/v cache  [num_blocks][block_size][n_kv_heads][head_dim]
  * Row r of sequence s sees the first context_lens[s] - (q1 - r) + 1 tokens
@@ -14,7 +15,8 @@
  * tensor-core kernel of prefill_attention.cu and every other row to the
  * one of decode_attention.cu (not launched at all when batch_upload saw
  * that every sequence is a prefill).  Other head sizes (multiples of 8 up
- * to 256) run every row on the CUDA-core kernel below.
+ * to 256), and fp16 activations (the tensor-core kernels are bf16-only so
+ * far), run every row on the CUDA-core kernel below.
  *
  * Work split of the CUDA-core kernel: one thread block per (row, KV
  * head, head chunk, KV split).  The block computes every query head that
@@ -94,7 +96,7 @@ load_tokens(const attn_params_t &p, const int32_t *tbl, int b0, int base,
 
 
 /* Online-softmax update of the state with U tokens. */
-template <int LANES, int GT, int U>
+template <typename T, int LANES, int GT, int U>
 __device__ __forceinline__ void
 consume_tokens(attn_state<GT> &st, const uint4 (&kr)[U],
     const uint4 (&vr)[U], int first, int hi)
@@ -105,7 +107,7 @@ consume_tokens(attn_state<GT> &st, const uint4 (&kr)[U],
     for (int u = 0; u < U; u++) {
         float  kf[8];
 
-        pl_bf16x8_to_f32(kr[u], kf);
+        pl_x8_to_f32<T>(kr[u], kf);
 #pragma unroll
         for (int g = 0; g < GT; g++) {
             float  dot = 0.0f;
@@ -143,7 +145,7 @@ consume_tokens(attn_state<GT> &st, const uint4 (&kr)[U],
     for (int u = 0; u < U; u++) {
         float  vf[8];
 
-        pl_bf16x8_to_f32(vr[u], vf);
+        pl_x8_to_f32<T>(vr[u], vf);
 #pragma unroll
         for (int g = 0; g < GT; g++) {
 #pragma unroll
@@ -156,7 +158,7 @@ consume_tokens(attn_state<GT> &st, const uint4 (&kr)[U],
 
 
 /* Tokens [lo, hi), whose blocks' table entries from b0 on are in tbl. */
-template <int LANES, int GT, int U>
+template <typename T, int LANES, int GT, int U>
 __device__ __forceinline__ void
 attend_range(const attn_params_t &p, attn_state<GT> &st, const int32_t *tbl,
     int b0, int lo, int hi, int64_t col, int64_t kv_row, bool dim_ok)
@@ -171,7 +173,7 @@ attend_range(const attn_params_t &p, attn_state<GT> &st, const int32_t *tbl,
 
         load_tokens<U>(p, tbl, b0, base + STEP, hi, grp, col, kv_row, dim_ok,
                        kn, vn);
-        consume_tokens<LANES, GT, U>(st, kr, vr, base + grp * U, hi);
+        consume_tokens<T, LANES, GT, U>(st, kr, vr, base + grp * U, hi);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             kr[u] = kn[u];
@@ -221,7 +223,7 @@ merge_groups(attn_state<GT> &st, float (&tot_l)[GT],
 }
 
 
-template <int LANES, int GT, int UNROLL>
+template <typename T, int LANES, int GT, int UNROLL>
 __global__ void __launch_bounds__(ATTN_THREADS)
 paged_attention_kernel(const attn_params_t p)
 {
@@ -274,7 +276,7 @@ paged_attention_kernel(const attn_params_t p)
             uint4  v = *(const uint4 *) (p.q + ((int64_t) row * p.n_heads
                                                 + h) * p.head_dim + lane * 8);
 
-            pl_bf16x8_to_f32(v, st.q[g]);
+            pl_x8_to_f32<T>(v, st.q[g]);
 #pragma unroll
             for (int d = 0; d < 8; d++) {
                 st.q[g][d] *= p.scale_log2;
@@ -292,7 +294,7 @@ paged_attention_kernel(const attn_params_t p)
             tbl[i] = table[b0 + i];
         }
         __syncthreads();
-        attend_range<LANES, GT, UNROLL>(p, st, tbl, b0,
+        attend_range<T, LANES, GT, UNROLL>(p, st, tbl, b0,
                                         max(t0, b0 << p.log2_block),
                                         min(t1, bend << p.log2_block),
                                         col, kv_row, dim_ok);
@@ -319,8 +321,8 @@ paged_attention_kernel(const attn_params_t p)
             v += red[j][g][d];
         }
         if (p.num_splits == 1) {
-            p.out[rh * p.head_dim + d] =
-                __float2bfloat16_rn(lg > 0.0f ? v / lg : 0.0f);
+            ((T *) p.out)[rh * p.head_dim + d] =
+                pl_from_f32<T>(lg > 0.0f ? v / lg : 0.0f);
         } else {
             int64_t  ps = rh * p.num_splits + blockIdx.z;
 
@@ -377,14 +379,14 @@ choose_splits(pl_cuda_t *cu, int slots, int64_t units, int max_ctx,
 }
 
 
-template <int LANES, int GT>
+template <typename T, int LANES, int GT>
 static void
 launch_decode(pl_cuda_t *cu, attn_params_t &p, int rows, int n_kv_heads,
     int max_ctx)
 {
     constexpr int  UNROLL = GT >= 8 ? 2 : 4;
     static int     per_sm;
-    auto           kernel = paged_attention_kernel<LANES, GT, UNROLL>;
+    auto           kernel = paged_attention_kernel<T, LANES, GT, UNROLL>;
     int64_t        units = (int64_t) rows * n_kv_heads * p.chunks;
 
     if (per_sm == 0) {
@@ -394,6 +396,11 @@ launch_decode(pl_cuda_t *cu, attn_params_t &p, int rows, int n_kv_heads,
     }
     p.num_splits = choose_splits(cu, per_sm * cu->num_sms, units, max_ctx,
                                  (int64_t) rows * p.n_heads, p.head_dim);
+    if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+        /* the merge of split partials (attn_merge_if_last) stores bf16
+           so far: other types run unsplit until it stores T */
+        p.num_splits = 1;
+    }
     p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
     p.split_tokens = (p.split_tokens + 31) & ~31;
     p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
@@ -406,23 +413,23 @@ launch_decode(pl_cuda_t *cu, attn_params_t &p, int rows, int n_kv_heads,
 }
 
 
-template <int LANES>
+template <typename T, int LANES>
 static void
 launch_lanes(pl_cuda_t *cu, attn_params_t &p, int gt, int rows,
     int n_kv_heads, int max_ctx)
 {
     switch (gt) {
     case 1:
-        launch_decode<LANES, 1>(cu, p, rows, n_kv_heads, max_ctx);
+        launch_decode<T, LANES, 1>(cu, p, rows, n_kv_heads, max_ctx);
         break;
     case 2:
-        launch_decode<LANES, 2>(cu, p, rows, n_kv_heads, max_ctx);
+        launch_decode<T, LANES, 2>(cu, p, rows, n_kv_heads, max_ctx);
         break;
     case 4:
-        launch_decode<LANES, 4>(cu, p, rows, n_kv_heads, max_ctx);
+        launch_decode<T, LANES, 4>(cu, p, rows, n_kv_heads, max_ctx);
         break;
     default:
-        launch_decode<LANES, 8>(cu, p, rows, n_kv_heads, max_ctx);
+        launch_decode<T, LANES, 8>(cu, p, rows, n_kv_heads, max_ctx);
         break;
     }
 }
@@ -473,6 +480,33 @@ check_shape(int n_heads, int n_kv_heads, int head_dim, int block_size)
 }
 
 
+/* every row on the CUDA-core kernel */
+template <typename T>
+static void
+launch_cuda_cores(pl_cuda_t *cu, attn_params_t &p, int rows, int n_kv_heads,
+    int max_ctx)
+{
+    int  gt = pow2_at_least(p.group, 1, 8);
+    int  lanes = pow2_at_least(p.head_dim / 8, 4, 32);
+
+    p.chunks = (p.group + gt - 1) / gt;
+    switch (lanes) {
+    case 4:
+        launch_lanes<T, 4>(cu, p, gt, rows, n_kv_heads, max_ctx);
+        break;
+    case 8:
+        launch_lanes<T, 8>(cu, p, gt, rows, n_kv_heads, max_ctx);
+        break;
+    case 16:
+        launch_lanes<T, 16>(cu, p, gt, rows, n_kv_heads, max_ctx);
+        break;
+    default:
+        launch_lanes<T, 32>(cu, p, gt, rows, n_kv_heads, max_ctx);
+        break;
+    }
+}
+
+
 void
 pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
     const void *k_cache, const void *v_cache, const pl_batch_t *batch,
@@ -480,7 +514,7 @@ pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
 {
     pl_cuda_t      *cu = pl_cuda(be);
     attn_params_t   p;
-    int             gt, lanes, rows = batch->num_tokens;
+    int             rows = batch->num_tokens;
     int             max_ctx = batch->max_context_len > 0
                               ? batch->max_context_len : 1;
 
@@ -507,31 +541,17 @@ pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
     p.scale_log2 = scale * ATTN_LOG2E;
     p.tc_min_qlen = 0;
 
-    if (batch->max_query_len >= ATTN_PREFILL_MIN_QLEN
-        && pl_cuda_prefill_attention(cu, &p, rows)
-        && batch == &cu->batch && cu->batch_min_qlen >= p.tc_min_qlen)
-    {
-        return;
+    if (be->act_dtype == PL_DT_BF16) {
+        if (batch->max_query_len >= ATTN_PREFILL_MIN_QLEN
+            && pl_cuda_prefill_attention(cu, &p, rows)
+            && batch == &cu->batch && cu->batch_min_qlen >= p.tc_min_qlen)
+        {
+            return;
+        }
+        if (pl_cuda_decode_attention(cu, &p, rows, max_ctx)) {
+            return;
+        }
     }
-    if (pl_cuda_decode_attention(cu, &p, rows, max_ctx)) {
-        return;
-    }
-
-    gt = pow2_at_least(p.group, 1, 8);
-    lanes = pow2_at_least(head_dim / 8, 4, 32);
-    p.chunks = (p.group + gt - 1) / gt;
-    switch (lanes) {
-    case 4:
-        launch_lanes<4>(cu, p, gt, rows, n_kv_heads, max_ctx);
-        break;
-    case 8:
-        launch_lanes<8>(cu, p, gt, rows, n_kv_heads, max_ctx);
-        break;
-    case 16:
-        launch_lanes<16>(cu, p, gt, rows, n_kv_heads, max_ctx);
-        break;
-    default:
-        launch_lanes<32>(cu, p, gt, rows, n_kv_heads, max_ctx);
-        break;
-    }
+    PL_CUDA_ACT(be, "attention", launch_cuda_cores, cu, p, rows, n_kv_heads,
+                max_ctx);
 }

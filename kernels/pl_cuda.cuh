@@ -2,9 +2,11 @@
  * pl_cuda: what the files of the CUDA backend share.
  *
  * The backend runs every operation on one stream, in order.  Activations
- * and the KV cache are bf16 with fp32 arithmetic; weight_load turns every
- * matrix into bf16 (what the cuBLAS GEMMs take) and every vector (norm
- * weights, biases) into fp32.  Each operation lives in its own .cu file and
+ * and the KV cache are be->act_dtype, bf16 (the default) or fp16, with fp32
+ * arithmetic; weight_load turns every matrix into that dtype (what the
+ * GEMMs take) and every vector (norm weights, biases) into fp32.  Kernels
+ * are templated on the element type T and launchers pick T from act_dtype
+ * (PL_CUDA_ACT below).  Each operation lives in its own .cu file and
  * exposes a host launcher declared here; cuda_backend.cu wires them into
  * pl_backend_t.
  *
@@ -17,10 +19,12 @@
 #define PL_CUDA_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <type_traits>
 
 extern "C" {
 #include "pl_ops.h"
@@ -223,6 +227,168 @@ store_bf16(__nv_bfloat16 *p, const float *v)
     }
 }
 
+/*
+ * The two 16-bit activation types, T = __nv_bfloat16 or __half, under one
+ * set of names for kernels templated on T: a scalar to and from fp32
+ * (round to nearest even), eight elements through one 16-byte access, two
+ * floats packed into the 32-bit register an MMA operand takes.  For bf16
+ * they are the helpers above, so a kernel templated on T compiles to the
+ * same instructions for bf16 as the bf16-only kernel did.
+ */
+static __device__ __forceinline__ float
+pl_to_f32(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+
+static __device__ __forceinline__ float
+pl_to_f32(__half v)
+{
+    return __half2float(v);
+}
+
+template <typename T>
+static __device__ __forceinline__ T pl_from_f32(float f);
+
+template <>
+__device__ __forceinline__ float
+pl_from_f32<float>(float f)
+{
+    return f;
+}
+
+template <>
+__device__ __forceinline__ __nv_bfloat16
+pl_from_f32<__nv_bfloat16>(float f)
+{
+    return __float2bfloat16_rn(f);
+}
+
+template <>
+__device__ __forceinline__ __half
+pl_from_f32<__half>(float f)
+{
+    return __float2half_rn(f);
+}
+
+
+/* Eight fp16 in 16 bytes, widened to fp32. */
+static __device__ __forceinline__ void
+pl_f16x8_to_f32(uint4 v, float *f)
+{
+    const uint32_t  w[4] = { v.x, v.y, v.z, v.w };
+
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __half2  h;
+        float2   p;
+
+        memcpy(&h, &w[i], sizeof(h));
+        p = __half22float2(h);
+        f[2 * i] = p.x;
+        f[2 * i + 1] = p.y;
+    }
+}
+
+/* Eight fp32 rounded to fp16 (nearest even), packed in 16 bytes. */
+static __device__ __forceinline__ uint4
+pl_f32_to_f16x8(const float *f)
+{
+    uint32_t  w[4];
+
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __half2  h = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+
+        memcpy(&w[i], &h, sizeof(w[i]));
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* eight T in 16 bytes to fp32 and back */
+template <typename T>
+static __device__ __forceinline__ void
+pl_x8_to_f32(uint4 v, float *f)
+{
+    if constexpr (std::is_same_v<T, __half>) {
+        pl_f16x8_to_f32(v, f);
+    } else {
+        pl_bf16x8_to_f32(v, f);
+    }
+}
+
+template <typename T>
+static __device__ __forceinline__ uint4
+pl_f32_to_x8(const float *f)
+{
+    if constexpr (std::is_same_v<T, __half>) {
+        return pl_f32_to_f16x8(f);
+    } else {
+        return pl_f32_to_bf16x8(f);
+    }
+}
+
+/* lo and hi rounded to T, lo in the low half (an MMA operand register) */
+template <typename T>
+static __device__ __forceinline__ uint32_t
+pl_pack2(float lo, float hi)
+{
+    uint32_t  r;
+
+    if constexpr (std::is_same_v<T, __half>) {
+        __half2  v = __floats2half2_rn(lo, hi);
+
+        memcpy(&r, &v, sizeof(r));
+    } else {
+        __nv_bfloat162  v = __floats2bfloat162_rn(lo, hi);
+
+        memcpy(&r, &v, sizeof(r));
+    }
+    return r;
+}
+
+/* VEC (8 or 1) elements of T at p to fp32 and back: one 16-byte access
+   for 8 */
+template <int VEC, typename T>
+static __device__ __forceinline__ void
+pl_load(const T *p, float *v)
+{
+    if constexpr (VEC == 8) {
+        pl_x8_to_f32<T>(*(const uint4 *) p, v);
+    } else {
+        v[0] = pl_to_f32(*p);
+    }
+}
+
+template <int VEC, typename T>
+static __device__ __forceinline__ void
+pl_store(T *p, const float *v)
+{
+    if constexpr (VEC == 8) {
+        *(uint4 *) p = pl_f32_to_x8<T>(v);
+    } else {
+        *p = pl_from_f32<T>(v[0]);
+    }
+}
+
+/*
+ * A launcher templated on T called with the backend's activation dtype:
+ * PL_CUDA_ACT(be, what, f, args) runs f<__nv_bfloat16>(args) or
+ * f<__half>(args), and stops on any other dtype (a bug: set_act_dtype
+ * allows no other).
+ */
+#define PL_CUDA_ACT(be, what, f, ...)                                      \
+    do {                                                                   \
+        if ((be)->act_dtype == PL_DT_BF16) {                               \
+            f<__nv_bfloat16>(__VA_ARGS__);                                 \
+        } else if ((be)->act_dtype == PL_DT_F16) {                         \
+            f<__half>(__VA_ARGS__);                                        \
+        } else {                                                           \
+            pl_cuda_fail(what, "activations must be bf16 or fp16");        \
+        }                                                                  \
+    } while (0)
+
+
 /* The backend's stream, for benchmarks that time it with events. */
 extern "C" cudaStream_t pl_cuda_stream(pl_backend_t *be);
 
@@ -267,7 +433,8 @@ void pl_cuda_sample(pl_backend_t *be, int32_t *tokens, const void *logits,
     const pl_logit_adjust_t *adjust, int n_adjust);
 void pl_cuda_sample_free(pl_cuda_t *cu);
 
-/* dst (bf16 or fp32, chosen by dst_dtype) = src[count] of dtype src_dtype */
+/* dst (fp32, bf16 or fp16, chosen by dst_dtype) = src[count] of dtype
+   src_dtype */
 void pl_cuda_convert(pl_backend_t *be, void *dst, pl_dtype_t dst_dtype,
     const void *src, pl_dtype_t src_dtype, int64_t count);
 

@@ -7,9 +7,11 @@
  * in the backend's memory (be->alloc, or a weight the backend loaded);
  * operations may run asynchronously in order, be->sync() waits for them.
  *
- * Activations and the KV cache use be->act_dtype (F32 on the CPU).  Weights
- * keep their checkpoint dtype (F32, F16 or BF16); arithmetic accumulates in
- * fp32 everywhere.
+ * Activations and the KV cache use be->act_dtype (F32 on the CPU; BF16 or
+ * F16 on CUDA, chosen by set_act_dtype before the weights load).  Weights
+ * come in their checkpoint dtype (F32, F16 or BF16) and a backend may
+ * store them in another (CUDA: matrices in act_dtype, vectors in F32);
+ * arithmetic accumulates in fp32 everywhere.
  *
  * Shapes are row-major; "[n][d]" means n rows of d contiguous elements.
  *
@@ -39,6 +41,13 @@ float    pl_bf16_to_f32(uint16_t h);
 uint16_t pl_f32_to_bf16(float f);        /* round to nearest even */
 float    pl_f16_to_f32(uint16_t h);
 uint16_t pl_f32_to_f16(float f);         /* round to nearest even */
+
+/* How many of the count values at data (of dtype dt) are finite but round
+   to infinity in f16 (magnitude 65520 or more); *worst (when not NULL)
+   receives the largest such magnitude, 0 when there is none.  What a
+   weight converted to f16 activations must not hold. */
+int64_t  pl_f16_overflows(const void *data, pl_dtype_t dt, int64_t count,
+                          float *worst);
 
 /* A weight matrix [rows][cols] (a vector has rows = 1). */
 typedef struct {
@@ -181,6 +190,13 @@ struct pl_backend_s {
        pointer, the CUDA backend copies it to the device. 0 or -1. */
     int          (*weight_load)(pl_backend_t *be, pl_weight_t *w,
                                 const void *host);
+
+    /* Optional: activations and the KV cache in dt from now on, set
+       before any weight is loaded (weights are stored to suit it); NULL
+       where act_dtype is the backend's only one (the CPU's F32).  0, or
+       -1 with the reason in err. */
+    int          (*set_act_dtype)(pl_backend_t *be, pl_dtype_t dt,
+                                  char *err, size_t errlen);
 
     const pl_batch_t *(*batch_upload)(pl_backend_t *be,
                                       const pl_batch_t *host);

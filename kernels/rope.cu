@@ -1,7 +1,7 @@
 /*
  * rope: the attention block's prologue, qkv_rope_store.  From the fused
- * projection qkv [n][(nh + 2 nkv) hd] bf16 (per token: nh query heads, nkv
- * K heads, nkv V heads, hd each):
+ * projection qkv [n][(nh + 2 nkv) hd] of T, the activation dtype (bf16 or
+ * fp16; per token: nh query heads, nkv K heads, nkv V heads, hd each):
  *
  *     q[t][h]             = turn(query head h)
  *     k_cache[slot[t]][j] = turn(K head j),  v_cache[slot[t]][j] = V head j
@@ -35,11 +35,10 @@
 #define QKV_THREADS  64
 
 
-/* v[VEC] = the bf16 at p, widened */
-/* VEC bf16 from src to dst unchanged */
-template <int VEC>
+/* VEC elements from src to dst unchanged */
+template <int VEC, typename T>
 __device__ __forceinline__ void
-copy_bf16(__nv_bfloat16 *dst, const __nv_bfloat16 *src)
+copy_elems(T *dst, const T *src)
 {
     if constexpr (VEC == 8) {
         *(uint4 *) dst = *(const uint4 *) src;
@@ -49,10 +48,9 @@ copy_bf16(__nv_bfloat16 *dst, const __nv_bfloat16 *src)
 }
 
 
-template <int VEC>
+template <typename T, int VEC>
 __global__ void __launch_bounds__(QKV_THREADS)
-qkv_rope_store_kernel(__nv_bfloat16 *q, __nv_bfloat16 *k_cache,
-    __nv_bfloat16 *v_cache, const __nv_bfloat16 *qkv,
+qkv_rope_store_kernel(T *q, T *k_cache, T *v_cache, const T *qkv,
     const int32_t *positions, const int32_t *slot_mapping,
     const float *inv_freq, int nh, int nkv, int hd)
 {
@@ -63,8 +61,8 @@ qkv_rope_store_kernel(__nv_bfloat16 *q, __nv_bfloat16 *k_cache,
     int                      u = blockIdx.y * QKV_THREADS + threadIdx.x;
     int64_t                  slot = slot_mapping[t];
     int                      head, i;
-    const __nv_bfloat16     *src;
-    __nv_bfloat16           *dst;
+    const T                 *src;
+    T                       *dst;
 
     if (inv_freq != NULL) {
         float  pos = (float) positions[t];
@@ -93,15 +91,15 @@ qkv_rope_store_kernel(__nv_bfloat16 *q, __nv_bfloat16 *k_cache,
     }
 
     if (inv_freq == NULL || head >= nh + nkv) {
-        copy_bf16<VEC>(dst, src);
-        copy_bf16<VEC>(dst + half, src + half);
+        copy_elems<VEC>(dst, src);
+        copy_elems<VEC>(dst + half, src + half);
         return;
     }
 
     float  a[VEC], b[VEC], ra[VEC], rb[VEC];
 
-    load_bf16<VEC>(src, a);
-    load_bf16<VEC>(src + half, b);
+    pl_load<VEC>(src, a);
+    pl_load<VEC>(src + half, b);
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
         float  c = angle[i + e], s = angle[half + i + e];
@@ -109,8 +107,31 @@ qkv_rope_store_kernel(__nv_bfloat16 *q, __nv_bfloat16 *k_cache,
         ra[e] = a[e] * c - b[e] * s;
         rb[e] = b[e] * c + a[e] * s;
     }
-    store_bf16<VEC>(dst, ra);
-    store_bf16<VEC>(dst + half, rb);
+    pl_store<VEC>(dst, ra);
+    pl_store<VEC>(dst + half, rb);
+}
+
+
+template <typename T>
+static void
+qkv_rope_store_t(pl_cuda_t *cu, int vec, dim3 grid, size_t smem, void *q,
+    void *k_cache, void *v_cache, const void *qkv, const int32_t *positions,
+    const int32_t *slot_mapping, const float *inv_freq, int n_heads,
+    int n_kv_heads, int head_dim)
+{
+    if (vec == 8) {
+        pl_cuda_launch(cu, "qkv_rope_store", qkv_rope_store_kernel<T, 8>,
+                       grid, QKV_THREADS, smem, (T *) q, (T *) k_cache,
+                       (T *) v_cache, (const T *) qkv, positions,
+                       slot_mapping, inv_freq, n_heads, n_kv_heads,
+                       head_dim);
+    } else {
+        pl_cuda_launch(cu, "qkv_rope_store", qkv_rope_store_kernel<T, 1>,
+                       grid, QKV_THREADS, smem, (T *) q, (T *) k_cache,
+                       (T *) v_cache, (const T *) qkv, positions,
+                       slot_mapping, inv_freq, n_heads, n_kv_heads,
+                       head_dim);
+    }
 }
 
 
@@ -120,11 +141,10 @@ pl_cuda_qkv_rope_store(pl_backend_t *be, void *q, void *k_cache,
     const int32_t *slot_mapping, const float *inv_freq, int n, int n_heads,
     int n_kv_heads, int head_dim)
 {
-    pl_cuda_t    *cu = pl_cuda(be);
-    int           vec = head_dim % 16 == 0 ? 8 : 1;
-    int           units = (n_heads + 2 * n_kv_heads) * (head_dim / 2 / vec);
-    dim3          grid(n, pl_cuda_blocks(units, QKV_THREADS));
-    size_t        smem = (size_t) head_dim * sizeof(float);
+    int     vec = head_dim % 16 == 0 ? 8 : 1;
+    int     units = (n_heads + 2 * n_kv_heads) * (head_dim / 2 / vec);
+    dim3    grid(n, pl_cuda_blocks(units, QKV_THREADS));
+    size_t  smem = (size_t) head_dim * sizeof(float);
 
     if (n <= 0) {
         return;
@@ -132,18 +152,8 @@ pl_cuda_qkv_rope_store(pl_backend_t *be, void *q, void *k_cache,
     if (head_dim % 2 != 0) {
         pl_cuda_fail("qkv_rope_store", "odd head_dim");
     }
-    if (vec == 8) {
-        pl_cuda_launch(cu, "qkv_rope_store", qkv_rope_store_kernel<8>,
-                       grid, QKV_THREADS, smem, (__nv_bfloat16 *) q,
-                       (__nv_bfloat16 *) k_cache, (__nv_bfloat16 *) v_cache,
-                       (const __nv_bfloat16 *) qkv, positions, slot_mapping,
-                       inv_freq, n_heads, n_kv_heads, head_dim);
-    } else {
-        pl_cuda_launch(cu, "qkv_rope_store", qkv_rope_store_kernel<1>,
-                       grid, QKV_THREADS, smem, (__nv_bfloat16 *) q,
-                       (__nv_bfloat16 *) k_cache, (__nv_bfloat16 *) v_cache,
-                       (const __nv_bfloat16 *) qkv, positions, slot_mapping,
-                       inv_freq, n_heads, n_kv_heads, head_dim);
-    }
+    PL_CUDA_ACT(be, "qkv_rope_store", qkv_rope_store_t, pl_cuda(be), vec,
+                grid, smem, q, k_cache, v_cache, qkv, positions,
+                slot_mapping, inv_freq, n_heads, n_kv_heads, head_dim);
     PL_CUDA_LAUNCHED("qkv_rope_store");
 }

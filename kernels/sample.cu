@@ -122,16 +122,7 @@ sample_load8(const __nv_bfloat16 *p, float *x)
 static __device__ __forceinline__ void
 sample_load8(const __half *p, float *x)
 {
-    uint4          q = *(const uint4 *) p;
-    const __half2 *h = (const __half2 *) &q;
-
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float2  f = __half22float2(h[j]);
-
-        x[2 * j] = f.x;
-        x[2 * j + 1] = f.y;
-    }
+    pl_f16x8_to_f32(*(const uint4 *) p, x);
 }
 
 

@@ -335,7 +335,7 @@ static pl_model_t *
 load(const char *dir, pl_backend_t *be, int world, char *err,
     size_t errlen)
 {
-    pl_model_options_t  o = { world };
+    pl_model_options_t  o = { world, PL_MODEL_DTYPE_AUTO };
     pl_model_t         *m = pl_model_load_opts(dir, be, &o, err, errlen);
 
     if (m != NULL
@@ -742,7 +742,8 @@ test_kv_copy(pl_backend_t *be)
 static void
 test_default_options(pl_backend_t *be)
 {
-    pl_model_options_t  two = { 2 }, one = { 1 };
+    pl_model_options_t  two = { 2, PL_MODEL_DTYPE_AUTO };
+    pl_model_options_t  one = { 1, PL_MODEL_DTYPE_AUTO };
     char                err[512];
     pl_model_t         *whole, *m;
 
