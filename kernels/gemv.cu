@@ -83,14 +83,19 @@ chunk_mma(float (&acc)[MT][NT][4], const uint4 (&a)[MT][2],
 
 /*
  * Fused forms (pl_matmul_fuse_t): what MODE does on the way in and out.
- * GEMV_RMS: x is normed as it is loaded; each block first sums the squares
- * of the n rows of x (8 KB a row at Llama-2-7B's width, from L2), having
- * sent its first weight chunks to L2 so that DRAM is busy meanwhile.
- * GEMV_SILU_ADD: x holds gate and up halves, [n][2 cols], and silu(gate) *
- * up is formed as it is loaded; GEMV_ADD and GEMV_SILU_ADD add the
- * product to a [n][rows] (out may be a: each element is read and written
- * by one thread).  The transformed x is rounded to bf16 exactly as the
- * unfused norm and activation kernels store it.
+ * GEMV_RMS and GEMV_SILU_ADD transform x once per block into shared
+ * memory before the main loop (done per chunk instead, every warp of
+ * every block repeated it: 256 times the work at a 4096-row matrix, and
+ * the kernel became bound by instructions): GEMV_RMS sums each row's
+ * squares (per-thread slices, then the warps' partials in a fixed order,
+ * so the result does not depend on timing), then scales the row by the
+ * norm and its weight; GEMV_SILU_ADD reads gate and up halves of x [n][2
+ * cols] and stores silu(gate) * up.  Each is rounded to bf16 as the
+ * unfused norm and activation kernels store it.  Meanwhile the block's
+ * first weight chunks are on their way to L2.  x must then fit in
+ * PL_GEMV_STAGE_MAX bytes.  GEMV_ADD and GEMV_SILU_ADD add the product to
+ * a [n][rows] (out may be a: each element is read and written by one
+ * thread).
  */
 enum { GEMV_PLAIN = 0, GEMV_RMS, GEMV_ADD, GEMV_SILU_ADD };
 
@@ -108,55 +113,42 @@ gemv_silu_times(float g, float u)
 }
 
 
-/* 8 elements of x's row at xp (uint4 index i), transformed by MODE */
-template <int MODE>
-static __device__ __forceinline__ uint4
-gemv_load_x(const uint4 *xp, int i, size_t half, const float4 *nw, float inv)
-{
-    uint4  v = __ldg(xp + i);
-    float  f[8];
-
-    if (MODE == GEMV_RMS) {
-        const float4  w0 = __ldg(nw + 2 * i), w1 = __ldg(nw + 2 * i + 1);
-        const float   wv[8] = { w0.x, w0.y, w0.z, w0.w,
-                                w1.x, w1.y, w1.z, w1.w };
-
-        pl_bf16x8_to_f32(v, f);
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            f[e] = f[e] * inv * wv[e];
-        }
-        return pl_f32_to_bf16x8(f);
-    }
-    if (MODE == GEMV_SILU_ADD) {
-        float  u[8];
-
-        pl_bf16x8_to_f32(v, f);
-        pl_bf16x8_to_f32(__ldg(xp + half + i), u);
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            f[e] = gemv_silu_times(f[e], u[e]);
-        }
-        return pl_f32_to_bf16x8(f);
-    }
-    return v;
-}
-
-
-/* inv[t] = 1 / sqrt(mean(x[t]^2) + eps) for the n rows of x */
-template <int THREADS>
+/* xs[n][cols / 8] (16-byte units) = x transformed by MODE */
+template <int MODE, int THREADS>
 static __device__ __forceinline__ void
-gemv_row_norms(float *inv, const __nv_bfloat16 *x, int n, int cols,
-    float eps)
+gemv_stage_x(uint4 *xs, const __nv_bfloat16 *x, int n, int cols,
+    const gemv_fuse_t &fuse)
 {
-    const int  lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __shared__ float  part[THREADS / 32][32];
+    const int         q = cols / 8, lane = threadIdx.x & 31;
+    const int         warp = threadIdx.x >> 5;
+    const uint4      *xv = (const uint4 *) x;
+    float             f[8], u[8];
 
-    for (int t = warp; t < n; t += THREADS / 32) {
-        const uint4  *row = (const uint4 *) (x + (size_t) t * cols);
-        float         ss = 0.0f, f[8];
+    if (MODE == GEMV_SILU_ADD) {
+        for (int i = threadIdx.x; i < n * q; i += THREADS) {
+            const int  tok = i / q, k = i - tok * q;
 
-        for (int i = lane; i < cols / 8; i += 32) {
-            pl_bf16x8_to_f32(__ldg(row + i), f);
+            pl_bf16x8_to_f32(__ldg(xv + (size_t) tok * 2 * q + k), f);
+            pl_bf16x8_to_f32(__ldg(xv + (size_t) tok * 2 * q + q + k), u);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                f[e] = gemv_silu_times(f[e], u[e]);
+            }
+            xs[i] = pl_f32_to_bf16x8(f);
+        }
+        __syncthreads();
+        return;
+    }
+
+    for (int tok = 0; tok < n; tok++) {
+        float  ss = 0.0f;
+
+        for (int k = threadIdx.x; k < q; k += THREADS) {
+            const uint4  v = __ldg(xv + (size_t) tok * q + k);
+
+            xs[tok * q + k] = v;
+            pl_bf16x8_to_f32(v, f);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 ss += f[e] * f[e];
@@ -167,8 +159,28 @@ gemv_row_norms(float *inv, const __nv_bfloat16 *x, int n, int cols,
             ss += __shfl_xor_sync(0xffffffffu, ss, o);
         }
         if (lane == 0) {
-            inv[t] = rsqrtf(ss / cols + eps);
+            part[warp][tok] = ss;
         }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n * q; i += THREADS) {
+        const int     tok = i / q, k = i - tok * q;
+        const float4  w0 = __ldg((const float4 *) fuse.norm + 2 * k);
+        const float4  w1 = __ldg((const float4 *) fuse.norm + 2 * k + 1);
+        const float   wv[8] = { w0.x, w0.y, w0.z, w0.w,
+                                w1.x, w1.y, w1.z, w1.w };
+        float         ss = 0.0f, inv;
+
+        for (int w = 0; w < THREADS / 32; w++) {
+            ss += part[w][tok];
+        }
+        inv = rsqrtf(ss / cols + fuse.eps);
+        pl_bf16x8_to_f32(xs[i], f);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            f[e] = f[e] * inv * wv[e];
+        }
+        xs[i] = pl_f32_to_bf16x8(f);
     }
     __syncthreads();
 }
@@ -181,8 +193,9 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
     pl_dtype_t bias_dt, int n, int rows, int cols, gemv_fuse_t fuse)
 {
     constexpr int  TILE = MG * MT * NT * 128;   /* a block's accumulators */
+    constexpr bool STAGED = MODE == GEMV_RMS || MODE == GEMV_SILU_ADD;
     __shared__ float  part[KS][TILE];
-    __shared__ float  inv_s[NT * 8];
+    extern __shared__ uint4  xs[];              /* STAGED: x transformed */
 
     const int      lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int      g = lane >> 2, t = lane & 3;
@@ -193,11 +206,9 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
     const int      hi = (int) ((int64_t) chunks * (ks + 1) / KS);
     const int      full = min(hi, cols / GEMV_CHUNK);
     const size_t   stride = (size_t) cols / 8;        /* uint4 per row */
-    const size_t   xstride = MODE == GEMV_SILU_ADD ? 2 * stride : stride;
-    const float4  *nw = (const float4 *) fuse.norm + 2 * t;
     const uint4   *wp[MT][2];
     const uint4   *xp[NT];
-    float          acc[MT][NT][4], inv[NT];
+    float          acc[MT][NT][4];
     int            c;
 
 #pragma unroll
@@ -216,13 +227,7 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
             }
         }
     }
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-        xp[nt] = (const uint4 *) x + min(nt * 8 + g, n - 1) * xstride + t;
-        inv[nt] = 1.0f;
-    }
-
-    if (MODE == GEMV_RMS) {
+    if (STAGED) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
 #pragma unroll
@@ -235,11 +240,12 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
                 }
             }
         }
-        gemv_row_norms<KS * MG * 32>(inv_s, x, n, cols, fuse.eps);
+        gemv_stage_x<MODE, KS * MG * 32>(xs, x, n, cols, fuse);
+    }
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            inv[nt] = inv_s[min(nt * 8 + g, n - 1)];
-        }
+    for (int nt = 0; nt < NT; nt++) {
+        xp[nt] = (STAGED ? xs : (const uint4 *) x)
+                 + min(nt * 8 + g, n - 1) * stride + t;
     }
 
     for (c = lo; c + U <= full; c += U) {
@@ -254,8 +260,8 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                b[u][nt] = gemv_load_x<MODE>(xp[nt], (c + u) * 4, stride,
-                                             nw, inv[nt]);
+                b[u][nt] = STAGED ? xp[nt][(c + u) * 4]
+                                  : __ldg(xp[nt] + (c + u) * 4);
             }
         }
 #pragma unroll
@@ -277,9 +283,8 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            b[nt] = in ? gemv_load_x<MODE>(xp[nt], c * 4, stride, nw,
-                                           inv[nt])
-                       : zero;
+            b[nt] = !in ? zero : STAGED ? xp[nt][c * 4]
+                                        : __ldg(xp[nt] + c * 4);
         }
         chunk_mma<MT, NT>(acc, a, b);
     }
@@ -333,6 +338,31 @@ typedef struct {
 } gemv_config_t;
 
 
+/* one instantiation's launch, its shared-memory limit raised to
+   PL_GEMV_STAGE_MAX the first time a staged form needs more than the
+   default 48 KB */
+template <int KS, int MG, int MT, int NT, int U, int MODE>
+static void
+gemv_start(unsigned blocks, unsigned threads, size_t staged, cudaStream_t st,
+    __nv_bfloat16 *out, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+    const void *bias, pl_dtype_t bias_dt, int n, int rows, int cols,
+    gemv_fuse_t fuse)
+{
+    static bool  raised;
+
+    if (staged > (48u << 10) && !raised) {
+        pl_cuda_check(cudaFuncSetAttribute(
+                          gemv_kernel<KS, MG, MT, NT, U, MODE>,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          PL_GEMV_STAGE_MAX),
+                      "gemv shared memory");
+        raised = true;
+    }
+    gemv_kernel<KS, MG, MT, NT, U, MODE><<<blocks, threads, staged, st>>>(
+        out, x, w, bias, bias_dt, n, rows, cols, fuse);
+}
+
+
 template <int KS, int MG, int MT, int U, int MODE>
 static void
 gemv_launch(cudaStream_t st, __nv_bfloat16 *out, const __nv_bfloat16 *x,
@@ -341,23 +371,29 @@ gemv_launch(cudaStream_t st, __nv_bfloat16 *out, const __nv_bfloat16 *x,
 {
     const unsigned  blocks = pl_cuda_blocks(rows, MG * MT * 16);
     const unsigned  threads = KS * MG * 32;
+    const size_t    staged = MODE == GEMV_RMS || MODE == GEMV_SILU_ADD
+                             ? (size_t) n * cols * 2 : 0;
 
     switch ((n + 7) / 8) {
     case 1:
-        gemv_kernel<KS, MG, MT, 1, U, MODE><<<blocks, threads, 0, st>>>(
-            out, x, w, bias, bias_dt, n, rows, cols, fuse);
+        gemv_start<KS, MG, MT, 1, U, MODE>(blocks, threads, staged, st, out,
+                                           x, w, bias, bias_dt, n, rows,
+                                           cols, fuse);
         break;
     case 2:
-        gemv_kernel<KS, MG, MT, 2, U, MODE><<<blocks, threads, 0, st>>>(
-            out, x, w, bias, bias_dt, n, rows, cols, fuse);
+        gemv_start<KS, MG, MT, 2, U, MODE>(blocks, threads, staged, st, out,
+                                           x, w, bias, bias_dt, n, rows,
+                                           cols, fuse);
         break;
     case 3:
-        gemv_kernel<KS, MG, MT, 3, U, MODE><<<blocks, threads, 0, st>>>(
-            out, x, w, bias, bias_dt, n, rows, cols, fuse);
+        gemv_start<KS, MG, MT, 3, U, MODE>(blocks, threads, staged, st, out,
+                                           x, w, bias, bias_dt, n, rows,
+                                           cols, fuse);
         break;
     default:
-        gemv_kernel<KS, MG, MT, 4, U, MODE><<<blocks, threads, 0, st>>>(
-            out, x, w, bias, bias_dt, n, rows, cols, fuse);
+        gemv_start<KS, MG, MT, 4, U, MODE>(blocks, threads, staged, st, out,
+                                           x, w, bias, bias_dt, n, rows,
+                                           cols, fuse);
         break;
     }
 }
@@ -491,18 +527,21 @@ gemv_takes(const void *x, const pl_weight_t *w, int n)
 }
 
 
-/* 0 launched, -1 not taken (see gemv.cuh); mode GEMV_PLAIN keeps the
+/* 0 launched, -1 not taken (see gemv.cuh); the plain matmul keeps the
    dispatch rule that leaves matrices too short to fill the GPU to cuBLAS,
-   the fused forms do not (the unfused alternative is three kernels) */
+   the fused forms do not (their alternative is two or three kernels) */
 static int
 gemv_go(pl_backend_t *be, void *out, const void *x, const pl_weight_t *w,
-    const pl_weight_t *bias, int n, int config, int mode, gemv_fuse_t fuse)
+    const pl_weight_t *bias, int n, int config, int mode, gemv_fuse_t fuse,
+    bool fused)
 {
     size_t  xcols = mode == GEMV_SILU_ADD ? 2 * (size_t) w->cols : w->cols;
 
     if (!gemv_takes(x, w, n) || config >= GEMV_NCONFIGS
         || (mode == GEMV_RMS && ((uintptr_t) fuse.norm & 15) != 0)
-        || xcols > INT32_MAX)
+        || xcols > INT32_MAX
+        || ((mode == GEMV_RMS || mode == GEMV_SILU_ADD)
+            && (size_t) n * w->cols * 2 > PL_GEMV_STAGE_MAX))
     {
         return -1;
     }
@@ -511,7 +550,7 @@ gemv_go(pl_backend_t *be, void *out, const void *x, const pl_weight_t *w,
 
         /* Under half a block per SM the kernel leaves most of the chip
            idle, having no split of k across blocks: cuBLAS takes those. */
-        if (mode == GEMV_PLAIN
+        if (!fused
             && w->rows / gemv_configs[config].rows_per_block
                < pl_cuda(be)->num_sms / 2)
         {
@@ -539,7 +578,7 @@ pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
 {
     const gemv_fuse_t  none = { NULL, 0.0f, NULL };
 
-    return gemv_go(be, out, x, w, bias, n, config, GEMV_PLAIN, none);
+    return gemv_go(be, out, x, w, bias, n, config, GEMV_PLAIN, none, false);
 }
 
 
@@ -573,7 +612,7 @@ pl_cuda_gemv_fused(pl_backend_t *be, void *out, const void *x,
     default:
         return -1;
     }
-    return gemv_go(be, out, x, w, bias, n, config, mode, fuse);
+    return gemv_go(be, out, x, w, bias, n, config, mode, fuse, true);
 }
 
 

@@ -32,6 +32,10 @@ extern "C" {
 int pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n, int config);
 
+/* The most bytes of x (n x w.cols bf16) a fused launch that normalises x
+   or forms the SwiGLU gate stages in shared memory; larger: -1 */
+#define PL_GEMV_STAGE_MAX  (64 << 10)
+
 /* The same with the input and output fused as f says (pl_ops.h's
    pl_matmul_fuse_t): built for dispatch's configurations only (another
    config: -1).  Fused launches take matrices of any height. */
