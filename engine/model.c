@@ -933,10 +933,8 @@ checkpoint_dtype(const char *dir, pl_dtype_t *dt, char *err, size_t errlen)
  * The activation dtype, set on rank 0's backend before anything loads
  * (further ranks take the same, model_tp.c).  A backend without a choice
  * keeps its own for auto and refuses any other.  auto falls back to
- * bf16 while the backend refuses an fp16 checkpoint's fp16: that is the
- * CUDA backend until its attention and GEMV kernels take fp16
- * (cuda_backend.cu, cuda_fp16_missing), after which auto runs fp16
- * checkpoints in fp16 with no change here.
+ * bf16 where the backend refuses an fp16 checkpoint's fp16 (CUDA takes
+ * it: its cuda_fp16_missing is NULL since every kernel does).
  */
 static int
 choose_act_dtype(const char *dir, pl_backend_t *be, pl_model_dtype_t want,

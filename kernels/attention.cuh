@@ -31,11 +31,13 @@
 #define DEC_F_FENCE_SC  2            /* decode: merge after __threadfence
                                         in every thread */
 
+/* q, out and the cache hold the activation dtype (dtype: bf16 or fp16);
+   kernels templated on T read them as T */
 typedef struct {
-    __nv_bfloat16         *out;
-    const __nv_bfloat16   *q;
-    const __nv_bfloat16   *k_cache;
-    const __nv_bfloat16   *v_cache;
+    void                  *out;
+    const void            *q;
+    const void            *k_cache;
+    const void            *v_cache;
     const int32_t         *query_start;
     const int32_t         *context_lens;
     const int32_t         *block_tables;
@@ -63,6 +65,7 @@ typedef struct {
                                              this many query rows go to the
                                              tensor-core kernel; 0: none */
     float                  scale_log2;    /* softmax scale * log2(e) */
+    pl_dtype_t             dtype;         /* of q, out and the cache */
 } attn_params_t;
 
 
@@ -110,7 +113,7 @@ attn_grid_release(void)
 /*
  * After a split block wrote its partial: the last of the (row, head
  * group)'s split blocks to arrive (atomic counter number unit, reset for
- * the next launch) merges every split's partial into out for heads
+ * the next launch) merges every split's partial into out (T) for heads
  * g0 .. g0+ng-1 of KV head kvh.  The splits' (max, sum) pairs become weights in shared
  * memory first (smem: ng * (ATTN_MAX_SPLITS + 1) floats the block no
  * longer needs), so the accumulator loads of the final sum are independent
@@ -125,7 +128,7 @@ attn_grid_release(void)
  * PAGEDLLM_CUDA_ATTN_FENCE=1), every thread fences (MEMBAR.SC) before and
  * after instead, which costs each block a full fence on the way out.
  */
-template <int THREADS, bool SC = true>
+template <typename T, int THREADS, bool SC = true>
 static __device__ __forceinline__ void
 attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
     int64_t unit, int *last, float *smem)
@@ -193,8 +196,8 @@ attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
         for (int s = 0; s < ns; s++) {
             v += __ldcg(&acc[(int64_t) s * p.head_dim]) * w[g][s];
         }
-        p.out[(rh0 + g) * p.head_dim + d] = __float2bfloat16_rn(v
-                                                                * inv_sum[g]);
+        ((T *) p.out)[(rh0 + g) * p.head_dim + d] = pl_from_f32<T>(
+            v * inv_sum[g]);
     }
 }
 

@@ -502,16 +502,14 @@ cuda_download_f32(pl_backend_t *be, float *dst, const void *src,
 
 
 /*
- * What fp16 activations still lack.  Every operation takes them, but the
- * tensor-core attention kernels (decode_attention.cu, prefill_attention*.cu)
- * and the GEMV (gemv.cu) are bf16-only: fp16 would run every attention row
- * on the CUDA-core kernel and every decode matmul through cuBLAS, at a
- * fraction of the speed.  When they take fp16 this becomes NULL, and that
- * alone lets --dtype float16 through and --dtype auto run fp16 checkpoints
- * in fp16 (model.c falls back to bf16 only while this refuses).
+ * What fp16 activations lack, NULL when nothing: every kernel, the
+ * tensor-core attention (decode_attention.cu, prefill_attention*.cu) and
+ * the GEMV (gemv.cu) included, takes them, so --dtype float16 goes
+ * through and --dtype auto runs fp16 checkpoints in fp16.  A kernel added
+ * bf16-only would name itself here rather than let fp16 fall to a slow
+ * path (model.c then falls back to bf16 for auto).
  */
-static const char  *cuda_fp16_missing = "the tensor-core decode and prefill "
-    "attention kernels and the GEMV are bfloat16-only so far";
+static const char  *cuda_fp16_missing = NULL;
 
 
 static int

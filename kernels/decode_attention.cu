@@ -1,6 +1,7 @@
 /*
  * decode_attention: paged attention for decode rows (and the rows of short
- * query chunks) on tensor cores, head sizes 64 and 128.
+ * query chunks) on tensor cores, head sizes 64 and 128, bf16 or fp16
+ * (T: MMA operands of the activation dtype, fp32 accumulators).
  *
  * Layouts as in paged_attention.cu.  Work split: one thread block per
  * (row, KV head, group of up to 16 query heads, KV split).  The query
@@ -53,7 +54,8 @@
  *
  * Knobs read at every call (benchmarks and tests switch them in one
  * process; a CUDA graph keeps the ones of its capture):
- * PAGEDLLM_CUDA_ATTN_STAGES (2, 3 or 4; default 3),
+ * PAGEDLLM_CUDA_ATTN_STAGES (2, 3 or 4; default 3; bf16 only: fp16 is
+ * built with the default alone),
  * PAGEDLLM_CUDA_ATTN_SHORT_CTX and PAGEDLLM_CUDA_ATTN_SHORT_STAGES (when
  * max_context_len <= SHORT_CTX, SHORT_STAGES stages: fewer stages, more
  * resident blocks to hide each short block's start; default off),
@@ -94,16 +96,17 @@ fast_exp2(float x)
 
 /* the split merge, ordered by one acquire-release atomic per block, or
    (PAGEDLLM_CUDA_ATTN_FENCE=1) by every thread's __threadfence */
+template <typename T>
 static __device__ __forceinline__ void
 dec_merge(const attn_params_t &p, int row, int g0, int ng, int kvh,
     int64_t unit, int *last, unsigned char *smem)
 {
     if (p.dec_flags & DEC_F_FENCE_SC) {
-        attn_merge_if_last<DEC_THREADS, true>(p, row, g0, ng, kvh, unit,
-                                              last, (float *) smem);
+        attn_merge_if_last<T, DEC_THREADS, true>(p, row, g0, ng, kvh, unit,
+                                                 last, (float *) smem);
     } else {
-        attn_merge_if_last<DEC_THREADS, false>(p, row, g0, ng, kvh, unit,
-                                               last, (float *) smem);
+        attn_merge_if_last<T, DEC_THREADS, false>(p, row, g0, ng, kvh, unit,
+                                                  last, (float *) smem);
     }
 }
 
@@ -154,8 +157,8 @@ copy_init(dec_copy_t &cp, const attn_params_t &p, int kvh)
 
     cp.r0 = threadIdx.x / DEC_TPR(D);
     cp.kv_row = (p.n_heads / p.group) * D * 2;
-    cp.k = (const char *) (p.k_cache + kvh * D + tc * 8);
-    cp.v = (const char *) (p.v_cache + kvh * D + tc * 8);
+    cp.k = (const char *) ((const uint16_t *) p.k_cache + kvh * D + tc * 8);
+    cp.v = (const char *) ((const uint16_t *) p.v_cache + kvh * D + tc * 8);
 #pragma unroll
     for (int j = 0; j < DEC_CPT; j++) {
         cp.soff[j] = swz<D>(cp.r0, tc + j * DEC_TPR(D));
@@ -230,8 +233,8 @@ issue_tile(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
 }
 
 
-/* One warp's 16 tokens of a tile: S, softmax, O += P V. */
-template <int D, bool MASK>
+/* One warp's 16 tokens of a tile: S, softmax, O += P V (operands T). */
+template <typename T, int D, bool MASK>
 static __device__ __forceinline__ void
 warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
     const uint32_t (&qf)[D / 16][4], uint32_t ks, uint32_t vs, int first,
@@ -255,8 +258,8 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
 
         ldsm_x4(b, ks + swz<D>(warp * 16 + (mi >> 1) * 8 + (lane & 7),
                                kk * 2 + (mi & 1)));
-        mma_bf16(kk & 1 ? s2[0] : s[0], qf[kk], b[0], b[1]);
-        mma_bf16(kk & 1 ? s2[1] : s[1], qf[kk], b[2], b[3]);
+        mma_f32acc<T>(kk & 1 ? s2[0] : s[0], qf[kk], b[0], b[1]);
+        mma_f32acc<T>(kk & 1 ? s2[1] : s[1], qf[kk], b[2], b[3]);
     }
 #pragma unroll
     for (int n = 0; n < 2; n++) {
@@ -303,18 +306,18 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
             }
         }
     }
-    a[0] = pack_bf16(s[0][0], s[0][1]);
-    a[1] = pack_bf16(s[0][2], s[0][3]);
-    a[2] = pack_bf16(s[1][0], s[1][1]);
-    a[3] = pack_bf16(s[1][2], s[1][3]);
+    a[0] = pl_pack2<T>(s[0][0], s[0][1]);
+    a[1] = pl_pack2<T>(s[0][2], s[0][3]);
+    a[2] = pl_pack2<T>(s[1][0], s[1][1]);
+    a[3] = pl_pack2<T>(s[1][2], s[1][3]);
 #pragma unroll
     for (int n = 0; n < D / 8; n += 2) {
         uint32_t  b[4];
 
         ldsm_x4_trans(b, vs + swz<D>(warp * 16 + (mi & 1) * 8 + (lane & 7),
                                      n + (mi >> 1)));
-        mma_bf16(o[n], a, b[0], b[1]);
-        mma_bf16(o[n + 1], a, b[2], b[3]);
+        mma_f32acc<T>(o[n], a, b[0], b[1]);
+        mma_f32acc<T>(o[n + 1], a, b[2], b[3]);
     }
 }
 
@@ -324,7 +327,7 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
  * split's partial (rows past ng are padding and never leave registers).
  * Shared memory of the tiles is reused for the sums.
  */
-template <int D>
+template <typename T, int D>
 static __device__ __forceinline__ void
 finish_block(const attn_params_t &p, float (&o)[D / 8][4], float (&m)[2],
     float (&l)[2], unsigned char *smem, int row, int kvh, int g0, int ng,
@@ -376,8 +379,8 @@ finish_block(const attn_params_t &p, float (&o)[D / 8][4], float (&m)[2],
             v += obuf[w][r][d];
         }
         if (p.num_splits == 1) {
-            p.out[rh * D + d] = __float2bfloat16_rn(sum > 0.0f ? v / sum
-                                                               : 0.0f);
+            ((T *) p.out)[rh * D + d] = pl_from_f32<T>(sum > 0.0f ? v / sum
+                                                                  : 0.0f);
         } else {
             int64_t  ps = rh * p.num_splits + blockIdx.z;
 
@@ -447,7 +450,7 @@ dec_seq_of_row(const attn_params_t &p, int row, int &q0, int &q1)
 }
 
 
-template <int D, int STAGES>
+template <typename T, int D, int STAGES>
 __global__ void __launch_bounds__(DEC_THREADS)
 decode_attention_kernel(const attn_params_t p)
 {
@@ -498,7 +501,8 @@ decode_attention_kernel(const attn_params_t p)
     if (ntiles == 0 && p.num_splits > 1) {
         attn_grid_wait();
         attn_empty_split(p, row, kvh * p.group + g0, ng);
-        dec_merge(p, row, g0, ng, kvh, row * p.n_hc + hc, &last, dec_smem);
+        dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last,
+                     dec_smem);
         return;
     }
 
@@ -509,8 +513,10 @@ decode_attention_kernel(const attn_params_t p)
         bool  valid = r < ng;
 
         cp_async16(qs + swz<D>(r, c),
-                   p.q + ((int64_t) row * p.n_heads + kvh * p.group + g0
-                          + (valid ? r : 0)) * D + c * 8, valid);
+                   (const T *) p.q + ((int64_t) row * p.n_heads
+                                      + kvh * p.group + g0
+                                      + (valid ? r : 0)) * D + c * 8,
+                   valid);
     }
     cp_async_commit();
 #pragma unroll
@@ -546,11 +552,11 @@ decode_attention_kernel(const attn_params_t p)
         issue_next<D, STAGES>(p, cp, tbl, table, b0, bend, t0, t1, ntiles,
                               j + STAGES - 1, qs);
         if (j + 1 < ntiles) {
-            warp_tile<D, false>(o, m, l, qf, ks, vs, t0 + j * DEC_BN, t1,
-                                p.scale_log2, warp, lane);
+            warp_tile<T, D, false>(o, m, l, qf, ks, vs, t0 + j * DEC_BN,
+                                   t1, p.scale_log2, warp, lane);
         } else {
-            warp_tile<D, true>(o, m, l, qf, ks, vs, t0 + j * DEC_BN, t1,
-                               p.scale_log2, warp, lane);
+            warp_tile<T, D, true>(o, m, l, qf, ks, vs, t0 + j * DEC_BN,
+                                  t1, p.scale_log2, warp, lane);
         }
     }
     cp_async_wait<0>();
@@ -558,9 +564,10 @@ decode_attention_kernel(const attn_params_t p)
         attn_grid_release();
     }
 
-    finish_block<D>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp, lane);
+    finish_block<T, D>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp, lane);
     if (p.num_splits > 1) {
-        dec_merge(p, row, g0, ng, kvh, row * p.n_hc + hc, &last, dec_smem);
+        dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last,
+                     dec_smem);
     }
 }
 
@@ -633,7 +640,7 @@ choose_splits(const dec_knobs_t &k, int slots, int64_t units, int max_ctx,
 }
 
 
-template <int D, int STAGES>
+template <typename T, int D, int STAGES>
 static void
 launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     int rows, int max_ctx)
@@ -641,7 +648,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     static int           per_sm;
     size_t               smem = (size_t) (DEC_ROWS + STAGES * 2 * DEC_BN)
                                 * D * 2;
-    auto                 kernel = decode_attention_kernel<D, STAGES>;
+    auto                 kernel = decode_attention_kernel<T, D, STAGES>;
     int                  n_kv = p.n_heads / p.group;
     int64_t              units;
     cudaLaunchConfig_t   cfg = {};
@@ -686,7 +693,12 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
 }
 
 
-template <int D>
+/*
+ * fp16 is built with DEC_STAGES stages only: the other stage counts are
+ * the sweep's (bench/gpu/attention, in bf16), and every instantiation
+ * costs the build; so with fp16 the two stage knobs change nothing.
+ */
+template <typename T, int D>
 static void
 launch_stages(pl_cuda_t *cu, const attn_params_t &p, int rows, int max_ctx)
 {
@@ -696,17 +708,37 @@ launch_stages(pl_cuda_t *cu, const attn_params_t &p, int rows, int max_ctx)
     if (k.short_ctx > 0 && max_ctx <= k.short_ctx) {
         stages = k.short_stages;
     }
-    switch (stages) {
-    case 2:
-        launch_decode<D, 2>(cu, k, p, rows, max_ctx);
-        break;
-    case 4:
-        launch_decode<D, 4>(cu, k, p, rows, max_ctx);
-        break;
-    default:
-        launch_decode<D, 3>(cu, k, p, rows, max_ctx);
-        break;
+    if constexpr (std::is_same_v<T, __half>) {
+        launch_decode<T, D, DEC_STAGES>(cu, k, p, rows, max_ctx);
+    } else {
+        switch (stages) {
+        case 2:
+            launch_decode<T, D, 2>(cu, k, p, rows, max_ctx);
+            break;
+        case 4:
+            launch_decode<T, D, 4>(cu, k, p, rows, max_ctx);
+            break;
+        default:
+            launch_decode<T, D, 3>(cu, k, p, rows, max_ctx);
+            break;
+        }
     }
+}
+
+
+template <typename T>
+static int
+launch_head(pl_cuda_t *cu, const attn_params_t *p, int rows, int max_ctx)
+{
+    if (p->head_dim == 64) {
+        launch_stages<T, 64>(cu, *p, rows, max_ctx);
+        return 1;
+    }
+    if (p->head_dim == 128) {
+        launch_stages<T, 128>(cu, *p, rows, max_ctx);
+        return 1;
+    }
+    return 0;
 }
 
 
@@ -714,13 +746,11 @@ int
 pl_cuda_decode_attention(pl_cuda_t *cu, const attn_params_t *p, int rows,
     int max_ctx)
 {
-    if (p->head_dim == 64) {
-        launch_stages<64>(cu, *p, rows, max_ctx);
-        return 1;
+    if (p->dtype == PL_DT_F16) {
+        return launch_head<__half>(cu, p, rows, max_ctx);
     }
-    if (p->head_dim == 128) {
-        launch_stages<128>(cu, *p, rows, max_ctx);
-        return 1;
+    if (p->dtype == PL_DT_BF16) {
+        return launch_head<__nv_bfloat16>(cu, p, rows, max_ctx);
     }
     return 0;
 }

@@ -2,9 +2,10 @@
  * gemv: out[n][rows] = x[n][cols] . W^T (+ bias) for a few rows of x
  * (decode batches, n <= PL_GEMV_MAX_N), at the speed of reading W once.
  *
- * Layouts: W bf16 [rows][cols] row-major, cols a multiple of 8, 16-byte
- * aligned; x bf16 [n][cols], 16-byte aligned; out bf16 [n][rows]; bias
- * [rows] of any weight dtype.  fp32 accumulation.
+ * Layouts: W [rows][cols] row-major, cols a multiple of 8, 16-byte
+ * aligned; x [n][cols], 16-byte aligned; out [n][rows]: all three of the
+ * activation dtype T, bf16 or fp16 (the MMA's operand type); bias [rows]
+ * of any weight dtype.  fp32 accumulation.
  *
  * Tensor cores, not the fp32 units: at n = 16 a Llama-2-7B decode step is
  * 107 G multiply-adds, about as long on the fp32 units as reading its
@@ -28,12 +29,15 @@
  * non-coherent and not allocated in L1, so x stays there); x is reused
  * from registers by the MT m-tiles and from L1 by the MG groups and by
  * the other blocks on the SM.  The KS partial sums meet in shared memory,
- * where the block adds them and the bias and writes bf16.  Nothing is
+ * where the block adds them and the bias and writes T.  Nothing is
  * allocated or synchronized with the host: the launch can be captured in
  * a CUDA graph.
  *
  * For benchmarks, PAGEDLLM_GEMV_N_SMALL sets the dispatch limit (0: never)
  * and PAGEDLLM_GEMV_CONFIG names the configuration (e.g. k8m1t1u4).
+ * Configurations are built for bf16 and fp16 activations; fp16 only in
+ * dispatch's configurations (the others are the bf16 sweep's), a named
+ * one without fp16 kernels refuses (cuBLAS then computes).
  */
 
 #include <string.h>
@@ -60,7 +64,7 @@ ld_stream(const uint4 *p)
 
 
 /* acc[mt][nt] += the chunk's rows of W (a) times its columns of x (b) */
-template <int MT, int NT>
+template <typename T, int MT, int NT>
 static __device__ __forceinline__ void
 chunk_mma(float (&acc)[MT][NT][4], const uint4 (&a)[MT][2],
     const uint4 (&b)[NT])
@@ -74,8 +78,8 @@ chunk_mma(float (&acc)[MT][NT][4], const uint4 (&a)[MT][2],
 
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            mma_bf16(acc[mt][nt], lo, b[nt].x, b[nt].y);
-            mma_bf16(acc[mt][nt], hi, b[nt].z, b[nt].w);
+            mma_f32acc<T>(acc[mt][nt], lo, b[nt].x, b[nt].y);
+            mma_f32acc<T>(acc[mt][nt], hi, b[nt].z, b[nt].w);
         }
     }
 }
@@ -90,7 +94,7 @@ chunk_mma(float (&acc)[MT][NT][4], const uint4 (&a)[MT][2],
  * squares (per-thread slices, then the warps' partials in a fixed order,
  * so the result does not depend on timing), then scales the row by the
  * norm and its weight; GEMV_SILU_ADD reads gate and up halves of x [n][2
- * cols] and stores silu(gate) * up.  Each is rounded to bf16 as the
+ * cols] and stores silu(gate) * up.  Each is rounded to T as the
  * unfused norm and activation kernels store it.  Meanwhile the block's
  * first weight chunks are on their way to L2.  x must then fit in
  * PL_GEMV_STAGE_MAX bytes.  GEMV_ADD and GEMV_SILU_ADD add the product to
@@ -102,7 +106,7 @@ enum { GEMV_PLAIN = 0, GEMV_RMS, GEMV_ADD, GEMV_SILU_ADD };
 typedef struct {
     const float          *norm;      /* GEMV_RMS: [cols] */
     float                 eps;
-    const __nv_bfloat16  *add;       /* GEMV_ADD, GEMV_SILU_ADD */
+    const void           *add;       /* GEMV_ADD, GEMV_SILU_ADD: T */
 } gemv_fuse_t;
 
 
@@ -114,9 +118,9 @@ gemv_silu_times(float g, float u)
 
 
 /* xs[n][cols / 8] (16-byte units) = x transformed by MODE */
-template <int MODE, int THREADS>
+template <typename T, int MODE, int THREADS>
 static __device__ __forceinline__ void
-gemv_stage_x(uint4 *xs, const __nv_bfloat16 *x, int n, int cols,
+gemv_stage_x(uint4 *xs, const T *x, int n, int cols,
     const gemv_fuse_t &fuse)
 {
     __shared__ float  part[THREADS / 32][32];
@@ -129,13 +133,13 @@ gemv_stage_x(uint4 *xs, const __nv_bfloat16 *x, int n, int cols,
         for (int i = threadIdx.x; i < n * q; i += THREADS) {
             const int  tok = i / q, k = i - tok * q;
 
-            pl_bf16x8_to_f32(__ldg(xv + (size_t) tok * 2 * q + k), f);
-            pl_bf16x8_to_f32(__ldg(xv + (size_t) tok * 2 * q + q + k), u);
+            pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * 2 * q + k), f);
+            pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * 2 * q + q + k), u);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 f[e] = gemv_silu_times(f[e], u[e]);
             }
-            xs[i] = pl_f32_to_bf16x8(f);
+            xs[i] = pl_f32_to_x8<T>(f);
         }
         __syncthreads();
         return;
@@ -148,7 +152,7 @@ gemv_stage_x(uint4 *xs, const __nv_bfloat16 *x, int n, int cols,
             const uint4  v = __ldg(xv + (size_t) tok * q + k);
 
             xs[tok * q + k] = v;
-            pl_bf16x8_to_f32(v, f);
+            pl_x8_to_f32<T>(v, f);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 ss += f[e] * f[e];
@@ -175,21 +179,21 @@ gemv_stage_x(uint4 *xs, const __nv_bfloat16 *x, int n, int cols,
             ss += part[w][tok];
         }
         inv = rsqrtf(ss / cols + fuse.eps);
-        pl_bf16x8_to_f32(xs[i], f);
+        pl_x8_to_f32<T>(xs[i], f);
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             f[e] = f[e] * inv * wv[e];
         }
-        xs[i] = pl_f32_to_bf16x8(f);
+        xs[i] = pl_f32_to_x8<T>(f);
     }
     __syncthreads();
 }
 
 
-template <int KS, int MG, int MT, int NT, int U, int MODE>
+template <typename T, int KS, int MG, int MT, int NT, int U, int MODE>
 __global__ void __launch_bounds__(KS * MG * 32)
-gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
-    const __nv_bfloat16 *__restrict__ w, const void *bias,
+gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
+    const void *bias,
     pl_dtype_t bias_dt, int n, int rows, int cols, gemv_fuse_t fuse)
 {
     constexpr int  TILE = MG * MT * NT * 128;   /* a block's accumulators */
@@ -240,7 +244,7 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
                 }
             }
         }
-        gemv_stage_x<MODE, KS * MG * 32>(xs, x, n, cols, fuse);
+        gemv_stage_x<T, MODE, KS * MG * 32>(xs, x, n, cols, fuse);
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -266,7 +270,7 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            chunk_mma<MT, NT>(acc, a[u], b[u]);
+            chunk_mma<T, MT, NT>(acc, a[u], b[u]);
         }
     }
 
@@ -286,7 +290,7 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
             b[nt] = !in ? zero : STAGED ? xp[nt][c * 4]
                                         : __ldg(xp[nt] + c * 4);
         }
-        chunk_mma<MT, NT>(acc, a, b);
+        chunk_mma<T, MT, NT>(acc, a, b);
     }
 
 #pragma unroll
@@ -320,20 +324,23 @@ gemv_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *__restrict__ x,
             s += pl_weight_at(bias, bias_dt, row);
         }
         if (MODE == GEMV_ADD || MODE == GEMV_SILU_ADD) {
-            s += __bfloat162float(fuse.add[(size_t) tok * rows + row]);
+            s += pl_to_f32(((const T *) fuse.add)[(size_t) tok * rows
+                                                  + row]);
         }
-        out[(size_t) tok * rows + row] = __float2bfloat16_rn(s);
+        out[(size_t) tok * rows + row] = pl_from_f32<T>(s);
     }
 }
 
 
-typedef void (*gemv_launch_t)(cudaStream_t st, __nv_bfloat16 *out,
-    const __nv_bfloat16 *x, const __nv_bfloat16 *w, const void *bias,
-    pl_dtype_t bias_dt, int n, int rows, int cols, gemv_fuse_t fuse);
+/* out, x and w of the instantiation's T */
+typedef void (*gemv_launch_t)(cudaStream_t st, void *out, const void *x,
+    const void *w, const void *bias, pl_dtype_t bias_dt, int n, int rows,
+    int cols, gemv_fuse_t fuse);
 
 typedef struct {
     const char     *name;
-    gemv_launch_t   launch[4];      /* by MODE; NULL: not built */
+    gemv_launch_t   launch[4];      /* bf16, by MODE; NULL: not built */
+    gemv_launch_t   launch_f16[4];  /* the same for fp16 */
     int             rows_per_block;
 } gemv_config_t;
 
@@ -341,34 +348,36 @@ typedef struct {
 /* one instantiation's launch, its shared-memory limit raised to
    PL_GEMV_STAGE_MAX the first time a staged form needs more than the
    default 48 KB */
-template <int KS, int MG, int MT, int NT, int U, int MODE>
+template <typename T, int KS, int MG, int MT, int NT, int U, int MODE>
 static void
 gemv_start(unsigned blocks, unsigned threads, size_t staged, cudaStream_t st,
-    __nv_bfloat16 *out, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
-    const void *bias, pl_dtype_t bias_dt, int n, int rows, int cols,
-    gemv_fuse_t fuse)
+    T *out, const T *x, const T *w, const void *bias, pl_dtype_t bias_dt,
+    int n, int rows, int cols, gemv_fuse_t fuse)
 {
     static bool  raised;
 
     if (staged > (48u << 10) && !raised) {
         pl_cuda_check(cudaFuncSetAttribute(
-                          gemv_kernel<KS, MG, MT, NT, U, MODE>,
+                          gemv_kernel<T, KS, MG, MT, NT, U, MODE>,
                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                           PL_GEMV_STAGE_MAX),
                       "gemv shared memory");
         raised = true;
     }
-    gemv_kernel<KS, MG, MT, NT, U, MODE><<<blocks, threads, staged, st>>>(
+    gemv_kernel<T, KS, MG, MT, NT, U, MODE><<<blocks, threads, staged,
+                                               st>>>(
         out, x, w, bias, bias_dt, n, rows, cols, fuse);
 }
 
 
-template <int KS, int MG, int MT, int U, int MODE>
+template <typename T, int KS, int MG, int MT, int U, int MODE>
 static void
-gemv_launch(cudaStream_t st, __nv_bfloat16 *out, const __nv_bfloat16 *x,
-    const __nv_bfloat16 *w, const void *bias, pl_dtype_t bias_dt, int n,
-    int rows, int cols, gemv_fuse_t fuse)
+gemv_launch(cudaStream_t st, void *out_, const void *x_, const void *w_,
+    const void *bias, pl_dtype_t bias_dt, int n, int rows, int cols,
+    gemv_fuse_t fuse)
 {
+    T              *out = (T *) out_;
+    const T        *x = (const T *) x_, *w = (const T *) w_;
     const unsigned  blocks = pl_cuda_blocks(rows, MG * MT * 16);
     const unsigned  threads = KS * MG * 32;
     const size_t    staged = MODE == GEMV_RMS || MODE == GEMV_SILU_ADD
@@ -376,42 +385,47 @@ gemv_launch(cudaStream_t st, __nv_bfloat16 *out, const __nv_bfloat16 *x,
 
     switch ((n + 7) / 8) {
     case 1:
-        gemv_start<KS, MG, MT, 1, U, MODE>(blocks, threads, staged, st, out,
-                                           x, w, bias, bias_dt, n, rows,
-                                           cols, fuse);
+        gemv_start<T, KS, MG, MT, 1, U, MODE>(blocks, threads, staged, st,
+                                              out, x, w, bias, bias_dt, n,
+                                              rows, cols, fuse);
         break;
     case 2:
-        gemv_start<KS, MG, MT, 2, U, MODE>(blocks, threads, staged, st, out,
-                                           x, w, bias, bias_dt, n, rows,
-                                           cols, fuse);
+        gemv_start<T, KS, MG, MT, 2, U, MODE>(blocks, threads, staged, st,
+                                              out, x, w, bias, bias_dt, n,
+                                              rows, cols, fuse);
         break;
     case 3:
-        gemv_start<KS, MG, MT, 3, U, MODE>(blocks, threads, staged, st, out,
-                                           x, w, bias, bias_dt, n, rows,
-                                           cols, fuse);
+        gemv_start<T, KS, MG, MT, 3, U, MODE>(blocks, threads, staged, st,
+                                              out, x, w, bias, bias_dt, n,
+                                              rows, cols, fuse);
         break;
     default:
-        gemv_start<KS, MG, MT, 4, U, MODE>(blocks, threads, staged, st, out,
-                                           x, w, bias, bias_dt, n, rows,
-                                           cols, fuse);
+        gemv_start<T, KS, MG, MT, 4, U, MODE>(blocks, threads, staged, st,
+                                              out, x, w, bias, bias_dt, n,
+                                              rows, cols, fuse);
         break;
     }
 }
 
 
 /* Named kKSmMGtMTuU.  GEMV_WIDE, GEMV_DEEP and GEMV_NARROW are
-   dispatch's choices, built in every fused form too; the others are
-   there for the benchmark's sweep. */
+   dispatch's choices, built in every fused form and for fp16 too; the
+   others are there for the benchmark's sweep, bf16 and plain only. */
+#define GEMV_MODES(t, ks, mg, mt, u)                                        \
+      { gemv_launch<t, ks, mg, mt, u, GEMV_PLAIN>,                          \
+        gemv_launch<t, ks, mg, mt, u, GEMV_RMS>,                            \
+        gemv_launch<t, ks, mg, mt, u, GEMV_ADD>,                            \
+        gemv_launch<t, ks, mg, mt, u, GEMV_SILU_ADD> }
 #define GEMV_CONFIG(ks, mg, mt, u)                                          \
     { "k" #ks "m" #mg "t" #mt "u" #u,                                       \
-      { gemv_launch<ks, mg, mt, u, GEMV_PLAIN>, NULL, NULL, NULL },         \
+      { gemv_launch<__nv_bfloat16, ks, mg, mt, u, GEMV_PLAIN>, NULL, NULL,  \
+        NULL },                                                             \
+      { NULL, NULL, NULL, NULL },                                           \
       (mg) * (mt) * 16 }
 #define GEMV_CONFIG_FUSED(ks, mg, mt, u)                                    \
     { "k" #ks "m" #mg "t" #mt "u" #u,                                       \
-      { gemv_launch<ks, mg, mt, u, GEMV_PLAIN>,                             \
-        gemv_launch<ks, mg, mt, u, GEMV_RMS>,                               \
-        gemv_launch<ks, mg, mt, u, GEMV_ADD>,                               \
-        gemv_launch<ks, mg, mt, u, GEMV_SILU_ADD> },                        \
+      GEMV_MODES(__nv_bfloat16, ks, mg, mt, u),                             \
+      GEMV_MODES(__half, ks, mg, mt, u),                                    \
       (mg) * (mt) * 16 }
 
 static const gemv_config_t  gemv_configs[] = {
@@ -446,6 +460,29 @@ pl_cuda_gemv_config_name(int config)
 {
     return config >= 0 && config < GEMV_NCONFIGS ? gemv_configs[config].name
                                                  : "cublas";
+}
+
+
+/* configuration config's kernels for activations of dt, by MODE; NULL
+   for a dtype the kernel does not take */
+static const gemv_launch_t *
+gemv_launches(int config, pl_dtype_t dt)
+{
+    return dt == PL_DT_BF16 ? gemv_configs[config].launch
+           : dt == PL_DT_F16 ? gemv_configs[config].launch_f16 : NULL;
+}
+
+
+extern "C" int
+pl_cuda_gemv_built(int config, pl_dtype_t act)
+{
+    const gemv_launch_t  *l;
+
+    if (config < 0 || config >= GEMV_NCONFIGS) {
+        return 0;
+    }
+    l = gemv_launches(config, act);
+    return l != NULL && l[GEMV_PLAIN] != NULL;
 }
 
 
@@ -518,9 +555,10 @@ pl_cuda_gemv_pick(pl_backend_t *be, const pl_weight_t *w, int n)
 
 
 static bool
-gemv_takes(const void *x, const pl_weight_t *w, int n)
+gemv_takes(pl_backend_t *be, const void *x, const pl_weight_t *w, int n)
 {
-    return n >= 1 && n <= PL_GEMV_MAX_N && w->dtype == PL_DT_BF16
+    return n >= 1 && n <= PL_GEMV_MAX_N && w->dtype == be->act_dtype
+           && (w->dtype == PL_DT_BF16 || w->dtype == PL_DT_F16)
            && w->rows >= 1 && w->rows <= INT32_MAX
            && w->cols >= 8 && w->cols <= INT32_MAX && w->cols % 8 == 0
            && ((uintptr_t) x & 15) == 0 && ((uintptr_t) w->data & 15) == 0;
@@ -535,9 +573,11 @@ gemv_go(pl_backend_t *be, void *out, const void *x, const pl_weight_t *w,
     const pl_weight_t *bias, int n, int config, int mode, gemv_fuse_t fuse,
     bool fused)
 {
-    size_t  xcols = mode == GEMV_SILU_ADD ? 2 * (size_t) w->cols : w->cols;
+    size_t                xcols = mode == GEMV_SILU_ADD ? 2 * (size_t) w->cols
+                                                        : w->cols;
+    const gemv_launch_t  *launch;
 
-    if (!gemv_takes(x, w, n) || config >= GEMV_NCONFIGS
+    if (!gemv_takes(be, x, w, n) || config >= GEMV_NCONFIGS
         || (mode == GEMV_RMS && ((uintptr_t) fuse.norm & 15) != 0)
         || xcols > INT32_MAX
         || ((mode == GEMV_RMS || mode == GEMV_SILU_ADD)
@@ -557,16 +597,14 @@ gemv_go(pl_backend_t *be, void *out, const void *x, const pl_weight_t *w,
             return -1;
         }
     }
-    if (gemv_configs[config].launch[mode] == NULL) {
+    launch = gemv_launches(config, w->dtype);
+    if (launch[mode] == NULL) {
         return -1;
     }
-    gemv_configs[config].launch[mode](pl_cuda(be)->stream,
-                                      (__nv_bfloat16 *) out,
-                                      (const __nv_bfloat16 *) x,
-                                      (const __nv_bfloat16 *) w->data,
-                                      bias != NULL ? bias->data : NULL,
-                                      bias != NULL ? bias->dtype : PL_DT_F32,
-                                      n, (int) w->rows, (int) w->cols, fuse);
+    launch[mode](pl_cuda(be)->stream, out, x, w->data,
+                 bias != NULL ? bias->data : NULL,
+                 bias != NULL ? bias->dtype : PL_DT_F32, n, (int) w->rows,
+                 (int) w->cols, fuse);
     PL_CUDA_LAUNCHED("gemv");
     return 0;
 }
@@ -587,7 +625,7 @@ pl_cuda_gemv_fused(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n, int config,
     const pl_matmul_fuse_t *f)
 {
-    gemv_fuse_t  fuse = { NULL, f->eps, (const __nv_bfloat16 *) f->add };
+    gemv_fuse_t  fuse = { NULL, f->eps, f->add };
     int          mode;
 
     switch (f->in) {

@@ -26,9 +26,11 @@ extern "C" {
 /* out[n][w.rows] = x[n][w.cols] . w^T (+ bias) with launch configuration
    config (0 .. pl_cuda_gemv_configs() - 1), or with the one dispatch picks
    when config < 0.  0 when launched; -1, with nothing launched, when the
-   kernel does not take the shape: n outside 1..PL_GEMV_MAX_N, w not bf16,
-   cols not a multiple of 8, x or w not 16-byte aligned, or (config < 0
-   only) too few rows of w to give every SM work. */
+   kernel does not take the shape: n outside 1..PL_GEMV_MAX_N, w not of
+   the activation dtype (bf16 or fp16), config not built for it
+   (pl_cuda_gemv_built), cols not a multiple of 8, x or w not 16-byte
+   aligned, or (config < 0 only) too few rows of w to give every SM
+   work. */
 int pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n, int config);
 
@@ -54,6 +56,10 @@ int pl_cuda_gemv_n_small(void);
 
 int         pl_cuda_gemv_configs(void);
 const char *pl_cuda_gemv_config_name(int config);
+
+/* whether configuration config has kernels for activations of act
+   (fp16: dispatch's configurations only) */
+int         pl_cuda_gemv_built(int config, pl_dtype_t act);
 
 /* the configuration pl_cuda_gemv picks for w */
 int pl_cuda_gemv_pick(pl_backend_t *be, const pl_weight_t *w, int n);

@@ -3,8 +3,7 @@
  * sequence's paged KV cache (pl_ops.h), and the CUDA-core kernel that
  * serves decode rows.
  *
- * Layouts (T, the activation dtype: bf16, or fp16 on the CUDA-core kernel
- * alone, see below):
+ * Layouts (T, the activation dtype: bf16 or fp16, in every kernel):
  *     q, out     [num_tokens][n_heads][head_dim]
  *     k/v cache  [num_blocks][block_size][n_kv_heads][head_dim]
  * Row r of sequence s sees the first context_lens[s] - (q1 - r) + 1 tokens
@@ -15,8 +14,7 @@
  * tensor-core kernel of prefill_attention.cu and every other row to the
  * one of decode_attention.cu (not launched at all when batch_upload saw
  * that every sequence is a prefill).  Other head sizes (multiples of 8 up
- * to 256), and fp16 activations (the tensor-core kernels are bf16-only so
- * far), run every row on the CUDA-core kernel below.
+ * to 256) run every row on the CUDA-core kernel below.
  *
  * Work split of the CUDA-core kernel: one thread block per (row, KV
  * head, head chunk, KV split).  The block computes every query head that
@@ -88,8 +86,11 @@ load_tokens(const attn_params_t &p, const int32_t *tbl, int b0, int base,
                             | (t & ((1 << p.log2_block) - 1));
             int64_t  off = slot * kv_row + col;
 
-            kr[u] = __ldg((const uint4 *) (p.k_cache + off));
-            vr[u] = __ldg((const uint4 *) (p.v_cache + off));
+            /* 16-bit elements, whichever type: moved as bits */
+            kr[u] = __ldg((const uint4 *) ((const uint16_t *) p.k_cache
+                                           + off));
+            vr[u] = __ldg((const uint4 *) ((const uint16_t *) p.v_cache
+                                           + off));
         }
     }
 }
@@ -255,10 +256,10 @@ paged_attention_kernel(const attn_params_t p)
     }
     if (t1 <= t0 && p.num_splits > 1) {
         attn_empty_split(p, row, kvh * p.group + g0, min(GT, p.group - g0));
-        attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh,
-                                         (int64_t) row * gridDim.y
-                                         + blockIdx.y,
-                                         &last, &red[0][0][0]);
+        attn_merge_if_last<T, ATTN_THREADS>(p, row, g0, GT, kvh,
+                                            (int64_t) row * gridDim.y
+                                            + blockIdx.y,
+                                            &last, &red[0][0][0]);
         return;
     }
 #pragma unroll
@@ -273,8 +274,9 @@ paged_attention_kernel(const attn_params_t p)
             st.acc[g][d] = 0.0f;
         }
         if (dim_ok && g0 + g < p.group) {
-            uint4  v = *(const uint4 *) (p.q + ((int64_t) row * p.n_heads
-                                                + h) * p.head_dim + lane * 8);
+            uint4  v = *(const uint4 *) ((const T *) p.q
+                                         + ((int64_t) row * p.n_heads + h)
+                                           * p.head_dim + lane * 8);
 
             pl_x8_to_f32<T>(v, st.q[g]);
 #pragma unroll
@@ -336,9 +338,10 @@ paged_attention_kernel(const attn_params_t p)
         return;
     }
 
-    attn_merge_if_last<ATTN_THREADS>(p, row, g0, GT, kvh,
-                                     (int64_t) row * gridDim.y + blockIdx.y,
-                                     &last, &red[0][0][0]);
+    attn_merge_if_last<T, ATTN_THREADS>(p, row, g0, GT, kvh,
+                                        (int64_t) row * gridDim.y
+                                        + blockIdx.y,
+                                        &last, &red[0][0][0]);
 }
 
 
@@ -396,11 +399,6 @@ launch_decode(pl_cuda_t *cu, attn_params_t &p, int rows, int n_kv_heads,
     }
     p.num_splits = choose_splits(cu, per_sm * cu->num_sms, units, max_ctx,
                                  (int64_t) rows * p.n_heads, p.head_dim);
-    if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
-        /* the merge of split partials (attn_merge_if_last) stores bf16
-           so far: other types run unsplit until it stores T */
-        p.num_splits = 1;
-    }
     p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
     p.split_tokens = (p.split_tokens + 31) & ~31;
     p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
@@ -522,10 +520,11 @@ pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
     if (rows <= 0 || batch->num_seqs <= 0) {
         return;
     }
-    p.out = (__nv_bfloat16 *) out;
-    p.q = (const __nv_bfloat16 *) q;
-    p.k_cache = (const __nv_bfloat16 *) k_cache;
-    p.v_cache = (const __nv_bfloat16 *) v_cache;
+    p.out = out;
+    p.q = q;
+    p.k_cache = k_cache;
+    p.v_cache = v_cache;
+    p.dtype = be->act_dtype;
     p.query_start = batch->query_start;
     p.context_lens = batch->context_lens;
     p.block_tables = batch->block_tables;
@@ -541,16 +540,14 @@ pl_cuda_attention(pl_backend_t *be, void *out, const void *q,
     p.scale_log2 = scale * ATTN_LOG2E;
     p.tc_min_qlen = 0;
 
-    if (be->act_dtype == PL_DT_BF16) {
-        if (batch->max_query_len >= ATTN_PREFILL_MIN_QLEN
-            && pl_cuda_prefill_attention(cu, &p, rows)
-            && batch == &cu->batch && cu->batch_min_qlen >= p.tc_min_qlen)
-        {
-            return;
-        }
-        if (pl_cuda_decode_attention(cu, &p, rows, max_ctx)) {
-            return;
-        }
+    if (batch->max_query_len >= ATTN_PREFILL_MIN_QLEN
+        && pl_cuda_prefill_attention(cu, &p, rows)
+        && batch == &cu->batch && cu->batch_min_qlen >= p.tc_min_qlen)
+    {
+        return;
+    }
+    if (pl_cuda_decode_attention(cu, &p, rows, max_ctx)) {
+        return;
     }
     PL_CUDA_ACT(be, "attention", launch_cuda_cores, cu, p, rows, n_kv_heads,
                 max_ctx);

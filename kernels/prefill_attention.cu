@@ -1,7 +1,7 @@
 /*
  * prefill_attention: paged attention for the rows of long prefill chunks,
- * on tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulators),
- * head sizes 64 and 128.
+ * on tensor cores (mma.sync m16n8k16, operands of the activation dtype T,
+ * bf16 or fp16, fp32 accumulators), head sizes 64 and 128.
  *
  * Layouts as in paged_attention.cu.  Work split: a tile is 64 consecutive
  * query rows of one sequence; one thread block per (tile, query head),
@@ -32,7 +32,11 @@
  * waiting for each KV tile to land, PAGEDLLM_CUDA_PREFILL_PINGPONG=off
  * consumers that do not take turns at the tensor cores,
  * PAGEDLLM_CUDA_PREFILL_ORDER=heads blocks head after head (L2 reuse of
- * K and V) instead of longest tiles of every head first.
+ * K and V) instead of longest tiles of every head first.  With fp16 the
+ * Hopper kernel is built in its default variant alone (and its cp.async
+ * twin, for what TMA cannot load): of the Hopper overrides only LOADS
+ * (tma or cpasync) and ORDER then count, and the kernel's name says what
+ * ran.
  */
 
 #include <float.h>
@@ -65,6 +69,7 @@ load_kv_tile(const attn_params_t &p, const int32_t *table, int kvh, int ctx,
     constexpr int  CH = D / 8;
     int64_t        kv_row = (int64_t) (p.n_heads / p.group) * D;
 
+    /* 16-bit elements of either type, moved as bits */
     for (int i = threadIdx.x; i < PF_BN * CH; i += PF_THREADS) {
         int      r = i / CH, c = i % CH, t = j * PF_BN + r;
         bool     valid = t < ctx;
@@ -77,14 +82,16 @@ load_kv_tile(const attn_params_t &p, const int32_t *table, int kvh, int ctx,
 
             off = slot * kv_row + (int64_t) kvh * D + c * 8;
         }
-        cp_async16(ks + swz<D>(r, c), p.k_cache + off, valid);
-        cp_async16(vs + swz<D>(r, c), p.v_cache + off, valid);
+        cp_async16(ks + swz<D>(r, c), (const uint16_t *) p.k_cache + off,
+                   valid);
+        cp_async16(vs + swz<D>(r, c), (const uint16_t *) p.v_cache + off,
+                   valid);
     }
 }
 
 
 /* S[16][BN] = Q . K^T for this warp's rows */
-template <int D>
+template <typename T, int D>
 static __device__ __forceinline__ void
 qk_tile(float (&s)[PF_BN / 8][4], const uint32_t (&qf)[D / 16][4],
     uint32_t ks, int lane)
@@ -105,15 +112,15 @@ qk_tile(float (&s)[PF_BN / 8][4], const uint32_t (&qf)[D / 16][4],
             int       tok = n * 8 + (mi >> 1) * 8 + (lane & 7);
 
             ldsm_x4(b, ks + swz<D>(tok, kk * 2 + (mi & 1)));
-            mma_bf16(s[n], qf[kk], b[0], b[1]);
-            mma_bf16(s[n + 1], qf[kk], b[2], b[3]);
+            mma_f32acc<T>(s[n], qf[kk], b[0], b[1]);
+            mma_f32acc<T>(s[n + 1], qf[kk], b[2], b[3]);
         }
     }
 }
 
 
 /* O[16][D] += P . V for this warp's rows, P from the S accumulators */
-template <int D>
+template <typename T, int D>
 static __device__ __forceinline__ void
 pv_tile(float (&o)[D / 8][4], const float (&s)[PF_BN / 8][4], uint32_t vs,
     int lane)
@@ -122,10 +129,10 @@ pv_tile(float (&o)[D / 8][4], const float (&s)[PF_BN / 8][4], uint32_t vs,
     for (int kk = 0; kk < PF_BN / 16; kk++) {
         uint32_t  a[4];
 
-        a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        a[0] = pl_pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pl_pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pl_pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pl_pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
         for (int n = 0; n < D / 8; n += 2) {
             uint32_t  b[4];
@@ -133,8 +140,8 @@ pv_tile(float (&o)[D / 8][4], const float (&s)[PF_BN / 8][4], uint32_t vs,
             int       tok = kk * 16 + (mi & 1) * 8 + (lane & 7);
 
             ldsm_x4_trans(b, vs + swz<D>(tok, n + (mi >> 1)));
-            mma_bf16(o[n], a, b[0], b[1]);
-            mma_bf16(o[n + 1], a, b[2], b[3]);
+            mma_f32acc<T>(o[n], a, b[0], b[1]);
+            mma_f32acc<T>(o[n + 1], a, b[2], b[3]);
         }
     }
 }
@@ -198,7 +205,7 @@ pf_stage(uint32_t qs, int st)
 }
 
 
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(PF_THREADS, 3)
 prefill_attention_kernel(const attn_params_t p)
 {
@@ -241,8 +248,9 @@ prefill_attention_kernel(const attn_params_t p)
         bool  valid = r0 + r < qlen;
 
         cp_async16(qs + swz<D>(r, c),
-                   p.q + ((int64_t) (q0 + (valid ? r0 + r : 0)) * p.n_heads
-                          + h) * D + c * 8, valid);
+                   (const T *) p.q + ((int64_t) (q0 + (valid ? r0 + r : 0))
+                                      * p.n_heads + h) * D + c * 8,
+                   valid);
     }
     cp_async_commit();
     load_kv_tile<D>(p, table, kvh, ctx, 0, pf_stage<D>(qs, 0),
@@ -285,7 +293,7 @@ prefill_attention_kernel(const attn_params_t p)
             cp_async_commit();
         }
 
-        qk_tile<D>(s, qf, ks, lane);
+        qk_tile<T, D>(s, qf, ks, lane);
         if ((j + 1) * PF_BN <= ctx - qlen + r0 + 1) {
             softmax_tile<false>(s, m, l, corr, j, pos, ctx, p.scale_log2,
                                 lane);
@@ -300,7 +308,7 @@ prefill_attention_kernel(const attn_params_t p)
             o[n][2] *= corr[1];
             o[n][3] *= corr[1];
         }
-        pv_tile<D>(o, s, vs, lane);
+        pv_tile<T, D>(o, s, vs, lane);
     }
 
 #pragma unroll
@@ -310,13 +318,13 @@ prefill_attention_kernel(const attn_params_t p)
         l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
         l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
         if (r < qlen) {
-            __nv_bfloat16  *dst = p.out + ((int64_t) (q0 + r) * p.n_heads
-                                           + h) * D + (lane & 3) * 2;
-            float           inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
+            T      *dst = (T *) p.out + ((int64_t) (q0 + r) * p.n_heads
+                                         + h) * D + (lane & 3) * 2;
+            float   inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
 
 #pragma unroll
             for (int n = 0; n < D / 8; n++) {
-                *(__nv_bfloat162 *) (dst + n * 8) = __floats2bfloat162_rn(
+                *(uint32_t *) (dst + n * 8) = pl_pack2<T>(
                     o[n][hh * 2] * inv, o[n][hh * 2 + 1] * inv);
             }
         }
@@ -362,7 +370,7 @@ tile_scan_kernel(const int32_t *query_start, int num_seqs, int min_qlen,
 }
 
 
-template <int D>
+template <typename T, int D>
 static void
 launch_prefill(pl_cuda_t *cu, const attn_params_t &p, int rows)
 {
@@ -372,13 +380,13 @@ launch_prefill(pl_cuda_t *cu, const attn_params_t &p, int rows)
                                      + p.num_seqs);
 
     if (!ready[cu->device & 63]) {
-        pl_cuda_check(cudaFuncSetAttribute(prefill_attention_kernel<D>,
+        pl_cuda_check(cudaFuncSetAttribute(prefill_attention_kernel<T, D>,
                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                           (int) smem), "prefill attention");
         ready[cu->device & 63] = 1;
     }
-    prefill_attention_kernel<D><<<dim3(tiles, p.n_heads), PF_THREADS, smem,
-                                  cu->stream>>>(p);
+    prefill_attention_kernel<T, D><<<dim3(tiles, p.n_heads), PF_THREADS,
+                                     smem, cu->stream>>>(p);
     PL_CUDA_LAUNCHED("prefill attention");
 }
 
@@ -425,13 +433,34 @@ launch_sm90_env(pl_cuda_t *cu, const attn_params_t &p, int rows)
     async = loads == NULL || strcmp(loads, "wait") != 0;
     pingpong = pp == NULL || strcmp(pp, "off") != 0;
     heads = order != NULL && strcmp(order, "heads") == 0;
+    if (p.dtype == PL_DT_F16) {
+        /* the variants fp16 is built in (see the top) */
+        stages = 3;
+        async = true;
+        pingpong = true;
+    }
     tma = pl_cuda_prefill_sm90(cu, p, rows, stages, tma, async, pingpong,
                                heads);
     snprintf(prefill_kernel_buf, sizeof(prefill_kernel_buf),
-             "sm90 wgmma, %d stages, %s loads%s%s", stages,
+             "sm90 wgmma%s, %d stages, %s loads%s%s",
+             p.dtype == PL_DT_F16 ? " fp16" : "", stages,
              tma ? "tma" : async ? "cp.async" : "waiting cp.async",
              pingpong ? ", ping-pong" : "", heads ? ", head-major" : "");
     prefill_kernel_name = prefill_kernel_buf;
+}
+
+
+template <typename T>
+static void
+launch_mma(pl_cuda_t *cu, const attn_params_t &p, int rows)
+{
+    if (p.head_dim == 64) {
+        launch_prefill<T, 64>(cu, p, rows);
+    } else {
+        launch_prefill<T, 128>(cu, p, rows);
+    }
+    prefill_kernel_name = std::is_same_v<T, __half> ? "mma.sync fp16"
+                                                    : "mma.sync";
 }
 
 
@@ -441,7 +470,8 @@ pl_cuda_prefill_attention(pl_cuda_t *cu, attn_params_t *p, int rows)
     bool  sm90;
 
     if ((p->head_dim != 64 && p->head_dim != 128)
-        || p->num_seqs > ATTN_TC_SEQS)
+        || p->num_seqs > ATTN_TC_SEQS
+        || (p->dtype != PL_DT_BF16 && p->dtype != PL_DT_F16))
     {
         return 0;
     }
@@ -455,12 +485,10 @@ pl_cuda_prefill_attention(pl_cuda_t *cu, attn_params_t *p, int rows)
     PL_CUDA_LAUNCHED("prefill tile scan");
     if (sm90) {
         launch_sm90_env(cu, *p, rows);
-    } else if (p->head_dim == 64) {
-        launch_prefill<64>(cu, *p, rows);
-        prefill_kernel_name = "mma.sync";
+    } else if (p->dtype == PL_DT_F16) {
+        launch_mma<__half>(cu, *p, rows);
     } else {
-        launch_prefill<128>(cu, *p, rows);
-        prefill_kernel_name = "mma.sync";
+        launch_mma<__nv_bfloat16>(cu, *p, rows);
     }
     return 1;
 }

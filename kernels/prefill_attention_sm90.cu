@@ -1,6 +1,7 @@
 /*
  * prefill_attention_sm90: the prefill kernel of prefill_attention.cu for
- * Hopper (sm_90a: wgmma, setmaxnreg, mbarrier, TMA), head size 128.
+ * Hopper (sm_90a: wgmma, setmaxnreg, mbarrier, TMA), head size 128,
+ * operands of the activation dtype T (bf16 or fp16), fp32 accumulators.
  *
  * Layouts as in paged_attention.cu.  Work split: a tile is 128
  * consecutive query rows of one sequence; one thread block per (tile,
@@ -27,7 +28,7 @@
  *     S = Q K^T with wgmma (Q and K from shared memory), mask it
  *     causally (only on the tiles that reach past the warpgroup's first
  *     row), update an online softmax in base 2 in registers, and
- *     accumulate O += P V with wgmma, P converted to bf16 in registers
+ *     accumulate O += P V with wgmma, P converted to T in registers
  *     and fed as the A operand, V read "transposed" from shared memory;
  *     the products of tile j + 1's S and tile j's P V are issued
  *     together, so the softmax runs while the tensor cores work; the two
@@ -200,7 +201,8 @@ sm90_find_tile(const attn_params_t &p, int head_major, sm90_tile_t &t)
 static __device__ __forceinline__ void
 sm90_load_q(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs)
 {
-    int  c = threadIdx.x & 15, rb = threadIdx.x >> 4;
+    const uint16_t  *q = (const uint16_t *) p.q;    /* moved as bits */
+    int              c = threadIdx.x & 15, rb = threadIdx.x >> 4;
 
 #pragma unroll 4
     for (int k = 0; k < 16; k++) {
@@ -208,21 +210,21 @@ sm90_load_q(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs)
         bool  valid = t.r0 + r < t.qlen;
 
         cp_async16(qs + sw128<SM90_BM>(r, c),
-                   p.q + ((int64_t) (t.q0 + (valid ? t.r0 + r : 0))
-                          * p.n_heads + t.head) * SM90_D + c * 8, valid);
+                   q + ((int64_t) (t.q0 + (valid ? t.r0 + r : 0))
+                        * p.n_heads + t.head) * SM90_D + c * 8, valid);
     }
 }
 
 
 static __device__ __forceinline__ void
 sm90_load_kv(const attn_params_t &p, const sm90_tile_t &t,
-    const __nv_bfloat16 *cache, int j, uint32_t dst)
+    const void *cache, int j, uint32_t dst)
 {
-    int      c = threadIdx.x & 15, rb = threadIdx.x >> 4;
-    int      mask = (1 << p.log2_block) - 1;
-    int64_t  kv_row = (int64_t) (p.n_heads / p.group) * SM90_D;
-    const __nv_bfloat16  *base = cache + (int64_t) (t.head / p.group) * SM90_D
-                                 + c * 8;
+    int              c = threadIdx.x & 15, rb = threadIdx.x >> 4;
+    int              mask = (1 << p.log2_block) - 1;
+    int64_t          kv_row = (int64_t) (p.n_heads / p.group) * SM90_D;
+    const uint16_t  *base = (const uint16_t *) cache
+                            + (int64_t) (t.head / p.group) * SM90_D + c * 8;
 
 #pragma unroll 4
     for (int k = 0; k < 16; k++) {
@@ -436,6 +438,7 @@ typedef struct {
 
 
 /* issue S = Q K^T of the stage's K: 8 k-steps of 16 dims */
+template <typename T>
 static __device__ __forceinline__ void
 sm90_issue_qk(const sm90_math_t &w, float (&sc)[64], int s)
 {
@@ -443,7 +446,7 @@ sm90_issue_qk(const sm90_math_t &w, float (&sc)[64], int s)
 
 #pragma unroll
     for (int kk = 0; kk < SM90_D / 16; kk++) {
-        wgmma_128_ss(sc,
+        wgmma_128_ss_of<T>(sc,
                      wg_desc(w.qs + (kk >> 2) * (SM90_Q / 2)
                              + w.cw * 64 * 128 + (kk & 3) * 32, 16, 1024),
                      wg_desc(ks + (kk >> 2) * (SM90_TILE / 2)
@@ -455,6 +458,7 @@ sm90_issue_qk(const sm90_math_t &w, float (&sc)[64], int s)
 
 
 /* issue O += P V of the stage's V: 8 k-steps of 16 tokens */
+template <typename T>
 static __device__ __forceinline__ void
 sm90_issue_pv(const sm90_math_t &w, float (&o)[64],
     const uint32_t (&pa)[8][4], int s)
@@ -463,8 +467,9 @@ sm90_issue_pv(const sm90_math_t &w, float (&o)[64],
 
 #pragma unroll
     for (int kt = 0; kt < SM90_BN / 16; kt++) {
-        wgmma_128_rs_t(o, pa[kt],
-                       wg_desc(vs + kt * 16 * 128, SM90_TILE / 2, 1024));
+        wgmma_128_rs_t_of<T>(o, pa[kt],
+                             wg_desc(vs + kt * 16 * 128, SM90_TILE / 2,
+                                     1024));
     }
     wgmma_commit();
 }
@@ -487,20 +492,22 @@ sm90_tile_softmax(const sm90_math_t &w, float (&sc)[64], float (&m)[2],
 
 
 /* P as the A operand of O += P V: two 8-token chunks per k-step */
+template <typename T>
 static __device__ __forceinline__ void
 sm90_pack_p(uint32_t (&pa)[8][4], const float (&sc)[64])
 {
 #pragma unroll
     for (int kt = 0; kt < 8; kt++) {
-        pa[kt][0] = pack_bf16(sc[8 * kt], sc[8 * kt + 1]);
-        pa[kt][1] = pack_bf16(sc[8 * kt + 2], sc[8 * kt + 3]);
-        pa[kt][2] = pack_bf16(sc[8 * kt + 4], sc[8 * kt + 5]);
-        pa[kt][3] = pack_bf16(sc[8 * kt + 6], sc[8 * kt + 7]);
+        pa[kt][0] = pl_pack2<T>(sc[8 * kt], sc[8 * kt + 1]);
+        pa[kt][1] = pl_pack2<T>(sc[8 * kt + 2], sc[8 * kt + 3]);
+        pa[kt][2] = pl_pack2<T>(sc[8 * kt + 4], sc[8 * kt + 5]);
+        pa[kt][3] = pl_pack2<T>(sc[8 * kt + 6], sc[8 * kt + 7]);
     }
 }
 
 
 /* O / l of the thread's rows rt and rt + 8 (those inside the sequence) */
+template <typename T>
 static __device__ __forceinline__ void
 sm90_store(const attn_params_t &p, const sm90_tile_t &t, const float (&o)[64],
     float (&l)[2], int rt)
@@ -514,14 +521,14 @@ sm90_store(const attn_params_t &p, const sm90_tile_t &t, const float (&o)[64],
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
         if (r < t.qlen) {
-            __nv_bfloat16  *dst = p.out + ((int64_t) (t.q0 + r) * p.n_heads
-                                           + t.head) * SM90_D
-                                  + 2 * (lane & 3);
-            float           inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+            T      *dst = (T *) p.out + ((int64_t) (t.q0 + r) * p.n_heads
+                                         + t.head) * SM90_D
+                          + 2 * (lane & 3);
+            float   inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
 
 #pragma unroll
             for (int n = 0; n < 16; n++) {
-                *(__nv_bfloat162 *) (dst + 8 * n) = __floats2bfloat162_rn(
+                *(uint32_t *) (dst + 8 * n) = pl_pack2<T>(
                     o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
             }
         }
@@ -589,7 +596,7 @@ sm90_turn_end(int cw)
  * the block's last tile waits for the tail barrier too when that tile
  * reaches past the context (TMA).
  */
-template <int STAGES, int OPTS>
+template <typename T, int STAGES, int OPTS>
 static __device__ __forceinline__ void
 sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
     uint32_t bars, int cw)
@@ -625,13 +632,13 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         sm90_landed<OPTS>();
         sm90_turn_begin<OPTS>(cw);
         wgmma_fence();
-        sm90_issue_qk(w, sc, 0);
+        sm90_issue_qk<T>(w, sc, 0);
         sm90_turn_end<OPTS>(cw);
         turns++;
         wgmma_wait<0>();
         wgmma_hold(sc);
         sm90_tile_softmax(w, sc, m, l, corr, 0, off);
-        sm90_pack_p(pa, sc);
+        sm90_pack_p<T>(pa, sc);
     }
     for (j = 1; j < mine; j++) {
         int  s = j % STAGES, sp = (j - 1) % STAGES;
@@ -641,10 +648,10 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         sm90_landed<OPTS>();
         sm90_turn_begin<OPTS>(cw);
         wgmma_fence();
-        sm90_issue_qk(w, sc, s);
+        sm90_issue_qk<T>(w, sc, s);
         sm90_rescale(o, corr);
         wgmma_fence();
-        sm90_issue_pv(w, o, pa, sp);
+        sm90_issue_pv<T>(w, o, pa, sp);
         sm90_turn_end<OPTS>(cw);
         turns++;
         wgmma_wait<1>();
@@ -653,7 +660,7 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         wgmma_wait<0>();
         wgmma_hold(o);
         mbar_arrive(sm90_bar<STAGES>(w.bars, SM90_EMPTY, sp));
-        sm90_pack_p(pa, sc);
+        sm90_pack_p<T>(pa, sc);
     }
     if (mine > 0) {
         int  sp = (mine - 1) % STAGES;
@@ -668,7 +675,7 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         sm90_turn_begin<OPTS>(cw);
         sm90_rescale(o, corr);
         wgmma_fence();
-        sm90_issue_pv(w, o, pa, sp);
+        sm90_issue_pv<T>(w, o, pa, sp);
         sm90_turn_end<OPTS>(cw);
         turns++;
         wgmma_wait<0>();
@@ -693,13 +700,13 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         }
     }
 
-    sm90_store(p, t, o, l, rt);
+    sm90_store<T>(p, t, o, l, rt);
 }
 
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
 
-template <int STAGES, int OPTS>
+template <typename T, int STAGES, int OPTS>
 __global__ void __launch_bounds__(SM90_THREADS, 1)
 prefill_attention_sm90_kernel(const attn_params_t p,
     const __grid_constant__ sm90_maps_t mp, int head_major)
@@ -741,7 +748,7 @@ prefill_attention_sm90_kernel(const attn_params_t p,
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n"
                      :: "n"(SM90_REGS_MATH(OPTS)));
-        sm90_consume<STAGES, OPTS>(p, t, qs, bars, wg - 1);
+        sm90_consume<T, STAGES, OPTS>(p, t, qs, bars, wg - 1);
     }
 #else
     /* built for another target: the launcher never gets here */
@@ -750,7 +757,7 @@ prefill_attention_sm90_kernel(const attn_params_t p,
 }
 
 
-template <int STAGES, int OPTS>
+template <typename T, int STAGES, int OPTS>
 static void
 launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
     const sm90_maps_t &mp, int head_major)
@@ -761,12 +768,12 @@ launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
 
     if (!ready[cu->device & 63]) {
         pl_cuda_check(cudaFuncSetAttribute(
-                          prefill_attention_sm90_kernel<STAGES, OPTS>,
+                          prefill_attention_sm90_kernel<T, STAGES, OPTS>,
                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                           (int) smem), "prefill attention (sm90)");
         ready[cu->device & 63] = 1;
     }
-    prefill_attention_sm90_kernel<STAGES, OPTS>
+    prefill_attention_sm90_kernel<T, STAGES, OPTS>
         <<<(unsigned) (tiles * p.n_heads), SM90_THREADS, smem,
            cu->stream>>>(p, mp, head_major);
     PL_CUDA_LAUNCHED("prefill attention (sm90)");
@@ -779,10 +786,11 @@ launch_sm90_pp(pl_cuda_t *cu, const attn_params_t &p, int rows,
     bool pingpong, const sm90_maps_t &mp, int head_major)
 {
     if (pingpong) {
-        launch_sm90<STAGES, LOADS | SM90_PINGPONG>(cu, p, rows, mp,
-                                                   head_major);
+        launch_sm90<__nv_bfloat16, STAGES, LOADS | SM90_PINGPONG>(
+            cu, p, rows, mp, head_major);
     } else {
-        launch_sm90<STAGES, LOADS>(cu, p, rows, mp, head_major);
+        launch_sm90<__nv_bfloat16, STAGES, LOADS>(cu, p, rows, mp,
+                                                  head_major);
     }
 }
 
@@ -828,19 +836,23 @@ sm90_encode_maps(const attn_params_t &p, int rows, sm90_maps_t *mp)
     uint32_t  qbox[3] = { 64, 1, SM90_BM };
     uint32_t  kbox[3] = { 64, 1, 1u << (p.log2_block < 7 ? p.log2_block
                                                           : 7) };
+    int       f16 = p.dtype == PL_DT_F16;
 
     if (p.log2_block < 3 || kn == 0 || vn == 0) {
         return false;
     }
-    if (pl_tma_map_bf16(&mp->q, p.q, qdim, qstride, qbox) != 0) {
+    if (pl_tma_map_16(&mp->q, f16, p.q, qdim, qstride, qbox) != 0) {
         return false;
     }
     kdim[2] = kn < INT32_MAX ? kn : INT32_MAX;
-    if (pl_tma_map_bf16(&mp->k, p.k_cache, kdim, kstride, kbox) != 0) {
+    if (pl_tma_map_16(&mp->k, f16, p.k_cache, kdim, kstride, kbox)
+        != 0)
+    {
         return false;
     }
     kdim[2] = vn < INT32_MAX ? vn : INT32_MAX;
-    return pl_tma_map_bf16(&mp->v, p.v_cache, kdim, kstride, kbox) == 0;
+    return pl_tma_map_16(&mp->v, f16, p.v_cache, kdim, kstride, kbox)
+           == 0;
 }
 
 
@@ -864,6 +876,18 @@ pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
     memset(&mp, 0, sizeof(mp));
     tma = tma && sm90_encode_maps(p, rows, &mp);
     loads = tma ? SM90_TMA : async ? SM90_ASYNC : 0;
+    if (p.dtype == PL_DT_F16) {
+        /* fp16: the default variant, TMA or cp.async loads (the caller
+           asks for no other) */
+        if (tma) {
+            launch_sm90<__half, 3, SM90_TMA | SM90_PINGPONG>(
+                cu, p, rows, mp, head_major);
+        } else {
+            launch_sm90<__half, 3, SM90_ASYNC | SM90_PINGPONG>(
+                cu, p, rows, mp, head_major);
+        }
+        return tma;
+    }
     if (stages == 2) {
         launch_sm90_opts<2>(cu, p, rows, loads, pingpong, mp, head_major);
     } else {

@@ -59,8 +59,8 @@ tma_driver_get(void)
 
 
 int
-pl_tma_map_bf16(CUtensorMap *map, const void *base, const uint64_t dims[3],
-    const uint64_t strides[2], const uint32_t box[3])
+pl_tma_map_16(CUtensorMap *map, int fp16, const void *base,
+    const uint64_t dims[3], const uint64_t strides[2], const uint32_t box[3])
 {
     const tma_driver_t  *drv = tma_driver_get();
     cuuint64_t           gdim[3] = { dims[0], dims[1], dims[2] };
@@ -71,7 +71,8 @@ pl_tma_map_bf16(CUtensorMap *map, const void *base, const uint64_t dims[3],
     if (drv->encode == NULL) {
         return -1;
     }
-    return drv->encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
+    return drv->encode(map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
                        (void *) base, gdim, gstride, bdim, estride,
                        CU_TENSOR_MAP_INTERLEAVE_NONE,
                        CU_TENSOR_MAP_SWIZZLE_128B,

@@ -15,7 +15,9 @@
 #include <stdint.h>
 
 /*
- * A bf16 tensor [dims[2]][dims[1]][dims[0]], dims[0] contiguous, rows of
+ * A tensor of 16-bit elements, fp16 when fp16 is nonzero, else bf16
+ * (copies move bits either way; the type is the map's declared one),
+ * [dims[2]][dims[1]][dims[0]], dims[0] contiguous, rows of
  * dims[1] and dims[2] strides[0] and strides[1] bytes apart, read in boxes
  * of box[0] x box[1] x box[2] elements with the 128-byte swizzle (box[0]
  * * 2 bytes at most 128; the box lands in shared memory as rows of
@@ -25,7 +27,7 @@
  * point, unaligned address or stride): the caller then copies another
  * way.
  */
-int pl_tma_map_bf16(CUtensorMap *map, const void *base,
+int pl_tma_map_16(CUtensorMap *map, int fp16, const void *base,
     const uint64_t dims[3], const uint64_t strides[2], const uint32_t box[3]);
 
 /* Rows of row_bytes from p to the end of p's allocation; 0 when the

@@ -4,7 +4,7 @@
  * whole prefills; physical blocks shuffled; prompt blocks shared between
  * sequences; contexts from 1 to 32k tokens; block sizes 8, 16, 32; head
  * sizes 64, 96, 128, 256; grouped-query ratios 1 to 32 (7, 12, 20 among
- * them).
+ * them); bf16 activations, then a subset in fp16.
  * The batch reaches the GPU through batch_upload, as the model sends it.
  *
  * Prefill rows run on one of two kernels: on Hopper, head size 128, the
@@ -22,6 +22,11 @@
  * comparison says where the output differs: rows and dimensions as maps
  * of 8-wide groups, and the first differing (row, head) with its place
  * in the tile.
+ *
+ * Then again with fp16 activations (fp16_cases): a subset that still
+ * takes every kernel (decode, split merge in both orderings, mma.sync and
+ * wgmma prefill with TMA and cp.async loads, CUDA-core) and every block
+ * and head size once; the prefill kernel's name must say fp16.
  */
 
 #include "pair.h"
@@ -229,12 +234,19 @@ poison_unused(const attn_case_t *c, const pl_batch_t *b, int num_blocks,
 
 
 /* Hopper's prefill kernel loads with TMA unless the environment asks
-   for cp.async or the block size is under TMA's 8-row box */
+   for cp.async or the block size is under TMA's 8-row box; with fp16
+   activations the tensor-core prefill is the fp16 one */
 static void
 check_loads(const attn_case_t *c, const char *name)
 {
     const char  *kernel = pl_cuda_prefill_kernel();
     const char  *loads = getenv("PAGEDLLM_CUDA_PREFILL_LOADS");
+
+    if (P.gpu->act_dtype == PL_DT_F16
+        && (c->head_dim == 64 || c->head_dim == 128))
+    {
+        ok(strstr(kernel, "fp16") != NULL, "fp16 prefill kernel: %s", name);
+    }
 
     if (strncmp(kernel, "sm90", 4) == 0 && c->block_size >= 8
         && (loads == NULL || strcmp(loads, "tma") == 0))
@@ -589,6 +601,72 @@ set_variant(const char *const *kv, int on)
 }
 
 
+/* the fp16 subset (see the top): one pass over the same cases */
+static void
+fp16_cases(void)
+{
+    static const int    bss[] = { 8, 16, 32 };
+    static const char  *decode_knobs[][2][2] = {
+        { { "PAGEDLLM_CUDA_ATTN_FENCE", "1" },
+          { "PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "128" } },
+        { { "PAGEDLLM_CUDA_ATTN_L2PF", "1" },
+          { "PAGEDLLM_CUDA_ATTN_SPLITS", "1" } },
+        { { "PAGEDLLM_CUDA_ATTN_SPLITS", "64" },
+          { "PAGEDLLM_CUDA_ATTN_ORDER", "0" } },
+    };
+    /* fp16 builds the Hopper kernel's default variant and its cp.async
+       twin only (kernels/prefill_attention.cu) */
+    static const char  *variants[][2] = {
+        { NULL, NULL },
+        { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync",
+          "PAGEDLLM_CUDA_PREFILL_ORDER=heads" },
+        { "PAGEDLLM_CUDA_PREFILL=mma", NULL },
+    };
+    int                 i, j, k;
+
+    if (!pair_act(P.gpu, PL_DT_F16)) {
+        return;
+    }
+    for (i = 0; i < 3; i++) {
+        for (j = 0; j < 2; j++) {
+            mixed_case(bss[i], 64 * (j + 1), 16, 4);
+            prefill_case(bss[i], 64 * (j + 1), 8, 2);
+        }
+    }
+    mixed_case(16, 96, 14, 2);
+    mixed_case(16, 256, 4, 2);
+    decode_case(16, 128, 8, 1, 1, 5000);
+    decode_case(8, 64, 4, 4, 12, 3000);
+    decode_bucket_case(128, 32, 32, 12);
+    decode_bucket_case(64, 8, 2, 5);
+    long_case();
+    for (i = 0; i < 3; i++) {
+        for (k = 0; k < 2; k++) {
+            setenv(decode_knobs[i][k][0], decode_knobs[i][k][1], 1);
+            diag("%s=%s", decode_knobs[i][k][0], decode_knobs[i][k][1]);
+        }
+        decode_case(16, 128, 8, 1, 1, 5000);
+        decode_case(8, 64, 4, 4, 12, 3000);
+        decode_bucket_case(128, 32, 32, 1);
+        for (k = 0; k < 2; k++) {
+            unsetenv(decode_knobs[i][k][0]);
+        }
+    }
+    for (i = 0; i < 3; i++) {
+        set_variant(variants[i], 1);
+        tile_edge_cases(16, 8, 8);
+        tile_edge_cases(32, 8, 2);
+        many_tiles_case(16);
+        chunk_cases(8, 4, 2);
+        chunk_cases(4, 4, 2);
+        if (i == 0) {
+            chunk_cases(256, 4, 2);
+        }
+        set_variant(variants[i], 0);
+    }
+}
+
+
 int
 main(void)
 {
@@ -650,6 +728,7 @@ main(void)
         }
         set_variant(prefill_variants[i], 0);
     }
+    fp16_cases();
     P.gpu->destroy(P.gpu);
     P.cpu->destroy(P.cpu);
     return done_testing();

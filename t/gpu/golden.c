@@ -13,6 +13,8 @@
  * LOGIT_BOUND, and the greedy token equal to transformers' wherever the
  * reference's best logit leads the runner-up by twice that bound in units
  * of the logits' rms (the CPU golden test holds the fp32 path to 1e-3).
+ * Every fixture runs twice: with --dtype auto (OPT pre-LN in fp16, the
+ * others in bf16) and with --dtype float16.
  */
 
 #include <jansson.h>
@@ -220,7 +222,8 @@ check_position(const golden_t *g, int s, int p, const float *got,
 
 
 static void
-test_model(pl_backend_t *be, const char *name)
+test_model(pl_backend_t *be, const char *fixture,
+    const pl_model_options_t *opts)
 {
     char          dir[256], err[256];
     golden_t      g;
@@ -229,11 +232,14 @@ test_model(pl_backend_t *be, const char *name)
     int           done[NCASE] = { 0 }, upto[NCASE], s, i;
     float        *logits;
     tally_t       t = { 0.0, 0, 0, 0 };
+    char          name[96];
 
-    snprintf(dir, sizeof(dir), FIXTURES "/%s", name);
+    snprintf(dir, sizeof(dir), FIXTURES "/%s", fixture);
+    snprintf(name, sizeof(name), "%s%s", fixture,
+             opts->dtype == PL_MODEL_DTYPE_F16 ? " (--dtype float16)" : "");
     memset(&g, 0, sizeof(g));
     err[0] = '\0';
-    m = pl_model_load(dir, be, err, sizeof(err));
+    m = pl_model_load_opts(dir, be, opts, err, sizeof(err));
     if (!ok(read_golden(&g, dir) == 0 && m != NULL
             && pl_model_prepare(m, NCASE * MAX_LEN, NCASE, err,
                                 sizeof(err)) == 0
@@ -290,6 +296,8 @@ main(void)
         "llama3_gqa", "llama_tied", "mistral", "qwen2_bias", "opt_pre_ln",
         "opt_post_ln",
     };
+    const pl_model_options_t  dflt = { 1, PL_MODEL_DTYPE_AUTO };
+    const pl_model_options_t  f16 = { 1, PL_MODEL_DTYPE_F16 };
     char                err[256];
     pl_backend_t       *be;
     size_t              i;
@@ -300,7 +308,8 @@ main(void)
         return done_testing();
     }
     for (i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
-        test_model(be, models[i]);
+        test_model(be, models[i], &dflt);
+        test_model(be, models[i], &f16);
     }
     be->destroy(be);
     return done_testing();

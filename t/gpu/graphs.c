@@ -33,6 +33,11 @@
  * every batch size and the others cuBLAS, runs the same iterations on a
  * second backend created with PDL off, and its graph replays (and the
  * eager prefill) must give the PDL side's logits bit for bit.
+ *
+ * The two Llamas again with --dtype float16 (the engine's option, through
+ * pl_model_set_default_options): the same checks with every kernel in
+ * fp16.  (OPT pre-LN is an fp16 checkpoint: --dtype auto runs it in fp16
+ * above already.)
  */
 
 #include <jansson.h>
@@ -42,6 +47,7 @@
 
 #include "fixture_model.h"
 #include "pair.h"
+#include "pl_model.h"
 
 #define NSEQ         17
 #define BLOCK        16
@@ -643,6 +649,20 @@ main(void)
            "a wider Llama written to %s", wide))
     {
         pdl_off_on(be, wide, "pdl");
+    }
+
+    /* fp16 activations, as --dtype float16 asks (tensor-core decode and
+       prefill, GEMV plain and fused) */
+    {
+        pl_model_options_t  f16 = { 1, PL_MODEL_DTYPE_F16 };
+        pl_model_options_t  dflt = { 1, PL_MODEL_DTYPE_AUTO };
+
+        pl_model_set_default_options(&f16);
+        run_model(be, llama, "llama hd128 fp16");
+        ok(be->act_dtype == PL_DT_F16, "--dtype float16: the backend "
+           "ran fp16 activations");
+        pdl_off_on(be, wide, "pdl fp16");
+        pl_model_set_default_options(&dflt);
     }
     fm_rmtree(tmp);
     be->destroy(be);

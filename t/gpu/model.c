@@ -11,10 +11,10 @@
  * logits' rms: the GPU's logits are bf16).  Free-running: each backend follows its
  * own greedy choices, and the generations must be identical up to the
  * first near-tie of the CPU's.  Then again with the GPU's activations in
- * fp16 (the tiny model's bf16 weights converted at load): every operation
- * takes fp16, though the engine refuses it until the tensor-core
- * attention and the GEMV do (cuda_backend.cu), so the model is loaded
- * past that choice, on a backend switched to fp16 directly.
+ * fp16, loaded as the engine's --dtype float16 asks (pl_model_load_opts;
+ * the tiny model's bf16 weights converted at load).  Last, --dtype auto
+ * on the golden fixtures: an fp16 checkpoint (OPT pre-LN) runs in fp16, a
+ * bf16 one in bf16 (t/gpu/golden.c compares both with transformers).
  */
 
 #include <stdio.h>
@@ -70,16 +70,16 @@ argmax(const float *v, int n, float *lead)
 }
 
 
-/* the model on be; as_is: in be's activation dtype, without the model's
-   choice of one (pl_model_load_shard) */
+/* the model on be, with the engine's options opts (NULL: the defaults) */
 static int
-open_side(side_t *s, pl_backend_t *be, const char *dir, int as_is)
+open_side(side_t *s, pl_backend_t *be, const char *dir,
+    const pl_model_options_t *opts)
 {
     char  err[256];
 
     s->be = be;
-    s->m = as_is ? pl_model_load_shard(dir, be, NULL, err, sizeof(err))
-                 : pl_model_load(dir, be, err, sizeof(err));
+    s->m = opts != NULL ? pl_model_load_opts(dir, be, opts, err, sizeof(err))
+                        : pl_model_load(dir, be, err, sizeof(err));
     if (s->m == NULL
         || pl_model_prepare(s->m, 64, NSEQ, err, sizeof(err)) != 0
         || pl_model_kv_alloc(s->m, NSEQ * MAX_BLOCKS, BLOCK, err,
@@ -294,6 +294,31 @@ free_running(side_t *cpu, side_t *gpu, const int32_t *tables, int vocab)
 }
 
 
+/* --dtype auto on CUDA: the checkpoint's dtype, fp16 included */
+static void
+auto_follows_checkpoint(const char *dir, pl_dtype_t want)
+{
+    const pl_model_options_t  opts = { 1, PL_MODEL_DTYPE_AUTO };
+    pl_backend_t             *be;
+    pl_model_t               *m = NULL;
+    char                      err[256] = "";
+
+    be = pl_backend_cuda_create(0, err, sizeof(err));
+    if (be != NULL) {
+        m = pl_model_load_opts(dir, be, &opts, err, sizeof(err));
+    }
+    if (!ok(m != NULL && be->act_dtype == want, "--dtype auto runs %s in "
+            "%s", dir, pl_dtype_name(want)))
+    {
+        diag("%s", err);
+    }
+    pl_model_free(m);
+    if (be != NULL) {
+        be->destroy(be);
+    }
+}
+
+
 int
 main(void)
 {
@@ -302,6 +327,7 @@ main(void)
     side_t       cpu, gpu, gpu16;
     int32_t      tables[NSEQ * MAX_BLOCKS];
     int          i, vocab;
+    const pl_model_options_t  f16 = { 1, PL_MODEL_DTYPE_F16 };
 
     pair_seed();
     snprintf(dir, sizeof(dir), "%s/models/tiny", build ? build : "build");
@@ -311,8 +337,8 @@ main(void)
         diag("%s", err);
         return done_testing();
     }
-    if (!ok(open_side(&cpu, cpu.be, dir, 0) == 0
-            && open_side(&gpu, gpu.be, dir, 0) == 0,
+    if (!ok(open_side(&cpu, cpu.be, dir, NULL) == 0
+            && open_side(&gpu, gpu.be, dir, NULL) == 0,
             "tiny model loads on both backends from %s", dir))
     {
         return done_testing();
@@ -327,11 +353,10 @@ main(void)
     gpu.be->destroy(gpu.be);
 
     gpu16.be = pl_backend_cuda_create(0, err, sizeof(err));
-    if (gpu16.be != NULL) {
-        pair_act(gpu16.be, PL_DT_F16);
-    }
-    if (ok(gpu16.be != NULL && open_side(&gpu16, gpu16.be, dir, 1) == 0,
-           "tiny model loads with fp16 activations"))
+    if (ok(gpu16.be != NULL
+           && open_side(&gpu16, gpu16.be, dir, &f16) == 0
+           && gpu16.be->act_dtype == PL_DT_F16,
+           "tiny model loads with --dtype float16: fp16 activations"))
     {
         teacher_forced(&cpu, &gpu16, tables, vocab);
         free_running(&cpu, &gpu16, tables, vocab);
@@ -342,5 +367,7 @@ main(void)
     }
     pl_model_free(cpu.m);
     cpu.be->destroy(cpu.be);
+    auto_follows_checkpoint("t/fixtures/golden/opt_pre_ln", PL_DT_F16);
+    auto_follows_checkpoint("t/fixtures/golden/llama_tied", PL_DT_BF16);
     return done_testing();
 }

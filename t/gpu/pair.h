@@ -105,16 +105,18 @@ pair_put(pl_backend_t *be, const float *host, size_t n)
 }
 
 /*
- * The GPU backend's activations in dt for the kernel tests, set directly:
- * every operation takes fp16, but set_act_dtype refuses it to the engine
- * until the tensor-core attention kernels and the GEMV do too
- * (cuda_backend.cu).  Weights must be loaded after the switch.
+ * The GPU backend's activations in dt for the kernel tests, through
+ * set_act_dtype as the engine sets them.  Weights must be loaded after
+ * the switch.
  */
-static inline void
+static inline int
 pair_act(pl_backend_t *gpu, pl_dtype_t dt)
 {
-    gpu->act_dtype = dt;
-    diag("GPU activations: %s", pl_dtype_name(dt));
+    char  err[256] = "";
+
+    return ok(gpu->set_act_dtype(gpu, dt, err, sizeof(err)) == 0
+              && gpu->act_dtype == dt, "GPU activations: %s%s%s",
+              pl_dtype_name(dt), err[0] ? ": " : "", err);
 }
 
 /* fill n activations with NaN (0x7fc0: a NaN in bf16 and in fp16) */
