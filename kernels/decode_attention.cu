@@ -34,9 +34,11 @@
  * every warp has passed the barrier that follows its last use).  One bulk
  * copy per 256-byte token row through the copy engine measured 2.4 times
  * slower than these cp.async.  Splits: as many as one wave of resident
- * blocks holds, no split under SPLIT_MIN tokens (64: one tile, so a
- * batch of one at a short context spreads over as many blocks as it
- * has tiles), at most ATTN_MAX_SPLITS; from max_context_len and the
+ * blocks holds, no split under SPLIT_MIN tokens (256: splitting a short
+ * context finer saves less than the merge costs: at batch 1 in the 256
+ * bucket, one split ran 8.2 us against 10.4 for four of 64, and the 7B
+ * decode step at batch 1 took 5.10 ms against 5.19, on the H200), at most
+ * ATTN_MAX_SPLITS; from max_context_len and the
  * batch shape only, so a CUDA graph replays the choice for any context
  * within its bucket.
  *
@@ -59,7 +61,7 @@
  * PAGEDLLM_CUDA_ATTN_SHORT_CTX and PAGEDLLM_CUDA_ATTN_SHORT_STAGES (when
  * max_context_len <= SHORT_CTX, SHORT_STAGES stages: fewer stages, more
  * resident blocks to hide each short block's start; default off),
- * PAGEDLLM_CUDA_ATTN_SPLIT_MIN (default 64; it was 128),
+ * PAGEDLLM_CUDA_ATTN_SPLIT_MIN (default 256; 128 and 64 before),
  * PAGEDLLM_CUDA_ATTN_SPLITS (a fixed count), PAGEDLLM_CUDA_ATTN_ORDER and
  * PAGEDLLM_CUDA_ATTN_PDL (above; default ORDER=1 and PDL=2: the best
  * setting of the sweep in tools/gpu-run.sh on the H200, 2026-11-29,
@@ -603,13 +605,13 @@ read_knobs(void)
     k.stages = env_or("PAGEDLLM_CUDA_ATTN_STAGES", DEC_STAGES);
     k.short_ctx = env_or("PAGEDLLM_CUDA_ATTN_SHORT_CTX", 0);
     k.short_stages = env_or("PAGEDLLM_CUDA_ATTN_SHORT_STAGES", 2);
-    k.split_min = env_or("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 64);
+    k.split_min = env_or("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 256);
     k.splits = env_or("PAGEDLLM_CUDA_ATTN_SPLITS", 0);
     k.heads_first = env_or("PAGEDLLM_CUDA_ATTN_ORDER", 1) == 1;
     k.pdl = env_or("PAGEDLLM_CUDA_ATTN_PDL", 2);
     k.l2pf = env_or("PAGEDLLM_CUDA_ATTN_L2PF", 0) == 1;
     k.fence_sc = env_or("PAGEDLLM_CUDA_ATTN_FENCE", 0) == 1;
-    k.split_min = k.split_min > 0 ? k.split_min : 64;
+    k.split_min = k.split_min > 0 ? k.split_min : 256;
     return k;
 }
 

@@ -87,25 +87,29 @@ chunk_mma(float (&acc)[MT][NT][4], const uint4 (&a)[MT][2],
 
 /*
  * Fused forms (pl_matmul_fuse_t): what MODE does on the way in and out.
- * GEMV_RMS and GEMV_SILU_ADD transform x once per block into shared
- * memory before the main loop (done per chunk instead, every warp of
- * every block repeated it: 256 times the work at a 4096-row matrix, and
- * the kernel became bound by instructions): GEMV_RMS sums each row's
- * squares (per-thread slices, then the warps' partials in a fixed order,
- * so the result does not depend on timing), then scales the row by the
- * norm and its weight; GEMV_SILU_ADD reads gate and up halves of x [n][2
- * cols] and stores silu(gate) * up.  Each is rounded to T as the
- * unfused norm and activation kernels store it.  Meanwhile the block's
- * first weight chunks are on their way to L2.  x must then fit in
- * PL_GEMV_STAGE_MAX bytes.  GEMV_ADD and GEMV_SILU_ADD add the product to
- * a [n][rows] (out may be a: each element is read and written by one
- * thread).
+ * GEMV_RMS is the RMSNorm with its weight folded into W (fold.cu): the
+ * block sums each row's squares first (per-thread slices, then the warps'
+ * partials in a fixed order, so the result does not depend on timing),
+ * its first weight chunks on their way to L2 meanwhile, reads x as it is
+ * and scales its sums by 1 / rms(x) at the end.  Not the model's default
+ * (PAGEDLLM_FUSED=2 selects it): the 7B step's norm GEMVs average 45.5 us
+ * this way against 40.4 plain on the H200, more than the norm kernels it
+ * saves; normalising x in shared memory before the loop was slower still
+ * (53.8), and so was summing the squares of x inside the main loop (55.9).
+ * GEMV_SILU_ADD transforms x once per block into shared memory before the
+ * main loop (done per chunk instead, every warp of every block repeated
+ * it: 256 times the work at a 4096-row matrix, and the kernel became bound
+ * by instructions): it reads gate and up halves of x [n][2 cols] and
+ * stores silu(gate) * up, rounded to T as the unfused activation kernel
+ * stores it; x must then fit in PL_GEMV_STAGE_MAX bytes.
+ * Meanwhile the block's first weight chunks are on their way to L2.
+ * GEMV_ADD and GEMV_SILU_ADD add the product to a [n][rows] (out may be
+ * a: each element is read and written by one thread).
  */
 enum { GEMV_PLAIN = 0, GEMV_RMS, GEMV_ADD, GEMV_SILU_ADD };
 
 typedef struct {
-    const float          *norm;      /* GEMV_RMS: [cols] */
-    float                 eps;
+    float                 eps;       /* GEMV_RMS */
     const void           *add;       /* GEMV_ADD, GEMV_SILU_ADD: T */
 } gemv_fuse_t;
 
@@ -117,42 +121,46 @@ gemv_silu_times(float g, float u)
 }
 
 
-/* xs[n][cols / 8] (16-byte units) = x transformed by MODE */
-template <typename T, int MODE, int THREADS>
+/* xs[n][cols / 8] (16-byte units) = silu(gate) * up of x [n][2 cols] */
+template <typename T, int THREADS>
 static __device__ __forceinline__ void
-gemv_stage_x(uint4 *xs, const T *x, int n, int cols,
-    const gemv_fuse_t &fuse)
+gemv_stage_silu(uint4 *xs, const T *x, int n, int cols)
 {
-    __shared__ float  part[THREADS / 32][32];
+    const int     q = cols / 8;
+    const uint4  *xv = (const uint4 *) x;
+    float         f[8], u[8];
+
+    for (int i = threadIdx.x; i < n * q; i += THREADS) {
+        const int  tok = i / q, k = i - tok * q;
+
+        pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * 2 * q + k), f);
+        pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * 2 * q + q + k), u);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            f[e] = gemv_silu_times(f[e], u[e]);
+        }
+        xs[i] = pl_f32_to_x8<T>(f);
+    }
+    __syncthreads();
+}
+
+
+/* inv[t] = 1 / sqrt(mean(x[t]^2) + eps) for the n rows of x [n][cols] */
+template <typename T, int THREADS>
+static __device__ __forceinline__ void
+gemv_row_inv(float *inv, const T *x, int n, int cols, float eps)
+{
+    __shared__ float  part[THREADS / 32][PL_GEMV_MAX_N];
     const int         q = cols / 8, lane = threadIdx.x & 31;
     const int         warp = threadIdx.x >> 5;
     const uint4      *xv = (const uint4 *) x;
-    float             f[8], u[8];
-
-    if (MODE == GEMV_SILU_ADD) {
-        for (int i = threadIdx.x; i < n * q; i += THREADS) {
-            const int  tok = i / q, k = i - tok * q;
-
-            pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * 2 * q + k), f);
-            pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * 2 * q + q + k), u);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                f[e] = gemv_silu_times(f[e], u[e]);
-            }
-            xs[i] = pl_f32_to_x8<T>(f);
-        }
-        __syncthreads();
-        return;
-    }
+    float             f[8];
 
     for (int tok = 0; tok < n; tok++) {
         float  ss = 0.0f;
 
         for (int k = threadIdx.x; k < q; k += THREADS) {
-            const uint4  v = __ldg(xv + (size_t) tok * q + k);
-
-            xs[tok * q + k] = v;
-            pl_x8_to_f32<T>(v, f);
+            pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * q + k), f);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 ss += f[e] * f[e];
@@ -167,24 +175,13 @@ gemv_stage_x(uint4 *xs, const T *x, int n, int cols,
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < n * q; i += THREADS) {
-        const int     tok = i / q, k = i - tok * q;
-        const float4  w0 = __ldg((const float4 *) fuse.norm + 2 * k);
-        const float4  w1 = __ldg((const float4 *) fuse.norm + 2 * k + 1);
-        const float   wv[8] = { w0.x, w0.y, w0.z, w0.w,
-                                w1.x, w1.y, w1.z, w1.w };
-        float         ss = 0.0f, inv;
+    if (threadIdx.x < n) {
+        float  ss = 0.0f;
 
         for (int w = 0; w < THREADS / 32; w++) {
-            ss += part[w][tok];
+            ss += part[w][threadIdx.x];
         }
-        inv = rsqrtf(ss / cols + fuse.eps);
-        pl_x8_to_f32<T>(xs[i], f);
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            f[e] = f[e] * inv * wv[e];
-        }
-        xs[i] = pl_f32_to_x8<T>(f);
+        inv[threadIdx.x] = rsqrtf(ss / cols + eps);
     }
     __syncthreads();
 }
@@ -197,8 +194,9 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
     pl_dtype_t bias_dt, int n, int rows, int cols, gemv_fuse_t fuse)
 {
     constexpr int  TILE = MG * MT * NT * 128;   /* a block's accumulators */
-    constexpr bool STAGED = MODE == GEMV_RMS || MODE == GEMV_SILU_ADD;
+    constexpr bool STAGED = MODE == GEMV_SILU_ADD;
     __shared__ float  part[KS][TILE];
+    __shared__ float  inv_s[NT * 8];            /* GEMV_RMS */
     extern __shared__ uint4  xs[];              /* STAGED: x transformed */
 
     const int      lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -231,7 +229,7 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
             }
         }
     }
-    if (STAGED) {
+    if (STAGED || MODE == GEMV_RMS) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
 #pragma unroll
@@ -244,7 +242,12 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
                 }
             }
         }
-        gemv_stage_x<T, MODE, KS * MG * 32>(xs, x, n, cols, fuse);
+    }
+    if (STAGED) {
+        gemv_stage_silu<T, KS * MG * 32>(xs, x, n, cols);
+    }
+    if (MODE == GEMV_RMS) {
+        gemv_row_inv<T, KS * MG * 32>(inv_s, x, n, cols, fuse.eps);
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -320,6 +323,9 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
         for (int k = 0; k < KS; k++) {
             s += part[k][e];
         }
+        if (MODE == GEMV_RMS) {
+            s *= inv_s[tok];
+        }
         if (bias != NULL) {
             s += pl_weight_at(bias, bias_dt, row);
         }
@@ -380,7 +386,7 @@ gemv_launch(cudaStream_t st, void *out_, const void *x_, const void *w_,
     const T        *x = (const T *) x_, *w = (const T *) w_;
     const unsigned  blocks = pl_cuda_blocks(rows, MG * MT * 16);
     const unsigned  threads = KS * MG * 32;
-    const size_t    staged = MODE == GEMV_RMS || MODE == GEMV_SILU_ADD
+    const size_t    staged = MODE == GEMV_SILU_ADD
                              ? (size_t) n * cols * 2 : 0;
 
     switch ((n + 7) / 8) {
@@ -578,9 +584,8 @@ gemv_go(pl_backend_t *be, void *out, const void *x, const pl_weight_t *w,
     const gemv_launch_t  *launch;
 
     if (!gemv_takes(be, x, w, n) || config >= GEMV_NCONFIGS
-        || (mode == GEMV_RMS && ((uintptr_t) fuse.norm & 15) != 0)
         || xcols > INT32_MAX
-        || ((mode == GEMV_RMS || mode == GEMV_SILU_ADD)
+        || (mode == GEMV_SILU_ADD
             && (size_t) n * w->cols * 2 > PL_GEMV_STAGE_MAX))
     {
         return -1;
@@ -614,7 +619,7 @@ extern "C" int
 pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n, int config)
 {
-    const gemv_fuse_t  none = { NULL, 0.0f, NULL };
+    const gemv_fuse_t  none = { 0.0f, NULL };
 
     return gemv_go(be, out, x, w, bias, n, config, GEMV_PLAIN, none, false);
 }
@@ -625,7 +630,7 @@ pl_cuda_gemv_fused(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n, int config,
     const pl_matmul_fuse_t *f)
 {
-    gemv_fuse_t  fuse = { NULL, f->eps, f->add };
+    gemv_fuse_t  fuse = { f->eps, f->add };
     int          mode;
 
     switch (f->in) {
@@ -633,12 +638,11 @@ pl_cuda_gemv_fused(pl_backend_t *be, void *out, const void *x,
         mode = f->add != NULL ? GEMV_ADD : GEMV_PLAIN;
         break;
     case PL_FUSE_IN_RMSNORM:
-        if (f->add != NULL || f->norm == NULL || f->norm->dtype != PL_DT_F32
-            || f->norm->rows * f->norm->cols != w->cols)
-        {
+        /* only with the weight folded into w (the kernel scales its
+           sums) */
+        if (f->add != NULL || f->norm != NULL) {
             return -1;
         }
-        fuse.norm = (const float *) f->norm->data;
         mode = GEMV_RMS;
         break;
     case PL_FUSE_IN_SILU_MUL:
@@ -664,8 +668,16 @@ pl_cuda_matmul_fused(pl_backend_t *be, void *out, const void *x,
     if (n <= 0) {
         return 0;
     }
-    if (n > pl_cuda_gemv_n_small()) {
+    if (n > pl_cuda_gemv_fused_max_n()) {
         return -1;
     }
     return pl_cuda_gemv_fused(be, out, x, w, bias, n, -1, f);
+}
+
+
+extern "C" int
+pl_cuda_gemv_fused_max_n(void)
+{
+    return pl_cuda_gemv_n_small() < PL_GEMV_FUSED_MAX_N
+           ? pl_cuda_gemv_n_small() : PL_GEMV_FUSED_MAX_N;
 }

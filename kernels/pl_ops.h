@@ -136,7 +136,9 @@ typedef struct {
  * kernel of its own between two weight-streaming matmuls:
  *
  *   in = PL_FUSE_IN_PLAIN:    x [n][w.cols] as it is
- *        PL_FUSE_IN_RMSNORM:  rmsnorm(x) * norm (x [n][w.cols], as rmsnorm)
+ *        PL_FUSE_IN_RMSNORM:  rmsnorm(x) * norm (x [n][w.cols], as rmsnorm);
+ *                             norm NULL: a unit weight (the model folded
+ *                             the norm's weight into w with scale_cols)
  *        PL_FUSE_IN_SILU_MUL: silu(x[:, 0:c]) * x[:, c:2c] (x [n][2 c], c =
  *                             w.cols, as silu_mul)
  *   add not NULL:             out = add + product (+ bias); out may be add
@@ -153,7 +155,8 @@ typedef enum {
 
 typedef struct {
     pl_fuse_in_t        in;
-    const pl_weight_t  *norm;        /* PL_FUSE_IN_RMSNORM: [w.cols] */
+    const pl_weight_t  *norm;        /* PL_FUSE_IN_RMSNORM: [w.cols] or
+                                        NULL */
     float               eps;
     const void         *add;         /* [n][w.rows] or NULL */
 } pl_matmul_fuse_t;
@@ -283,6 +286,13 @@ struct pl_backend_s {
                          const pl_weight_t *w, const pl_weight_t *bias,
                          int n, const pl_matmul_fuse_t *f);
     int    matmul_fused_max_n;
+
+    /* Optional: w[r][c] *= v[c] for every row r (v: [w.cols], a vector
+       the backend loaded), rounded to w's storage; how a model folds a
+       norm's weight into the matrix that reads the norm's output, for a
+       backend whose matmul_fused normalises only with a unit weight. */
+    void (*scale_cols)(pl_backend_t *be, pl_weight_t *w,
+                       const pl_weight_t *v);
 
     /* Optional memory operations for KV block moves (copy-on-write and
        swapping); NULL where a backend lacks them, and callers fall back. */

@@ -75,7 +75,7 @@ if [ $SWEEP = 1 ]; then
     # the decode benchmark under each setting of the decode kernel's
     # knobs (PAGEDLLM_CUDA_ATTN_<name>=<value>, kernels/
     # decode_attention.cu); the first line is the defaults
-    for v in "" "STAGES=2" "STAGES=4" "SPLIT_MIN=128" "SPLIT_MIN=256" \
+    for v in "" "STAGES=2" "STAGES=4" "SPLIT_MIN=64" "SPLIT_MIN=128" \
              "FENCE=1" "L2PF=1" "L2PF=1 STAGES=2" "FENCE=1 SPLIT_MIN=128" \
              "SPLITS=12" "SPLITS=16" "STAGES=2 SPLITS=16" \
              "STAGES=2 SPLITS=24" "ORDER=0" "PDL=0" \

@@ -1,19 +1,35 @@
 #!/bin/bash
 # gpu-step.sh: on the lent GPU machine, the decode step of a
 # Llama-2-7B-shaped model (bench/gpu/step: graphs and eager at batch 1,
-# 16, 64, 256, against the weight-read floor) and, under ncu, the time
-# of each kernel of one eager step at batch 1 and 64.  Logs under $OUT.
+# 16, 64, 256, against the weight-read floor; batch 1 and 16 again under
+# each of STEP_VARIANTS, by default PAGEDLLM_FUSED=0) and, under ncu, the time of each kernel of one eager
+# step at batch 1 and 64 (STEP_NCU).  First the GPU tests of the kernels
+# the step runs (STEP_TESTS, default "gemv model graphs").  Logs under $OUT.
 #     bash tools/gpu-step.sh      (carry .gpu-debs, see tools/gpu-run.sh)
 set -u
 . tools/gpu-deps.sh
 M=/tmp/llama2-7b-random
 [ -f $M/config.json ] || python3 bench/gpu/serving_torch.py make-model $M > $OUT/make-model.log 2>&1 &
 mkdir -p build-gpu; touch build-gpu/.deps
-make BUILD=build-gpu -j16 engine model build-gpu/bench/gpu/step build-gpu/bench/engine-bench > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
+TESTS=${STEP_TESTS:-gemv model graphs}
+make BUILD=build-gpu -j16 engine model build-gpu/bench/gpu/step build-gpu/bench/engine-bench $(for t in $TESTS; do echo build-gpu/t/gpu/$t.t; done) > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
+# the GPU tests of what the step runs (STEP_TESTS; "" for none)
+for t in $TESTS; do
+    PAGEDLLM_BUILD=$PWD/build-gpu timeout 200 build-gpu/t/gpu/$t.t > $OUT/test-$t.log 2>&1
+    echo "test $t: exit $?, $(grep -c '^ok' $OUT/test-$t.log) ok, $(grep -c '^not ok' $OUT/test-$t.log) not ok"
+    grep '^not ok' $OUT/test-$t.log | head -5
+done
 wait
 cp build-gpu/models/tiny/tokenizer.json $M/
 build-gpu/bench/gpu/step $M 1,16,64,256 192 2>&1 | tee $OUT/step.log
-for bs in 1 64; do
+# batch 1 and 16 under other settings (STEP_VARIANTS, ";"-separated
+# environment settings; the default compares the decode path without the
+# fused matmuls)
+IFS=';' read -ra VARIANTS <<< "${STEP_VARIANTS:-PAGEDLLM_FUSED=0}"
+for v in "${VARIANTS[@]}"; do
+    env $v build-gpu/bench/gpu/step $M 1,16 192 2>&1 | grep "step batch" | sed "s/^/$v: /" | tee -a $OUT/step-variants.log
+done
+for bs in ${STEP_NCU:-1 64}; do
 PAGEDLLM_STEP_PROFILE=1 timeout 150 ncu --clock-control none --cache-control none --nvtx --nvtx-include "step/" --metrics gpu__time_duration.sum --csv --page raw build-gpu/bench/gpu/step $M $bs 192 > $OUT/ncu-step-$bs.csv 2> $OUT/ncu-step-$bs.err
 BS=$bs python3 - <<'PY'
 import csv, os, collections

@@ -63,7 +63,8 @@ pl_cpu_matmul_fused(pl_backend_t *be, void *out, const void *x,
 {
     int64_t       count = (int64_t) n * w->rows, i;
     const float  *add = f->add;
-    float        *in = NULL, *prod;
+    float        *in = NULL, *prod, *ones;
+    pl_weight_t   unit;
 
     if (n <= 0) {
         return 0;
@@ -73,7 +74,19 @@ pl_cpu_matmul_fused(pl_backend_t *be, void *out, const void *x,
         if (in == NULL) {
             return -1;
         }
-        if (f->in == PL_FUSE_IN_RMSNORM) {
+        if (f->in == PL_FUSE_IN_RMSNORM && f->norm == NULL) {
+            ones = malloc((size_t) w->cols * sizeof(float));
+            if (ones == NULL) {
+                free(in);
+                return -1;
+            }
+            for (i = 0; i < w->cols; i++) {
+                ones[i] = 1.0f;
+            }
+            unit = (pl_weight_t) { ones, PL_DT_F32, 1, w->cols };
+            pl_cpu_rmsnorm(be, in, x, &unit, n, (int) w->cols, f->eps);
+            free(ones);
+        } else if (f->in == PL_FUSE_IN_RMSNORM) {
             pl_cpu_rmsnorm(be, in, x, f->norm, n, (int) w->cols, f->eps);
         } else {
             pl_cpu_silu_mul(be, in, x, n, (int) w->cols);

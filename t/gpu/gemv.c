@@ -317,11 +317,14 @@ test_refused(void)
 
 
 /*
- * The fused forms (pl_matmul_fuse_t) against the CPU's: x normed on the
- * way in, x = gate|up rows turned into silu(gate) * up, and the product
- * added in place to out (as the model calls them), through each
- * configuration built fused, through dispatch's choice and through the
- * backend's matmul_fused; a configuration built plain only refuses.
+ * The fused forms (pl_matmul_fuse_t) against the CPU's: x normed (unit
+ * weight: the GPU takes the norm only with its weight folded into w), x =
+ * gate|up rows turned into silu(gate) * up, and the product added in
+ * place to out (as the model calls them), through each configuration
+ * built fused, through dispatch's choice and through the backend's
+ * matmul_fused; a configuration built plain only refuses.  With norm not
+ * NULL the CPU applies that weight and the GPU none: the caller has
+ * folded it into the GPU's copy of w.
  */
 static int
 run_fused(const mat_t *m, int n, int via, pl_fuse_in_t in, int add,
@@ -349,9 +352,8 @@ run_fused(const mat_t *m, int n, int via, pl_fuse_in_t in, int add,
         fc.add = oc;
         fg.add = og;
     }
-    if (in == PL_FUSE_IN_RMSNORM) {
+    if (in == PL_FUSE_IN_RMSNORM && norm != NULL) {
         fc.norm = &norm->wc;
-        fg.norm = &norm->wg;
     }
     rc = via == VIA_MATMUL
          ? P.gpu->matmul_fused(P.gpu, og, xg, &m->wg,
@@ -396,7 +398,6 @@ test_fused(void)
             continue;
         }
         mat_load(&m, shapes[s][0], shapes[s][1]);
-        mat_load(&norm, 1, shapes[s][1]);
         for (i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
             n = ns[i];
             for (k = 0; k < 4; k++) {
@@ -405,24 +406,23 @@ test_fused(void)
                                    : PL_FUSE_IN_PLAIN;
                 int           add = k >= 2;
 
-                int           want = in != PL_FUSE_IN_PLAIN
+                int           want = in == PL_FUSE_IN_SILU_MUL
                                      && (size_t) n * m.cols * 2
                                         > PL_GEMV_STAGE_MAX ? -1 : 0;
 
                 is_int(run_fused(&m, n, VIA_PICK, in, add, (n + k) % 2,
-                                 &norm), want,
+                                 NULL), want,
                        "dispatch %s the fused form %d at n=%d %dx%d",
                        want ? "refuses (x too large to stage)" : "takes", k,
                        n, m.rows, m.cols);
-                if (s == 0 || n == 1) {
+                if ((s == 0 || n == 1) && n <= pl_cuda_gemv_fused_max_n()) {
                     is_int(run_fused(&m, n, VIA_MATMUL, in, add, k == 1,
-                                     &norm), want,
+                                     NULL), want,
                            "matmul_fused %s the fused form %d at n=%d",
                            want ? "refuses" : "takes", k, n);
                 }
             }
         }
-        mat_free(&norm);
         mat_free(&m);
     }
 
@@ -431,19 +431,38 @@ test_fused(void)
     mat_load(&m, 300, 1000);
     mat_load(&norm, 1, 1000);
     for (c = 0; c < pl_cuda_gemv_configs(); c++) {
-        int  rc = run_fused(&m, 5, c, PL_FUSE_IN_RMSNORM, 0, 1, &norm);
+        int  rc = run_fused(&m, 5, c, PL_FUSE_IN_RMSNORM, 0, 1, NULL);
 
         if (rc == 0) {
             built++;
-            run_fused(&m, 5, c, PL_FUSE_IN_SILU_MUL, 1, 0, &norm);
-            run_fused(&m, 12, c, PL_FUSE_IN_PLAIN, 1, 1, &norm);
+            run_fused(&m, 5, c, PL_FUSE_IN_SILU_MUL, 1, 0, NULL);
+            run_fused(&m, 12, c, PL_FUSE_IN_PLAIN, 1, 1, NULL);
         }
     }
     ok(built == 3, "dispatch's 3 configurations are built fused (%d)",
        built);
-    is_int(run_fused(&m, pl_cuda_gemv_n_small() + 1, VIA_MATMUL,
-                     PL_FUSE_IN_RMSNORM, 0, 0, &norm), -1,
-           "matmul_fused refuses n past the GEMV's limit");
+    is_int(run_fused(&m, pl_cuda_gemv_fused_max_n() + 1, VIA_MATMUL,
+                     PL_FUSE_IN_RMSNORM, 0, 0, NULL), -1,
+           "matmul_fused refuses n past its limit");
+
+    /* the norm with a weight: refused as such, computed once the weight
+       is folded into the matrix (the model's way) */
+    {
+        pl_matmul_fuse_t  f = { PL_FUSE_IN_RMSNORM, &norm.wg, 1e-5f, NULL };
+        void             *o = P.gpu->alloc(P.gpu, 4 * m.rows * 2);
+        void             *xg = P.gpu->alloc(P.gpu, 4 * m.cols * 2);
+
+        is_int(P.gpu->matmul_fused(P.gpu, o, xg, &m.wg, NULL, 4, &f), -1,
+               "matmul_fused refuses a norm whose weight is not folded");
+        P.gpu->free(P.gpu, o);
+        P.gpu->free(P.gpu, xg);
+    }
+    P.gpu->scale_cols(P.gpu, &m.wg, &norm.wg);
+    for (n = 1; n <= 8; n += 3) {
+        is_int(run_fused(&m, n, VIA_MATMUL, PL_FUSE_IN_RMSNORM, 0, n == 5,
+                         &norm), 0,
+               "the folded norm at n=%d equals the norm with its weight", n);
+    }
     mat_free(&norm);
     mat_free(&m);
 }

@@ -365,6 +365,22 @@ main(void)
     if (gpu16.be != NULL) {
         gpu16.be->destroy(gpu16.be);
     }
+
+    /* decode with the norms fused on weights folded at load
+       (PAGEDLLM_FUSED=2, engine/model.c fold_norms) */
+    setenv("PAGEDLLM_FUSED", "2", 1);
+    gpu.be = pl_backend_cuda_create(0, err, sizeof(err));
+    if (ok(gpu.be != NULL && open_side(&gpu, gpu.be, dir, NULL) == 0,
+           "tiny model loads with the norms folded (PAGEDLLM_FUSED=2)"))
+    {
+        teacher_forced(&cpu, &gpu, tables, vocab);
+        free_running(&cpu, &gpu, tables, vocab);
+        pl_model_free(gpu.m);
+    }
+    if (gpu.be != NULL) {
+        gpu.be->destroy(gpu.be);
+    }
+    unsetenv("PAGEDLLM_FUSED");
     pl_model_free(cpu.m);
     cpu.be->destroy(cpu.be);
     auto_follows_checkpoint("t/fixtures/golden/opt_pre_ln", PL_DT_F16);
