@@ -659,10 +659,10 @@ test_batching(pl_model_t *m, const rmodel_t *rm)
 }
 
 
-/* The decode path through matmul_fused (norms, gate and residual adds on
-   the matmuls) gives the CPU backend's unfused bits exactly: the same
-   prompt and decode steps on the model loaded again with
-   PAGEDLLM_FUSED=0. */
+/* The decode path through matmul_fused (PAGEDLLM_FUSED=1: gate and
+   residual adds on the matmuls) gives the CPU backend's unfused bits
+   exactly: the same prompt and decode steps on m (the default, unfused)
+   and on the model loaded again fused. */
 static void
 test_fused_same_bits(pl_model_t *m, pl_backend_t *be, const char *dir,
     const rmodel_t *rm, const char *what)
@@ -672,12 +672,12 @@ test_fused_same_bits(pl_model_t *m, pl_backend_t *be, const char *dir,
     int          prompt = 20, three = 3, one = 1, step, same = 0, rc = 0;
     float        la[3 * 128], lb[3 * 128];
     char         err[512];
-    pl_model_t  *plain;
+    pl_model_t  *plain = m;
 
-    setenv("PAGEDLLM_FUSED", "0", 1);
-    plain = load(dir, be);
+    setenv("PAGEDLLM_FUSED", "1", 1);
+    m = load(dir, be);
     unsetenv("PAGEDLLM_FUSED");
-    if (!ok(plain != NULL, "%s: loads again unfused", what)) {
+    if (!ok(m != NULL, "%s: loads again fused", what)) {
         return;
     }
     random_tokens(tok, 40, rm->V);
@@ -695,7 +695,7 @@ test_fused_same_bits(pl_model_t *m, pl_backend_t *be, const char *dir,
     }
     ok(rc == 0 && same == 12, "%s: fused decode gives the unfused bits "
        "(%d of 12 steps)", what, same);
-    pl_model_free(plain);
+    pl_model_free(m);
 }
 
 
