@@ -68,16 +68,20 @@ ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr)
 }
 
 
+/* the m16n8k16 MMA with operands of PTX type TY ("bf16" or "f16") */
+#define MMA_16816(TY)                                                      \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY      \
+                 ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "    \
+                 "{%0, %1, %2, %3};\n"                                    \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])         \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),            \
+                   "r"(b0), "r"(b1))
+
 /* d += a . b for one 16x8x16 tile */
 static __device__ __forceinline__ void
 mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),
-                   "r"(b0), "r"(b1));
+    MMA_16816("bf16");
 }
 
 
@@ -94,13 +98,10 @@ pack_bf16(float lo, float hi)
 static __device__ __forceinline__ void
 mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),
-                   "r"(b0), "r"(b1));
+    MMA_16816("f16");
 }
+
+#undef MMA_16816
 
 
 /* d += a . b with operands of T (__nv_bfloat16 or __half), fp32
@@ -193,17 +194,27 @@ wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
     "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, "    \
     "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
+/* the two m64n128k16 wgmmas below with operands of PTX type TY */
+#define WGMMA_128_SS(TY)                                                   \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"              \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY \
+                 " " WG_R64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"              \
+                 : WG_D64                                                 \
+                 : "l"(a), "l"(b), "r"(acc)                               \
+                 : "memory")
+#define WGMMA_128_RS_T(TY)                                                 \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY \
+                 " " WG_R64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"  \
+                 : WG_D64                                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)     \
+                 : "memory")
+
 /* d (+)= A . B, m64n128k16, A and B K-major in shared memory; d = A . B
    when acc is 0 */
 static __device__ __forceinline__ void
 wgmma_128_ss(float (&d)[64], uint64_t a, uint64_t b, int acc)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 WG_R64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : WG_D64
-                 : "l"(a), "l"(b), "r"(acc)
-                 : "memory");
+    WGMMA_128_SS("bf16");
 }
 
 
@@ -211,35 +222,25 @@ wgmma_128_ss(float (&d)[64], uint64_t a, uint64_t b, int acc)
 static __device__ __forceinline__ void
 wgmma_128_rs_t(float (&d)[64], const uint32_t (&a)[4], uint64_t b)
 {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 WG_R64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-                 : WG_D64
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-                 : "memory");
+    WGMMA_128_RS_T("bf16");
 }
 
 /* the two above with fp16 operands */
 static __device__ __forceinline__ void
 wgmma_128_ss_f16(float (&d)[64], uint64_t a, uint64_t b, int acc)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-                 WG_R64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : WG_D64
-                 : "l"(a), "l"(b), "r"(acc)
-                 : "memory");
+    WGMMA_128_SS("f16");
 }
 
 
 static __device__ __forceinline__ void
 wgmma_128_rs_t_f16(float (&d)[64], const uint32_t (&a)[4], uint64_t b)
 {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-                 WG_R64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-                 : WG_D64
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-                 : "memory");
+    WGMMA_128_RS_T("f16");
 }
+
+#undef WGMMA_128_SS
+#undef WGMMA_128_RS_T
 
 #undef WG_D8
 #undef WG_D64

@@ -189,44 +189,6 @@ pl_bf16x8_to_f32(uint4 v, float *f)
     }
 }
 
-/* Eight fp32 rounded to bf16 (nearest even), packed in 16 bytes. */
-static __device__ __forceinline__ uint4
-pl_f32_to_bf16x8(const float *f)
-{
-    uint32_t  w[4];
-
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        __nv_bfloat162  h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-
-        memcpy(&w[i], &h, sizeof(w[i]));
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-/* VEC (8 or 1) bf16 at p to fp32 and back: one 16-byte access for 8 */
-template <int VEC>
-static __device__ __forceinline__ void
-load_bf16(const __nv_bfloat16 *p, float *v)
-{
-    if constexpr (VEC == 8) {
-        pl_bf16x8_to_f32(*(const uint4 *) p, v);
-    } else {
-        v[0] = __bfloat162float(*p);
-    }
-}
-
-template <int VEC>
-static __device__ __forceinline__ void
-store_bf16(__nv_bfloat16 *p, const float *v)
-{
-    if constexpr (VEC == 8) {
-        *(uint4 *) p = pl_f32_to_bf16x8(v);
-    } else {
-        *p = __float2bfloat16_rn(v[0]);
-    }
-}
-
 /*
  * The two 16-bit activation types, T = __nv_bfloat16 or __half, under one
  * set of names for kernels templated on T: a scalar to and from fp32
@@ -290,22 +252,7 @@ pl_f16x8_to_f32(uint4 v, float *f)
     }
 }
 
-/* Eight fp32 rounded to fp16 (nearest even), packed in 16 bytes. */
-static __device__ __forceinline__ uint4
-pl_f32_to_f16x8(const float *f)
-{
-    uint32_t  w[4];
-
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        __half2  h = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
-
-        memcpy(&w[i], &h, sizeof(w[i]));
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-/* eight T in 16 bytes to fp32 and back */
+/* eight T in 16 bytes to fp32 */
 template <typename T>
 static __device__ __forceinline__ void
 pl_x8_to_f32(uint4 v, float *f)
@@ -314,17 +261,6 @@ pl_x8_to_f32(uint4 v, float *f)
         pl_f16x8_to_f32(v, f);
     } else {
         pl_bf16x8_to_f32(v, f);
-    }
-}
-
-template <typename T>
-static __device__ __forceinline__ uint4
-pl_f32_to_x8(const float *f)
-{
-    if constexpr (std::is_same_v<T, __half>) {
-        return pl_f32_to_f16x8(f);
-    } else {
-        return pl_f32_to_bf16x8(f);
     }
 }
 
@@ -345,6 +281,15 @@ pl_pack2(float lo, float hi)
         memcpy(&r, &v, sizeof(r));
     }
     return r;
+}
+
+/* eight fp32 rounded to T (nearest even), packed in 16 bytes */
+template <typename T>
+static __device__ __forceinline__ uint4
+pl_f32_to_x8(const float *f)
+{
+    return make_uint4(pl_pack2<T>(f[0], f[1]), pl_pack2<T>(f[2], f[3]),
+                      pl_pack2<T>(f[4], f[5]), pl_pack2<T>(f[6], f[7]));
 }
 
 /* VEC (8 or 1) elements of T at p to fp32 and back: one 16-byte access

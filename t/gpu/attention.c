@@ -61,7 +61,8 @@ static int
 build_batch(const attn_case_t *c, pl_batch_t *b, int32_t *qs, int32_t *cl,
     int32_t **tables, int *num_blocks)
 {
-    int   bs = c->block_size, s, i, mb = 0, total = 0, next = 0, *perm;
+    int       bs = c->block_size, s, i, mb = 0, total = 0, next = 0;
+    int32_t  *perm;
 
     for (s = 0; s < c->num_seqs; s++) {
         int  nb = (c->seqs[s].ctx + bs - 1) / bs;
@@ -70,16 +71,8 @@ build_batch(const attn_case_t *c, pl_batch_t *b, int32_t *qs, int32_t *cl,
         total += nb;
     }
     total += 7;
-    perm = malloc(total * sizeof(int));
-    for (i = 0; i < total; i++) {
-        perm[i] = i;
-    }
-    for (i = total - 1; i > 0; i--) {
-        int  j = pair_int(i + 1), t = perm[i];
-
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    perm = malloc(total * sizeof(int32_t));
+    pair_shuffle(perm, total);
     *tables = malloc((size_t) c->num_seqs * mb * sizeof(int32_t));
     qs[0] = 0;
     b->max_query_len = 0;

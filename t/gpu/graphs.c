@@ -325,16 +325,7 @@ draw_seqs(seq_t *seqs, int vocab, int max_pos, int n_blocks)
     int32_t  perm[NSEQ * (MAX_LEN / BLOCK)];
     int      i, j, at = 0;
 
-    for (i = 0; i < n_blocks; i++) {
-        perm[i] = i;
-    }
-    for (i = n_blocks - 1; i > 0; i--) {
-        int      r = pair_int(i + 1);
-        int32_t  x = perm[i];
-
-        perm[i] = perm[r];
-        perm[r] = x;
-    }
+    pair_shuffle(perm, n_blocks);
     memset(seqs, 0, NSEQ * sizeof(seq_t));
     for (i = 0; i < NSEQ; i++) {
         seq_t  *s = &seqs[i];

@@ -417,15 +417,7 @@ test_attention(int bs, int hd, int nh, int nkv)
     perm = malloc((size_t) nb * sizeof(int32_t));
     pos = malloc((size_t) T * sizeof(int32_t));
     slot = malloc((size_t) T * sizeof(int32_t));
-    for (i = 0; i < nb; i++) {
-        perm[i] = i;
-    }
-    for (i = nb - 1; i > 0; i--) {
-        int  j = pair_int(i + 1), x = perm[i];
-
-        perm[i] = perm[j];
-        perm[j] = x;
-    }
+    pair_shuffle(perm, nb);
     for (s = 0, i = 0; s < NS; s++) {
         int  k;
 

@@ -57,6 +57,25 @@ pair_int(int n)
     return (int) (pair_next() % (uint64_t) n);
 }
 
+/* perm[0 .. n) = a random permutation of 0 .. n - 1 (shuffled physical
+   blocks) */
+static inline void
+pair_shuffle(int32_t *perm, int n)
+{
+    int  i;
+
+    for (i = 0; i < n; i++) {
+        perm[i] = i;
+    }
+    for (i = n - 1; i > 0; i--) {
+        int      j = pair_int(i + 1);
+        int32_t  x = perm[i];
+
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+}
+
 /* uniform in [-amp, amp), rounded to bf16; fp16 holds it exactly too
    (no subnormals; amp well under 65504) */
 static inline float
