@@ -24,10 +24,7 @@ then
 fi
 
 # configure again whenever the addon's config script or its file list changed
-srcs=$(cd "$top" && ls ngx_http_pagedllm_module/*.[ch] common/*.[ch] 2>/dev/null)
-if [ ! -f "$tree/objs/Makefile" ] || [ "$top/config" -nt "$tree/objs/Makefile" ] \
-   || [ "$srcs" != "$(cat "$out/module-srcs" 2>/dev/null)" ]
-then
+configure() {
     (
         cd "$tree"
         # shellcheck disable=SC1091
@@ -39,7 +36,24 @@ then
         || { tail -30 configure.log >&2; exit 1; }
     )
     printf '%s\n' "$srcs" >"$out/module-srcs"
+}
+
+srcs=$(cd "$top" && ls ngx_http_pagedllm_module/*.[ch] common/*.[ch] 2>/dev/null)
+if [ ! -f "$tree/objs/Makefile" ] || [ "$top/config" -nt "$tree/objs/Makefile" ] \
+   || [ "$srcs" != "$(cat "$out/module-srcs" 2>/dev/null)" ]
+then
+    configure
 fi
 
-make -s -C "$tree" -f objs/Makefile modules >/dev/null
+# A configure feature test that fails for a passing reason (seen on a
+# loaded machine: "EPOLLRDHUP ... not found" with nothing in autoconf.err)
+# leaves a config nginx's own headers then trip over under -Werror; one
+# fresh configure before giving up.
+if ! make -s -C "$tree" -f objs/Makefile modules >/dev/null 2>"$out/module-build.err"
+then
+    echo "pagedllm: module build failed, configuring nginx again" >&2
+    configure
+    make -s -C "$tree" -f objs/Makefile modules >/dev/null \
+        || { cat "$out/module-build.err" >&2; exit 1; }
+fi
 cp "$tree/objs/ngx_http_pagedllm_module.so" "$out/ngx_http_pagedllm_module.so"
