@@ -1773,10 +1773,10 @@ llama_layer(pl_model_t *m, int l, const pl_batch_t *b)
  * (matmul_fused composes them: the backend refuses a norm with a weight).
  * The stream x is kept whole (no pending y).  Off by default: on the H200
  * the 7B step at batch 1 took 4.75 ms this way against 4.49 unfused, and
- * the residual rounded once instead of twice makes a batch of up to 8
- * rows compute other bits than a larger one, so a request's greedy tokens
- * could depend on what it is batched with (t/engine_kv.t on CUDA fails
- * with PAGEDLLM_FUSED=1).
+ * the residual rounded once instead of twice moves batches of up to 8
+ * rows further from larger ones than the GEMV's and cuBLAS's summation
+ * orders already do: far enough that a request's greedy tokens changed
+ * with its batch (t/engine_kv.t on CUDA fails with PAGEDLLM_FUSED=1).
  */
 static int
 use_fused(pl_model_t *m, const pl_batch_t *b)
