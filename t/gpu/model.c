@@ -319,12 +319,36 @@ auto_follows_checkpoint(const char *dir, pl_dtype_t want)
 }
 
 
+/* the model on a fresh CUDA backend, loaded as opts say (want: the
+   activation dtype it must run, -1 any), against the CPU side */
+static void
+against_cpu(side_t *cpu, const char *dir, const pl_model_options_t *opts,
+    int want, const char *what, const int32_t *tables, int vocab)
+{
+    side_t  gpu;
+    char    err[256];
+
+    gpu.be = pl_backend_cuda_create(0, err, sizeof(err));
+    if (ok(gpu.be != NULL && open_side(&gpu, gpu.be, dir, opts) == 0
+           && (want < 0 || gpu.be->act_dtype == (pl_dtype_t) want),
+           "%s", what))
+    {
+        teacher_forced(cpu, &gpu, tables, vocab);
+        free_running(cpu, &gpu, tables, vocab);
+        pl_model_free(gpu.m);
+    }
+    if (gpu.be != NULL) {
+        gpu.be->destroy(gpu.be);
+    }
+}
+
+
 int
 main(void)
 {
     const char  *build = getenv("PAGEDLLM_BUILD");
     char         dir[1024], err[256];
-    side_t       cpu, gpu, gpu16;
+    side_t       cpu, gpu;
     int32_t      tables[NSEQ * MAX_BLOCKS];
     int          i, vocab;
     const pl_model_options_t  f16 = { 1, PL_MODEL_DTYPE_F16 };
@@ -352,34 +376,16 @@ main(void)
     pl_model_free(gpu.m);
     gpu.be->destroy(gpu.be);
 
-    gpu16.be = pl_backend_cuda_create(0, err, sizeof(err));
-    if (ok(gpu16.be != NULL
-           && open_side(&gpu16, gpu16.be, dir, &f16) == 0
-           && gpu16.be->act_dtype == PL_DT_F16,
-           "tiny model loads with --dtype float16: fp16 activations"))
-    {
-        teacher_forced(&cpu, &gpu16, tables, vocab);
-        free_running(&cpu, &gpu16, tables, vocab);
-        pl_model_free(gpu16.m);
-    }
-    if (gpu16.be != NULL) {
-        gpu16.be->destroy(gpu16.be);
-    }
+    against_cpu(&cpu, dir, &f16, PL_DT_F16,
+                "tiny model loads with --dtype float16: fp16 activations",
+                tables, vocab);
 
     /* decode with the norms fused on weights folded at load
        (PAGEDLLM_FUSED=2, engine/model.c fold_norms) */
     setenv("PAGEDLLM_FUSED", "2", 1);
-    gpu.be = pl_backend_cuda_create(0, err, sizeof(err));
-    if (ok(gpu.be != NULL && open_side(&gpu, gpu.be, dir, NULL) == 0,
-           "tiny model loads with the norms folded (PAGEDLLM_FUSED=2)"))
-    {
-        teacher_forced(&cpu, &gpu, tables, vocab);
-        free_running(&cpu, &gpu, tables, vocab);
-        pl_model_free(gpu.m);
-    }
-    if (gpu.be != NULL) {
-        gpu.be->destroy(gpu.be);
-    }
+    against_cpu(&cpu, dir, NULL, -1,
+                "tiny model loads with the norms folded (PAGEDLLM_FUSED=2)",
+                tables, vocab);
     unsetenv("PAGEDLLM_FUSED");
     pl_model_free(cpu.m);
     cpu.be->destroy(cpu.be);
