@@ -3,24 +3,38 @@
  * query chunks) on tensor cores, head sizes 64 and 128, bf16 or fp16
  * (T: MMA operands of the activation dtype, fp32 accumulators).
  *
- * Layouts as in paged_attention.cu.  Work split: one thread block per
- * (row, KV head, group of up to 16 query heads, KV split).  The query
- * heads that share the KV head form the 16 rows of the MMA's A operand
- * (GQA: each K and V row is read once for all of them; rows past the
- * group are zero).  The block walks its split of the context in tiles of
- * 64 tokens, gathered through the block table into shared memory with
- * 16-byte cp.async, several tiles in flight; each of the four warps takes
- * 16 tokens of a tile: S = Q K^T, online softmax in base 2 (the
- * accumulator rescaled only when a row's max moved), O += P V.  The
- * split's block-table entries are staged in shared memory first (a page
- * of DEC_TBL at a time, loaded together with the context length), so no
- * K/V copy waits on a table load.  At the end the warps' states are
- * merged through shared memory; with several splits the block writes a
- * partial and the last one to finish merges them (attn_merge_if_last,
- * ordered by one acquire-release atomic per block).  A split that starts
- * past its row's context (a short sequence beside a long one, or
- * max_context_len rounded up for a CUDA graph) writes an empty partial
- * without loading anything.
+ * Layouts as in paged_attention.cu.  Work split: one thread block per (row,
+ * KV head, group of up to 16 query heads (8 in the swapped form below), KV
+ * split).  The query heads that share the KV head form the 16 rows of the
+ * MMA's A operand (GQA: each K and V row is read once for all of them; rows
+ * past the group are zero).  The block walks its split of the context in
+ * tiles of 64 tokens, gathered through the block table into shared memory
+ * with 16-byte cp.async, several tiles in flight; each of the four warps
+ * takes 16 tokens of a tile: S = Q K^T, online softmax in base 2 (the
+ * accumulator rescaled only when a row's max moved), O += P V.  The split's
+ * block-table entries are staged in shared memory first (a page of DEC_TBL
+ * at a time, loaded together with the context length), so no K/V copy waits
+ * on a table load.  At the end the warps' states are merged through shared
+ * memory; with several splits the block writes a partial and the last one to
+ * finish merges them (attn_merge_if_last, ordered by one acquire-release
+ * atomic per block).  A split that starts past its row's context (a short
+ * sequence beside a long one, or max_context_len rounded up for a CUDA
+ * graph) writes an empty partial without loading anything.
+ *
+ * Swapped operands, for blocks whose query heads fit in 8 (every group of
+ * up to 8: MHA, and GQA as in Llama-3 and Mistral).  Rows 8..15 of such a
+ * block are padding in the form above: half of its tensor-core work, the
+ * softmax of half of its rows and half of its O registers are wasted.
+ * The swapped form (SW) makes the tokens the MMA's M and the query heads
+ * its N = 8: S^T = K Q^T (A: 16 tokens x 16 dims of the K tile, B: Q^T,
+ * a plain ldmatrix of Q), the online softmax per column (a lane holds two
+ * query heads; their max and sum over the tokens run across the eight
+ * lanes of a column), O^T += V^T P^T (A: ldmatrix.trans of the V tile, B:
+ * P^T, the packed S^T fragment transposed in registers by movmatrix).
+ * Each product takes D/16 MMAs per warp and 16 tokens instead of D/8, and
+ * O^T lives in D/4 fp32 registers per thread instead of D/2.  Blocks hold
+ * 8 query heads then; the copies, the pipeline, the splits and the merge
+ * are the same code for both forms.
  *
  * Instructions, not bytes, bounded the kernel (ncu, 1 x 4096: 2 blocks of
  * 4 warps per SM, each warp issuing every 5.8 cycles, about 740
@@ -69,7 +83,9 @@
  * bench/gpu/attention; 0 turns each off), PAGEDLLM_CUDA_ATTN_L2PF=1
  * (cp.async with the L2::256B prefetch hint on full tiles; default 0) and
  * PAGEDLLM_CUDA_ATTN_FENCE=1 (the split merge after a __threadfence in
- * every thread, as before; default 0: one acquire-release atomic).
+ * every thread, as before; default 0: one acquire-release atomic) and
+ * PAGEDLLM_CUDA_ATTN_SWAP=0 (the 16-row form for every group; default 1:
+ * the swapped form whenever the group fits in 8).
  */
 
 #include <float.h>
@@ -80,6 +96,10 @@
 #define DEC_THREADS  128
 #define DEC_BN       64           /* tokens per KV tile */
 #define DEC_ROWS     16           /* query heads per block (MMA rows) */
+#define DEC_SW_ROWS  8            /* the same, swapped form (MMA columns) */
+#define DEC_OPAD     4            /* fp32 padding of the merge's rows of O:
+                                     a store of O's registers meets eight
+                                     or four rows in one bank otherwise */
 #define DEC_TBL      512          /* block-table entries staged at once */
 #define DEC_STAGES   3            /* KV tiles in flight + 1 */
 
@@ -325,57 +345,178 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
 
 
 /*
- * Merge the four warps' states; rows < ng end in out (one split) or in the
- * split's partial (rows past ng are padding and never leave registers).
- * Shared memory of the tiles is reused for the sums.
+ * The same in the swapped form: S^T = K Q^T, O^T += V^T P^T.  Lane (g =
+ * lane / 4, c = lane % 4) holds S^T and P^T for tokens g and g + 8 of the
+ * warp's 16 and query heads 2c and 2c + 1 (m, l: one per head), O^T for
+ * dims 16i + g and 16i + g + 8 and the same heads; qf[kk / 2][2 (kk % 2)
+ * + b] is Q^T's B operand register b for dims 16kk .. 16kk + 15.
  */
-template <typename T, int D>
+template <typename T, int D, bool MASK>
 static __device__ __forceinline__ void
-finish_block(const attn_params_t &p, float (&o)[D / 8][4], float (&m)[2],
-    float (&l)[2], unsigned char *smem, int row, int kvh, int g0, int ng,
-    int warp, int lane)
+warp_tile_sw(float (&o)[D / 16][4], float (&m)[2], float (&l)[2],
+    const uint32_t (&qf)[D / 32][4], uint32_t ks, uint32_t vs, int first,
+    int t1, float scale, int warp, int lane)
 {
-    float   (*obuf)[DEC_ROWS][D] = (float (*)[DEC_ROWS][D]) smem;
-    float2  (*ml)[DEC_ROWS] = (float2 (*)[DEC_ROWS])
-                              (smem + 4 * DEC_ROWS * D * sizeof(float));
+    float     s[4], s2[4], mx[2], corr[2];
+    uint32_t  b0, b1;
+    int       mi = lane >> 3;
+
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        s[e] = 0.0f;
+        s2[e] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t  a[4];
+
+        ldsm_x4(a, ks + swz<D>(warp * 16 + (mi & 1) * 8 + (lane & 7),
+                               kk * 2 + (mi >> 1)));
+        mma_f32acc<T>(kk & 1 ? s2 : s, a, qf[kk / 2][(kk & 1) * 2],
+                      qf[kk / 2][(kk & 1) * 2 + 1]);
+    }
+    mx[0] = m[0];
+    mx[1] = m[1];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        int     t = first + warp * 16 + (e >> 1) * 8 + (lane >> 2);
+        float  &v = s[e];
+
+        v = !MASK || t < t1 ? (v + s2[e]) * scale : -INFINITY;
+        mx[e & 1] = fmaxf(mx[e & 1], v);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 4));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 8));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 16));
+        corr[h] = fast_exp2(m[h] - mx[h]);
+        m[h] = mx[h];
+        l[h] *= corr[h];
+    }
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < D / 16; i++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                o[i][e] *= corr[e & 1];
+            }
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        s[e] = fast_exp2(s[e] - mx[e & 1]);
+        l[e & 1] += s[e];
+    }
+    b0 = movmatrix_trans(pl_pack2<T>(s[0], s[1]));
+    b1 = movmatrix_trans(pl_pack2<T>(s[2], s[3]));
+#pragma unroll
+    for (int i = 0; i < D / 16; i++) {
+        uint32_t  a[4];
+
+        ldsm_x4_trans(a, vs + swz<D>(warp * 16 + (mi >> 1) * 8 + (lane & 7),
+                                     i * 2 + (mi & 1)));
+        mma_f32acc<T>(o[i], a, b0, b1);
+    }
+}
+
+
+/* one warp's 16 tokens of a tile in the block's form */
+template <typename T, int D, bool SW, bool MASK>
+static __device__ __forceinline__ void
+form_tile(float (&o)[D / (SW ? 16 : 8)][4], float (&m)[2], float (&l)[2],
+    const uint32_t (&qf)[D / (SW ? 32 : 16)][4], uint32_t ks, uint32_t vs,
+    int first, int t1, float scale, int warp, int lane)
+{
+    if constexpr (SW) {
+        warp_tile_sw<T, D, MASK>(o, m, l, qf, ks, vs, first, t1, scale,
+                                 warp, lane);
+    } else {
+        warp_tile<T, D, MASK>(o, m, l, qf, ks, vs, first, t1, scale, warp,
+                              lane);
+    }
+}
+
+
+/* the largest of the four warps' maxima of query head r */
+template <int ROWS>
+static __device__ __forceinline__ float
+warps_max(const float2 (*ml)[ROWS], int r)
+{
+    float  mx = -FLT_MAX;
+
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        mx = fmaxf(mx, ml[w][r].x);
+    }
+    return mx;
+}
+
+
+/*
+ * Merge the four warps' states; query heads < ng end in out (one split)
+ * or in the split's partial (heads past ng are padding and never leave
+ * registers).  Shared memory of the tiles is reused: each warp's O,
+ * scaled to the block's max, in rows of D + DEC_OPAD fp32, then each
+ * warp's (max, sum) per head.  A lane's head h (m[h], l[h]) is row g + 8h
+ * of the 16-row form's fragments (g = lane / 4, c = lane % 4) and column
+ * 2c + h of the swapped form's; its sum is spread over the lanes of that
+ * row (the four of g) or column (the eight of c).
+ */
+template <typename T, int D, bool SW>
+static __device__ __forceinline__ void
+finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
+    float (&m)[2], float (&l)[2], unsigned char *smem, int row, int kvh,
+    int g0, int ng, int warp, int lane)
+{
+    constexpr int  ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
+
+    float   (*obuf)[ROWS][D + DEC_OPAD] = (float (*)[ROWS][D + DEC_OPAD])
+                                          smem;
+    float2  (*ml)[ROWS] = (float2 (*)[ROWS])
+                          (smem + 4 * ROWS * (D + DEC_OPAD) * sizeof(float));
+    int     g = lane >> 2, c = lane & 3;
+    int     r0 = SW ? c * 2 : g, rstep = SW ? 1 : 8;
 
     __syncthreads();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-        if ((lane & 3) == 0) {
-            ml[warp][(lane >> 2) + h * 8] = make_float2(m[h], l[h]);
+#pragma unroll
+        for (int x = SW ? 4 : 1; x < (SW ? 32 : 4); x *= 2) {
+            l[h] += __shfl_xor_sync(0xffffffffu, l[h], x);
+        }
+        if ((SW ? g : c) == 0) {
+            ml[warp][r0 + h * rstep] = make_float2(m[h], l[h]);
         }
     }
     __syncthreads();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        int    r = (lane >> 2) + h * 8;
-        float  mx = -FLT_MAX, f;
+        int    r = r0 + h * rstep;
+        float  f;
 
         if (r >= ng) {
             continue;
         }
-        for (int w = 0; w < 4; w++) {
-            mx = fmaxf(mx, ml[w][r].x);
-        }
-        f = fast_exp2(m[h] - mx);
+        f = fast_exp2(m[h] - warps_max<ROWS>(ml, r));
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            obuf[warp][r][n * 8 + (lane & 3) * 2] = o[n][h * 2] * f;
-            obuf[warp][r][n * 8 + (lane & 3) * 2 + 1] = o[n][h * 2 + 1] * f;
+        for (int n = 0; n < D / (SW ? 16 : 8); n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                if (SW) {
+                    obuf[warp][r][n * 16 + e * 8 + g] = o[n][e * 2 + h] * f;
+                } else {
+                    obuf[warp][r][n * 8 + c * 2 + e] = o[n][h * 2 + e] * f;
+                }
+            }
         }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < ng * D; i += DEC_THREADS) {
         int      r = i / D, d = i % D;
         int64_t  rh = (int64_t) row * p.n_heads + kvh * p.group + g0 + r;
-        float    mx = -FLT_MAX, sum = 0.0f, v = 0.0f;
+        float    mx = warps_max<ROWS>(ml, r), sum = 0.0f, v = 0.0f;
 
-        for (int w = 0; w < 4; w++) {
-            mx = fmaxf(mx, ml[w][r].x);
-        }
         for (int w = 0; w < 4; w++) {
             sum += ml[w][r].y * fast_exp2(ml[w][r].x - mx);
             v += obuf[w][r][d];
@@ -452,10 +593,12 @@ dec_seq_of_row(const attn_params_t &p, int row, int &q0, int &q1)
 }
 
 
-template <typename T, int D, int STAGES>
+template <typename T, int D, int STAGES, bool SW>
 __global__ void __launch_bounds__(DEC_THREADS)
 decode_attention_kernel(const attn_params_t p)
 {
+    constexpr int  ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
+
     extern __shared__ __align__(128) unsigned char dec_smem[];
     __shared__ int32_t  tbl[DEC_TBL];
     __shared__ int      last;
@@ -464,16 +607,16 @@ decode_attention_kernel(const attn_params_t p)
     int             hc = p.heads_first ? blockIdx.x : blockIdx.y;
     int             q0, q1, seq = dec_seq_of_row(p, row, q0, q1);
     int             kvh = hc / p.chunks;
-    int             g0 = (hc % p.chunks) * DEC_ROWS;
-    int             ng = min(DEC_ROWS, p.group - g0);
+    int             g0 = (hc % p.chunks) * ROWS;
+    int             ng = min(ROWS, p.group - g0);
     int             warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int             t0 = blockIdx.z * p.split_tokens;
     int             b0 = t0 >> p.log2_block;
     int             bend, ctx, t1, ntiles;
     const int32_t  *table = p.block_tables + (int64_t) seq * p.max_blocks;
     uint32_t        qs = smem_addr(dec_smem);
-    uint32_t        qf[D / 16][4];
-    float           o[D / 8][4], m[2], l[2];
+    uint32_t        qf[D / (SW ? 32 : 16)][4];
+    float           o[D / (SW ? 16 : 8)][4], m[2], l[2];
     dec_copy_t      cp;
 
     if (p.tc_min_qlen > 0 && q1 - q0 >= p.tc_min_qlen) {
@@ -510,7 +653,7 @@ decode_attention_kernel(const attn_params_t p)
 
     copy_init<D>(cp, p, kvh);
     attn_grid_wait();
-    for (int i = threadIdx.x; i < DEC_ROWS * (D / 8); i += DEC_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * (D / 8); i += DEC_THREADS) {
         int   r = i / (D / 8), c = i % (D / 8);
         bool  valid = r < ng;
 
@@ -528,15 +671,18 @@ decode_attention_kernel(const attn_params_t p)
     }
     cp_async_wait<STAGES - 1>();
     __syncthreads();
+    /* Q as the 16-row form's A (rows 0..15, dims 16j .. 16j + 15) or as
+       the swapped form's B (Q^T: rows 0..7, dims 32j .. 32j + 31) */
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
+    for (int j = 0; j < D / (SW ? 32 : 16); j++) {
         int  mi = lane >> 3;
 
-        ldsm_x4(qf[kk], qs + swz<D>((mi & 1) * 8 + (lane & 7),
-                                    kk * 2 + (mi >> 1)));
+        ldsm_x4(qf[j], qs + (SW ? swz<D>(lane & 7, j * 4 + mi)
+                                : swz<D>((mi & 1) * 8 + (lane & 7),
+                                         j * 2 + (mi >> 1))));
     }
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) {
+    for (int n = 0; n < D / (SW ? 16 : 8); n++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             o[n][e] = 0.0f;
@@ -554,11 +700,11 @@ decode_attention_kernel(const attn_params_t p)
         issue_next<D, STAGES>(p, cp, tbl, table, b0, bend, t0, t1, ntiles,
                               j + STAGES - 1, qs);
         if (j + 1 < ntiles) {
-            warp_tile<T, D, false>(o, m, l, qf, ks, vs, t0 + j * DEC_BN,
-                                   t1, p.scale_log2, warp, lane);
+            form_tile<T, D, SW, false>(o, m, l, qf, ks, vs, t0 + j * DEC_BN,
+                                       t1, p.scale_log2, warp, lane);
         } else {
-            warp_tile<T, D, true>(o, m, l, qf, ks, vs, t0 + j * DEC_BN,
-                                  t1, p.scale_log2, warp, lane);
+            form_tile<T, D, SW, true>(o, m, l, qf, ks, vs, t0 + j * DEC_BN,
+                                      t1, p.scale_log2, warp, lane);
         }
     }
     cp_async_wait<0>();
@@ -566,12 +712,17 @@ decode_attention_kernel(const attn_params_t p)
         attn_grid_release();
     }
 
-    finish_block<T, D>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp, lane);
+    finish_block<T, D, SW>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp,
+                           lane);
     if (p.num_splits > 1) {
         dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last,
                      dec_smem);
     }
 }
+
+
+/* the form of the last launch, for the tests: "swapped" or "16 rows" */
+static const char  *decode_form;
 
 
 /* The launch knobs, read at every call (see the header). */
@@ -585,6 +736,7 @@ typedef struct {
     int  pdl;
     int  l2pf;
     int  fence_sc;
+    int  swap;
 } dec_knobs_t;
 
 
@@ -611,6 +763,7 @@ read_knobs(void)
     k.pdl = env_or("PAGEDLLM_CUDA_ATTN_PDL", 2);
     k.l2pf = env_or("PAGEDLLM_CUDA_ATTN_L2PF", 0) == 1;
     k.fence_sc = env_or("PAGEDLLM_CUDA_ATTN_FENCE", 0) == 1;
+    k.swap = env_or("PAGEDLLM_CUDA_ATTN_SWAP", 1) != 0;
     k.split_min = k.split_min > 0 ? k.split_min : 256;
     return k;
 }
@@ -642,15 +795,17 @@ choose_splits(const dec_knobs_t &k, int slots, int64_t units, int max_ctx,
 }
 
 
-template <typename T, int D, int STAGES>
+template <typename T, int D, int STAGES, bool SW>
 static void
 launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     int rows, int max_ctx)
 {
+    constexpr int        ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
+
     static int           per_sm;
     size_t               smem = (size_t) (DEC_ROWS + STAGES * 2 * DEC_BN)
                                 * D * 2;
-    auto                 kernel = decode_attention_kernel<T, D, STAGES>;
+    auto                 kernel = decode_attention_kernel<T, D, STAGES, SW>;
     int                  n_kv = p.n_heads / p.group;
     int64_t              units;
     cudaLaunchConfig_t   cfg = {};
@@ -665,7 +820,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
                       "decode attention");
         per_sm = per_sm > 0 ? per_sm : 1;
     }
-    p.chunks = (p.group + DEC_ROWS - 1) / DEC_ROWS;
+    p.chunks = (p.group + ROWS - 1) / ROWS;
     p.n_hc = n_kv * p.chunks;
     units = (int64_t) rows * p.n_hc;
     p.num_splits = choose_splits(k, per_sm * cu->num_sms, units, max_ctx,
@@ -692,6 +847,21 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     cfg.numAttrs = k.pdl > 0 && cu->pdl ? 1 : 0;
     pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, p), "decode attention");
     PL_CUDA_LAUNCHED("decode attention");
+    decode_form = SW ? "swapped" : "16 rows";
+}
+
+
+/* the swapped form when every block's query heads fit in its 8 columns */
+template <typename T, int D, int STAGES>
+static void
+launch_form(pl_cuda_t *cu, const dec_knobs_t &k, const attn_params_t &p,
+    int rows, int max_ctx)
+{
+    if (k.swap && p.group <= DEC_SW_ROWS) {
+        launch_decode<T, D, STAGES, true>(cu, k, p, rows, max_ctx);
+    } else {
+        launch_decode<T, D, STAGES, false>(cu, k, p, rows, max_ctx);
+    }
 }
 
 
@@ -711,17 +881,17 @@ launch_stages(pl_cuda_t *cu, const attn_params_t &p, int rows, int max_ctx)
         stages = k.short_stages;
     }
     if constexpr (std::is_same_v<T, __half>) {
-        launch_decode<T, D, DEC_STAGES>(cu, k, p, rows, max_ctx);
+        launch_form<T, D, DEC_STAGES>(cu, k, p, rows, max_ctx);
     } else {
         switch (stages) {
         case 2:
-            launch_decode<T, D, 2>(cu, k, p, rows, max_ctx);
+            launch_form<T, D, 2>(cu, k, p, rows, max_ctx);
             break;
         case 4:
-            launch_decode<T, D, 4>(cu, k, p, rows, max_ctx);
+            launch_form<T, D, 4>(cu, k, p, rows, max_ctx);
             break;
         default:
-            launch_decode<T, D, 3>(cu, k, p, rows, max_ctx);
+            launch_form<T, D, 3>(cu, k, p, rows, max_ctx);
             break;
         }
     }
@@ -755,4 +925,11 @@ pl_cuda_decode_attention(pl_cuda_t *cu, const attn_params_t *p, int rows,
         return launch_head<__nv_bfloat16>(cu, p, rows, max_ctx);
     }
     return 0;
+}
+
+
+extern "C" const char *
+pl_cuda_decode_form(void)
+{
+    return decode_form != NULL ? decode_form : "none";
 }

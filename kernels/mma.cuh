@@ -1,8 +1,9 @@
 /*
  * mma: the tensor-core and async-copy building blocks of the attention
  * kernels: 16-byte cp.async into shared memory (zero-filled when the
- * source is out of range), ldmatrix (plain and transposed), the bf16
- * m16n8k16 MMA with fp32 accumulators, and the XOR swizzle of 16-byte
+ * source is out of range), ldmatrix (plain and transposed), movmatrix
+ * (an 8x8 fragment transposed in registers), the bf16 m16n8k16 MMA
+ * with fp32 accumulators, and the XOR swizzle of 16-byte
  * chunks that keeps ldmatrix free of bank conflicts for rows of D bf16.
  *
  * Fragment layouts follow the PTX ISA for mma.m16n8k16: for lane l,
@@ -65,6 +66,24 @@ ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr)
                  "{%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
+}
+
+
+/*
+ * The transpose of an 8x8 matrix of 16-bit elements across the warp: lane
+ * l holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of the matrix in
+ * a and of its transpose in the result.  A C fragment packed to 16 bits
+ * is such a matrix in each of its row halves; transposed, it is a B
+ * fragment register (rows 2c, 2c + 1 of column g).
+ */
+static __device__ __forceinline__ uint32_t
+movmatrix_trans(uint32_t a)
+{
+    uint32_t  d;
+
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n"
+                 : "=r"(d) : "r"(a));
+    return d;
 }
 
 

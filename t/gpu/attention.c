@@ -23,6 +23,13 @@
  * of 8-wide groups, and the first differing (row, head) with its place
  * in the tile.
  *
+ * Decode rows run on one of two forms of the decode kernel: groups of up
+ * to 8 query heads per KV head on the swapped one (query heads as the
+ * MMA's 8 columns), larger ones, or every group under
+ * PAGEDLLM_CUDA_ATTN_SWAP=0, on the 16-row one; every decode case checks
+ * that the form it expects ran, and the group sizes 1, 2, 3, 4, 5, 8 and
+ * 16 run on both head sizes under each setting.
+ *
  * Then again with fp16 activations (fp16_cases): a subset that still
  * takes every kernel (decode, split merge in both orderings, mma.sync and
  * wgmma prefill with TMA and cp.async loads, CUDA-core) and every block
@@ -35,6 +42,8 @@
 
 /* kernels/prefill_attention.cu: the kernel of the last prefill launch */
 const char *pl_cuda_prefill_kernel(void);
+/* kernels/decode_attention.cu: the form of the last decode launch */
+const char *pl_cuda_decode_form(void);
 
 typedef struct {
     int  qlen;
@@ -374,6 +383,22 @@ prefill_case(int bs, int hd, int nh, int nkv)
 }
 
 
+/* The decode kernel's form that served a batch of decode rows with
+   these heads: the swapped one when a KV head's query heads fit in its 8
+   columns, unless PAGEDLLM_CUDA_ATTN_SWAP=0. */
+static void
+check_form(const attn_case_t *c)
+{
+    const char  *swap = getenv("PAGEDLLM_CUDA_ATTN_SWAP");
+    int          group = c->n_heads / c->n_kv_heads;
+    int          sw = group <= 8 && (swap == NULL || strcmp(swap, "0") != 0);
+
+    is_str(pl_cuda_decode_form(), sw ? "swapped" : "16 rows",
+           "decode form: head %d, heads %d/%d, SWAP=%s", c->head_dim,
+           c->n_heads, c->n_kv_heads, swap != NULL ? swap : "default");
+}
+
+
 static void
 decode_case(int bs, int hd, int nh, int nkv, int num_seqs, int max_ctx)
 {
@@ -386,6 +411,7 @@ decode_case(int bs, int hd, int nh, int nkv, int num_seqs, int max_ctx)
         c.seqs[s].share = s > 0 && s % 3 == 0;
     }
     run_case(&c, "decode");
+    check_form(&c);
 }
 
 
@@ -405,7 +431,32 @@ decode_bucket_case(int hd, int nh, int nkv, int num_seqs)
     }
     bucket = 256;
     run_case(&c, "decode, context bucket 256");
+    check_form(&c);
     bucket = 0;
+}
+
+
+/* Each group size on the form that serves it, then (SWAP=0) all of them
+   on the 16-row form; 3 and 5 leave part of the swapped form's 8 columns
+   as padding, 16 fills the 16-row form's rows. */
+static void
+decode_group_cases(void)
+{
+    static const int  groups[] = { 1, 2, 3, 4, 5, 8, 16 };
+    int               n = sizeof(groups) / sizeof(groups[0]), sw, h, i;
+
+    for (sw = 1; sw >= 0; sw--) {
+        if (!sw) {
+            setenv("PAGEDLLM_CUDA_ATTN_SWAP", "0", 1);
+            diag("PAGEDLLM_CUDA_ATTN_SWAP=0");
+        }
+        for (h = 64; h <= 128; h += 64) {
+            for (i = 0; i < n; i++) {
+                decode_case(16, h, 2 * groups[i], 2, 4, 2500);
+            }
+        }
+        unsetenv("PAGEDLLM_CUDA_ATTN_SWAP");
+    }
 }
 
 
@@ -419,9 +470,10 @@ decode_bucket_case(int hd, int nh, int nkv, int num_seqs)
  * by a __threadfence in every thread, with splits of 128 tokens at least
  * (the defaults are one acquire-release atomic and 64); copies with the
  * L2::256B hint in one split per row, so that a 32k context walks four
- * pages of the staged block table.  A single sequence in the context
- * bucket (the engine's batch-1 decode) and the long contexts run under
- * each setting.
+ * pages of the staged block table; the 16-row form for the small groups
+ * too (SWAP=0), under as many splits as allowed.  A single sequence in
+ * the context bucket (the engine's batch-1 decode) and the long contexts
+ * run under each setting.
  */
 static void long_case(void);
 
@@ -443,10 +495,13 @@ decode_knob_cases(void)
         { "PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "128" },
         { "PAGEDLLM_CUDA_ATTN_L2PF", "1" },
         { "PAGEDLLM_CUDA_ATTN_SPLITS", "1" },
+        { "PAGEDLLM_CUDA_ATTN_SWAP", "0" },
+        { "PAGEDLLM_CUDA_ATTN_SPLITS", "64" },
     };
     /* settings: knobs [from, to) of the table above */
     static const int    set[][2] = { { 0, 2 }, { 2, 4 }, { 4, 7 },
-                                     { 7, 9 }, { 9, 11 }, { 11, 13 } };
+                                     { 7, 9 }, { 9, 11 }, { 11, 13 },
+                                     { 13, 15 } };
     size_t              i;
     int                 k;
 
@@ -632,6 +687,7 @@ fp16_cases(void)
     decode_case(8, 64, 4, 4, 12, 3000);
     decode_bucket_case(128, 32, 32, 12);
     decode_bucket_case(64, 8, 2, 5);
+    decode_group_cases();
     long_case();
     for (i = 0; i < 3; i++) {
         for (k = 0; k < 2; k++) {
@@ -692,6 +748,7 @@ main(void)
     decode_case(16, 128, 32, 1, 3, 2000);
     decode_bucket_case(128, 32, 32, 12);
     decode_bucket_case(64, 8, 2, 5);
+    decode_group_cases();
     decode_knob_cases();
     mixed_case(16, 64, 40, 2);
     long_case();
