@@ -26,7 +26,10 @@
  * (16 MT rows of W) and its KS warps split the row's chunks between them,
  * so a 4096-row matrix still gives every SM several warps.  A warp
  * streams U chunks at a time (U * 2 * MT loads of W in flight per lane,
- * non-coherent and not allocated in L1, so x stays there); x is reused
+ * non-coherent and not allocated in L1, so x stays there); pipelined
+ * (P), it issues the next U chunks' loads before the MMAs of these, so
+ * that its loads never all land at once and leave it waiting a whole
+ * round trip with nothing in flight (twice the registers for W); x is reused
  * from registers by the MT m-tiles and from L1 by the MG groups and by
  * the other blocks on the SM.  The KS partial sums meet in shared memory,
  * where the block adds them and the bias and writes T.  Nothing is
@@ -80,6 +83,28 @@ chunk_mma(float (&acc)[MT][NT][4], const uint4 (&a)[MT][2],
         for (int nt = 0; nt < NT; nt++) {
             mma_f32acc<T>(acc[mt][nt], lo, b[nt].x, b[nt].y);
             mma_f32acc<T>(acc[mt][nt], hi, b[nt].z, b[nt].w);
+        }
+    }
+}
+
+
+/* chunks [c, c + U) of the warp's rows of W (a) and of x (b) */
+template <typename T, int MT, int NT, int U, bool STAGED>
+static __device__ __forceinline__ void
+gemv_load(uint4 (&a)[U][MT][2], uint4 (&b)[U][NT],
+    const uint4 *const (&wp)[MT][2], const uint4 *const (&xp)[NT], int c)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            a[u][mt][0] = ld_stream(wp[mt][0] + (c + u) * 4);
+            a[u][mt][1] = ld_stream(wp[mt][1] + (c + u) * 4);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            b[u][nt] = STAGED ? xp[nt][(c + u) * 4]
+                              : __ldg(xp[nt] + (c + u) * 4);
         }
     }
 }
@@ -187,7 +212,7 @@ gemv_row_inv(float *inv, const T *x, int n, int cols, float eps)
 }
 
 
-template <typename T, int KS, int MG, int MT, int NT, int U, int MODE>
+template <typename T, int KS, int MG, int MT, int NT, int U, int P, int MODE>
 __global__ void __launch_bounds__(KS * MG * 32)
 gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
     const void *bias,
@@ -255,25 +280,49 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
                  + min(nt * 8 + g, n - 1) * stride + t;
     }
 
-    for (c = lo; c + U <= full; c += U) {
+    if (P) {
+        /* pipelined: the next U chunks' loads go out before the MMAs of
+           these, so a warp keeps 2U chunks in flight between round trips */
         uint4  a[U][MT][2], b[U][NT];
 
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                a[u][mt][0] = ld_stream(wp[mt][0] + (c + u) * 4);
-                a[u][mt][1] = ld_stream(wp[mt][1] + (c + u) * 4);
+        c = lo;
+        if (c + U <= full) {
+            gemv_load<T, MT, NT, U, STAGED>(a, b, wp, xp, c);
+        }
+        for (; c + U <= full; c += U) {
+            uint4  na[U][MT][2], nb[U][NT];
+
+            if (c + 2 * U <= full) {
+                gemv_load<T, MT, NT, U, STAGED>(na, nb, wp, xp, c + U);
             }
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                b[u][nt] = STAGED ? xp[nt][(c + u) * 4]
-                                  : __ldg(xp[nt] + (c + u) * 4);
+            for (int u = 0; u < U; u++) {
+                chunk_mma<T, MT, NT>(acc, a[u], b[u]);
+            }
+            if (c + 2 * U <= full) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        a[u][mt][0] = na[u][mt][0];
+                        a[u][mt][1] = na[u][mt][1];
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        b[u][nt] = nb[u][nt];
+                    }
+                }
             }
         }
+    } else {
+        for (c = lo; c + U <= full; c += U) {
+            uint4  a[U][MT][2], b[U][NT];
+
+            gemv_load<T, MT, NT, U, STAGED>(a, b, wp, xp, c);
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            chunk_mma<T, MT, NT>(acc, a[u], b[u]);
+            for (int u = 0; u < U; u++) {
+                chunk_mma<T, MT, NT>(acc, a[u], b[u]);
+            }
         }
     }
 
@@ -354,7 +403,7 @@ typedef struct {
 /* one instantiation's launch, its shared-memory limit raised to
    PL_GEMV_STAGE_MAX the first time a staged form needs more than the
    default 48 KB */
-template <typename T, int KS, int MG, int MT, int NT, int U, int MODE>
+template <typename T, int KS, int MG, int MT, int NT, int U, int P, int MODE>
 static void
 gemv_start(unsigned blocks, unsigned threads, size_t staged, cudaStream_t st,
     T *out, const T *x, const T *w, const void *bias, pl_dtype_t bias_dt,
@@ -364,19 +413,19 @@ gemv_start(unsigned blocks, unsigned threads, size_t staged, cudaStream_t st,
 
     if (staged > (48u << 10) && !raised) {
         pl_cuda_check(cudaFuncSetAttribute(
-                          gemv_kernel<T, KS, MG, MT, NT, U, MODE>,
+                          gemv_kernel<T, KS, MG, MT, NT, U, P, MODE>,
                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                           PL_GEMV_STAGE_MAX),
                       "gemv shared memory");
         raised = true;
     }
-    gemv_kernel<T, KS, MG, MT, NT, U, MODE><<<blocks, threads, staged,
+    gemv_kernel<T, KS, MG, MT, NT, U, P, MODE><<<blocks, threads, staged,
                                                st>>>(
         out, x, w, bias, bias_dt, n, rows, cols, fuse);
 }
 
 
-template <typename T, int KS, int MG, int MT, int U, int MODE>
+template <typename T, int KS, int MG, int MT, int U, int P, int MODE>
 static void
 gemv_launch(cudaStream_t st, void *out_, const void *x_, const void *w_,
     const void *bias, pl_dtype_t bias_dt, int n, int rows, int cols,
@@ -391,22 +440,22 @@ gemv_launch(cudaStream_t st, void *out_, const void *x_, const void *w_,
 
     switch ((n + 7) / 8) {
     case 1:
-        gemv_start<T, KS, MG, MT, 1, U, MODE>(blocks, threads, staged, st,
+        gemv_start<T, KS, MG, MT, 1, U, P, MODE>(blocks, threads, staged, st,
                                               out, x, w, bias, bias_dt, n,
                                               rows, cols, fuse);
         break;
     case 2:
-        gemv_start<T, KS, MG, MT, 2, U, MODE>(blocks, threads, staged, st,
+        gemv_start<T, KS, MG, MT, 2, U, P, MODE>(blocks, threads, staged, st,
                                               out, x, w, bias, bias_dt, n,
                                               rows, cols, fuse);
         break;
     case 3:
-        gemv_start<T, KS, MG, MT, 3, U, MODE>(blocks, threads, staged, st,
+        gemv_start<T, KS, MG, MT, 3, U, P, MODE>(blocks, threads, staged, st,
                                               out, x, w, bias, bias_dt, n,
                                               rows, cols, fuse);
         break;
     default:
-        gemv_start<T, KS, MG, MT, 4, U, MODE>(blocks, threads, staged, st,
+        gemv_start<T, KS, MG, MT, 4, U, P, MODE>(blocks, threads, staged, st,
                                               out, x, w, bias, bias_dt, n,
                                               rows, cols, fuse);
         break;
@@ -414,44 +463,52 @@ gemv_launch(cudaStream_t st, void *out_, const void *x_, const void *w_,
 }
 
 
-/* Named kKSmMGtMTuU.  GEMV_WIDE, GEMV_DEEP and GEMV_NARROW are
-   dispatch's choices, built in every fused form and for fp16 too; the
-   others are there for the benchmark's sweep, bf16 and plain only. */
-#define GEMV_MODES(t, ks, mg, mt, u)                                        \
-      { gemv_launch<t, ks, mg, mt, u, GEMV_PLAIN>,                          \
-        gemv_launch<t, ks, mg, mt, u, GEMV_RMS>,                            \
-        gemv_launch<t, ks, mg, mt, u, GEMV_ADD>,                            \
-        gemv_launch<t, ks, mg, mt, u, GEMV_SILU_ADD> }
-#define GEMV_CONFIG(ks, mg, mt, u)                                          \
-    { "k" #ks "m" #mg "t" #mt "u" #u,                                       \
-      { gemv_launch<__nv_bfloat16, ks, mg, mt, u, GEMV_PLAIN>, NULL, NULL,  \
-        NULL },                                                             \
+/* Named kKSmMGtMTuU, with a "p" when pipelined (P).  GEMV_SMALL and
+   GEMV_DEEP are dispatch's choices, built in every fused form and for
+   fp16 too; the others are there for the benchmark's sweep, bf16 and
+   plain only. */
+#define GEMV_MODES(t, ks, mg, mt, u, p)                                     \
+      { gemv_launch<t, ks, mg, mt, u, p, GEMV_PLAIN>,                       \
+        gemv_launch<t, ks, mg, mt, u, p, GEMV_RMS>,                         \
+        gemv_launch<t, ks, mg, mt, u, p, GEMV_ADD>,                         \
+        gemv_launch<t, ks, mg, mt, u, p, GEMV_SILU_ADD> }
+#define GEMV_CONFIG_P(ks, mg, mt, u, p, suffix)                             \
+    { "k" #ks "m" #mg "t" #mt "u" #u suffix,                                \
+      { gemv_launch<__nv_bfloat16, ks, mg, mt, u, p, GEMV_PLAIN>, NULL,     \
+        NULL, NULL },                                                       \
       { NULL, NULL, NULL, NULL },                                           \
       (mg) * (mt) * 16 }
-#define GEMV_CONFIG_FUSED(ks, mg, mt, u)                                    \
-    { "k" #ks "m" #mg "t" #mt "u" #u,                                       \
-      GEMV_MODES(__nv_bfloat16, ks, mg, mt, u),                             \
-      GEMV_MODES(__half, ks, mg, mt, u),                                    \
+#define GEMV_CONFIG(ks, mg, mt, u)       GEMV_CONFIG_P(ks, mg, mt, u, 0, "")
+#define GEMV_CONFIG_PIPE(ks, mg, mt, u)  GEMV_CONFIG_P(ks, mg, mt, u, 1, "p")
+#define GEMV_CONFIG_FUSED(ks, mg, mt, u, p, suffix)                         \
+    { "k" #ks "m" #mg "t" #mt "u" #u suffix,                                \
+      GEMV_MODES(__nv_bfloat16, ks, mg, mt, u, p),                          \
+      GEMV_MODES(__half, ks, mg, mt, u, p),                                 \
       (mg) * (mt) * 16 }
 
 static const gemv_config_t  gemv_configs[] = {
-    GEMV_CONFIG_FUSED(8, 1, 2, 4),
+    GEMV_CONFIG(8, 1, 2, 4),
     GEMV_CONFIG(8, 1, 1, 4),
-    GEMV_CONFIG_FUSED(8, 1, 1, 8),
+    GEMV_CONFIG_FUSED(8, 1, 1, 8, 0, ""),
     GEMV_CONFIG(8, 1, 2, 2),
     GEMV_CONFIG(4, 1, 1, 8),
     GEMV_CONFIG(4, 2, 1, 4),
     GEMV_CONFIG(4, 2, 2, 4),
     GEMV_CONFIG(16, 1, 1, 4),
-    GEMV_CONFIG_FUSED(8, 2, 1, 4),
+    GEMV_CONFIG(8, 2, 1, 4),
     GEMV_CONFIG(4, 4, 1, 4),
     GEMV_CONFIG(2, 4, 1, 8),
+    GEMV_CONFIG_FUSED(8, 1, 1, 4, 1, "p"),
+    GEMV_CONFIG_PIPE(8, 1, 2, 4),
+    GEMV_CONFIG_PIPE(8, 2, 1, 4),
+    GEMV_CONFIG_PIPE(4, 2, 1, 4),
+    GEMV_CONFIG_PIPE(8, 2, 1, 2),
 };
 
 #define GEMV_NCONFIGS  (int) (sizeof(gemv_configs) / sizeof(gemv_configs[0]))
-#define GEMV_WIDE      0          /* 32 rows a block: x reused twice */
 #define GEMV_DEEP      2          /* 16 rows a block, 8 loads in flight */
-#define GEMV_NARROW    8          /* 32 rows a block over 2 warp groups */
+#define GEMV_SMALL     11         /* 16 rows a block, 4 + 4 loads in
+                                     flight (pipelined) */
 
 
 extern "C" int
@@ -508,55 +565,73 @@ pl_cuda_gemv_n_small(void)
 }
 
 
+/* the configuration named v (NULL or empty: -1) */
+static int
+gemv_named(const char *v)
+{
+    int  i;
+
+    if (v == NULL || *v == '\0') {
+        return -1;
+    }
+    for (i = 0; i < GEMV_NCONFIGS; i++) {
+        if (strcmp(v, gemv_configs[i].name) == 0) {
+            return i;
+        }
+    }
+    pl_cuda_fail("gemv", "a PAGEDLLM_GEMV_* setting names no configuration");
+}
+
+
 /* the configuration PAGEDLLM_GEMV_CONFIG names, or -1 */
 static int
 gemv_forced(void)
 {
     static int  forced = -2;
-    const char *v;
-    int         i;
 
-    if (forced != -2) {
-        return forced;
+    if (forced == -2) {
+        forced = gemv_named(getenv("PAGEDLLM_GEMV_CONFIG"));
     }
-    forced = -1;
-    v = getenv("PAGEDLLM_GEMV_CONFIG");
-    if (v == NULL || *v == '\0') {
-        return forced;
-    }
-    for (i = 0; i < GEMV_NCONFIGS; i++) {
-        if (strcmp(v, gemv_configs[i].name) == 0) {
-            forced = i;
-            return forced;
-        }
-    }
-    pl_cuda_fail("gemv", "PAGEDLLM_GEMV_CONFIG names no configuration");
+    return forced;
 }
 
 
 /*
- * Which configuration for n rows of x against w.  From the sweep of
- * bench/gpu/gemv on the H200 (2026-11-29, the five Llama-2-7B shapes at
- * n = 1..16): up to 8 rows, 32 weight rows a block either as one warp
- * group reusing x twice (wide matrices: two blocks or more per SM) or as
- * two warp groups (narrow ones, 4096 rows: 128 blocks); above 8 rows, 16
- * weight rows a block with 8 loads in flight, which was the fastest on
- * every shape there.
+ * Which configuration for n rows of x against w.  From the sweeps of
+ * bench/gpu/gemv on the H200 (2026-11-29, the five Llama-2-7B shapes):
+ * up to 8 rows, 16 weight rows a block with the next 4 chunks' loads
+ * issued before the MMAs of these (k8m1t1u4p), the fastest configuration
+ * on every shape at n = 1 and 8 (the 4096x4096 O projection 12.8 us
+ * against 14.0 for the best unpipelined one); in the 7B decode step at
+ * batch 1 it took the step from 4.44 to 3.91 ms.  Above 8 rows the
+ * pipelined kernels' registers cost more than their overlap gives, and
+ * 16 weight rows a block with 8 loads in flight stays the fastest.
+ *
+ * For benchmarks, PAGEDLLM_GEMV_WIDE, PAGEDLLM_GEMV_NARROW and
+ * PAGEDLLM_GEMV_DEEP name the configuration of each class: up to 8 rows of
+ * x against a matrix of at least 64 rows per SM (wide) or fewer
+ * (narrow), and more than 8 rows (deep); fp16 activations keep the
+ * defaults (the others are built for bf16 only).
  */
 extern "C" int
 pl_cuda_gemv_pick(pl_backend_t *be, const pl_weight_t *w, int n)
 {
-    int64_t  wide = (w->rows + gemv_configs[GEMV_WIDE].rows_per_block - 1)
-                    / gemv_configs[GEMV_WIDE].rows_per_block;
+    static const char  *env[3] = { "PAGEDLLM_GEMV_WIDE",
+                                   "PAGEDLLM_GEMV_NARROW",
+                                   "PAGEDLLM_GEMV_DEEP" };
+    static const int    dflt[3] = { GEMV_SMALL, GEMV_SMALL, GEMV_DEEP };
+    static int          cls[3] = { -2, -2, -2 };
+    int                 k;
 
     if (gemv_forced() >= 0) {
         return gemv_forced();
     }
-    if (n > 8) {
-        return GEMV_DEEP;
+    k = n > 8 ? 2 : w->rows >= 64 * (int64_t) pl_cuda(be)->num_sms ? 0 : 1;
+    if (cls[k] == -2) {
+        cls[k] = gemv_named(getenv(env[k]));
+        cls[k] = cls[k] >= 0 ? cls[k] : dflt[k];
     }
-    return wide >= 2 * (int64_t) pl_cuda(be)->num_sms ? GEMV_WIDE
-                                                      : GEMV_NARROW;
+    return w->dtype == PL_DT_BF16 ? cls[k] : dflt[k];
 }
 
 

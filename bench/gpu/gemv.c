@@ -17,7 +17,8 @@
  *
  *     gemv            kernel as dispatched (pl_cuda_gemv picking) vs cuBLAS
  *     gemv sweep      also every launch configuration at every shape and n
- *                     (or PAGEDLLM_GEMV_SWEEP=1), best per shape and per n
+ *                     (or PAGEDLLM_GEMV_SWEEP=1), best per shape and per n;
+ *                     PAGEDLLM_GEMV_SWEEP_NS=1,8 sweeps those n only
  *
  * Lines start with "ours"; the summary table is printed last.
  */
@@ -165,6 +166,34 @@ static double
 tbs(const shape_t *s, double sec)
 {
     return (double) weight_bytes(s) / sec / 1e12;
+}
+
+
+/* whether the sweep runs at n: every n of sweep_ns, or those listed in
+   PAGEDLLM_GEMV_SWEEP_NS (comma-separated) */
+static int
+sweep_wanted(int n)
+{
+    const char  *v = getenv("PAGEDLLM_GEMV_SWEEP_NS");
+    char        *end;
+
+    if (v == NULL || *v == '\0') {
+        return 1;
+    }
+    for ( ;; ) {
+        long  k = strtol(v, &end, 10);
+
+        if (end == v) {
+            return 0;
+        }
+        if (k == n) {
+            return 1;
+        }
+        if (*end != ',') {
+            return 0;
+        }
+        v = end + 1;
+    }
 }
 
 
@@ -413,7 +442,9 @@ main(int argc, char **argv)
         for (i = 0; i < (int) (sizeof(sweep_ns) / sizeof(sweep_ns[0]));
              i++)
         {
-            sweep_n(sweep_ns[i]);
+            if (sweep_wanted(sweep_ns[i])) {
+                sweep_n(sweep_ns[i]);
+            }
         }
     }
     for (i = 0; i < NNS; i++) {

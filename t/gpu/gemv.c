@@ -27,6 +27,13 @@
 
 #define GEMV_BOUND  5e-3
 
+/* The SwiGLU form rounds silu(gate) * up to the activation dtype before
+   the product, as the unfused kernel stores it, where the CPU keeps fp32:
+   one more rounding per term, which on the 7-row matrix (7 outputs a
+   row of x) reached 6.1e-3 in one case of 64 on the H200 (the others at
+   most 2.4e-3); METHOD.md's upper bound for bf16 results */
+#define GEMV_SILU_BOUND  1e-2
+
 /* one weight matrix (and a bias) loaded into both backends */
 typedef struct {
     int          rows;
@@ -101,9 +108,11 @@ put_x(const float *x, size_t count, int misalign, void **base)
 }
 
 
-/* out[n][rows] written and close to the CPU's, the row past it NaN */
+/* out[n][rows] written and within bound of the CPU's (relative), the row
+   past it NaN */
 static int
-check_out(const void *og, const void *oc, int n, int rows, const char *name)
+check_out_within(const void *og, const void *oc, int n, int rows,
+    const char *name, double bound)
 {
     size_t   cnt = (size_t) n * rows;
     float   *g = pair_get(P.gpu, og, cnt + rows);
@@ -114,9 +123,9 @@ check_out(const void *og, const void *oc, int n, int rows, const char *name)
     for (i = 0; i < rows; i++) {
         left += isnan(g[cnt + i]) != 0;
     }
-    r = ok(e <= GEMV_BOUND && left == rows,
+    r = ok(e <= bound && left == rows,
            "%s: relative error %.2e <= %.0e, row past out[%d] untouched",
-           name, e, GEMV_BOUND, n);
+           name, e, bound, n);
     if (left != rows) {
         diag("%d elements of the row past the output were written",
              rows - left);
@@ -124,6 +133,13 @@ check_out(const void *og, const void *oc, int n, int rows, const char *name)
     free(g);
     free(c);
     return r;
+}
+
+
+static int
+check_out(const void *og, const void *oc, int n, int rows, const char *name)
+{
+    return check_out_within(og, oc, n, rows, name, GEMV_BOUND);
 }
 
 
@@ -288,6 +304,7 @@ static void
 test_refused(void)
 {
     mat_t  m;
+    int    c;
 
     mat_load(&m, 1000, 4095);
     is_int(run_case(&m, 1, VIA_PICK, 0, 0), -1,
@@ -310,8 +327,12 @@ test_refused(void)
     is_int(run_case(&m, 1, VIA_PICK, 0, 0), -1,
            "dispatch leaves 256 rows (too few blocks) to cuBLAS");
     run_case(&m, 1, VIA_MATMUL, 1, 0);
-    is_int(run_case(&m, 1, 0, 1, 0), 0,
-           "a named configuration still takes 256 rows");
+    for (c = 0; !pl_cuda_gemv_built(c, act); c++) {
+        /* the first configuration built for these activations */
+    }
+    is_int(run_case(&m, 1, c, 1, 0), 0,
+           "a named configuration (%s) still takes 256 rows",
+           pl_cuda_gemv_config_name(c));
     mat_free(&m);
 }
 
@@ -369,7 +390,9 @@ run_fused(const mat_t *m, int n, int via, pl_fuse_in_t in, int add,
                  : in == PL_FUSE_IN_SILU_MUL ? "silu_mul" : "plain",
                  add ? " +add in place" : "", via_name(via), n, m->rows,
                  m->cols, with_bias ? " +bias" : "");
-        check_out(og, oc, n, m->rows, name);
+        check_out_within(og, oc, n, m->rows, name,
+                         in == PL_FUSE_IN_SILU_MUL ? GEMV_SILU_BOUND
+                                                   : GEMV_BOUND);
     }
     P.gpu->free(P.gpu, xg);
     P.gpu->free(P.gpu, og);
@@ -439,7 +462,7 @@ test_fused(void)
             run_fused(&m, 12, c, PL_FUSE_IN_PLAIN, 1, 1, NULL);
         }
     }
-    ok(built == 3, "dispatch's 3 configurations are built fused (%d)",
+    ok(built == 2, "dispatch's 2 configurations are built fused (%d)",
        built);
     is_int(run_fused(&m, pl_cuda_gemv_fused_max_n() + 1, VIA_MATMUL,
                      PL_FUSE_IN_RMSNORM, 0, 0, NULL), -1,
