@@ -507,8 +507,9 @@ static const gemv_config_t  gemv_configs[] = {
 
 #define GEMV_NCONFIGS  (int) (sizeof(gemv_configs) / sizeof(gemv_configs[0]))
 #define GEMV_DEEP      2          /* 16 rows a block, 8 loads in flight */
-#define GEMV_SMALL     11         /* 16 rows a block, 4 + 4 loads in
-                                     flight (pipelined) */
+#define GEMV_SMALL     11         /* 16 rows a block, 4 chunks in
+                                     flight and the next 4 issued
+                                     before their MMAs (pipelined) */
 
 
 extern "C" int
