@@ -2,7 +2,7 @@
 # gpu-final.sh: one call on the lent GPU machine for the numbers of
 # docs/BENCHMARKS.md's serving section: builds, runs the GPU tests and the
 # engine tests on CUDA, the decode step table (bench/gpu/step; batch 1
-# and 16 again with PAGEDLLM_FUSED=1), the small-
+# and 16 again with PAGEDLLM_FUSED=1 and with fp16 activations), the small-
 # batch GEMM table (bench/gpu/gemv) and the serving benchmark with
 # transformers' generate in the same run (bench/gpu/serving.sh).  Logs
 # under $OUT; a short table last.
@@ -39,6 +39,9 @@ $B/bench/gpu/step $M 1,16,64,256 192 2>&1 | grep -v 'loading weights' \
 # the decode path with the (opt-in) fused matmuls, for comparison
 PAGEDLLM_FUSED=1 $B/bench/gpu/step $M 1,16 192 2>&1 | grep 'step batch' \
     | sed 's/^/fused: /' >> "$OUT/step.log" || status=1
+# fp16 activations (the weights converted at load)
+PAGEDLLM_STEP_DTYPE=float16 $B/bench/gpu/step $M 1,16 192 2>&1 \
+    | grep 'step batch' | sed 's/^/fp16: /' >> "$OUT/step.log" || status=1
 OUT=$OUT sh bench/gpu/serving.sh $B > "$OUT/serving.out" 2>&1 || status=1
 
 echo "---- tests: $(grep -c '^ok' "$OUT/test.log") ok, $(grep -c '^not ok' "$OUT/test.log") not ok"

@@ -12,6 +12,8 @@
  * tokens copied back.  The cache holds whatever it holds (timing does
  * not depend on the values); sequences have distinct shuffled blocks.
  * Each figure is the mean of REPS back-to-back steps after WARM ones.
+ * PAGEDLLM_STEP_DTYPE (as the engine's --dtype: auto, float16, bfloat16)
+ * picks the activations; the model's own dtype otherwise (auto).
  * With PAGEDLLM_STEP_PROFILE=1 only one eager step of each batch runs,
  * inside an NVTX range "step" for ncu --nvtx --nvtx-include "step/".
  * Output lines start with "ours".
@@ -146,6 +148,18 @@ main(int argc, char **argv)
     if (dir == NULL || ctx < 1) {
         fprintf(stderr, "usage: step MODEL_DIR [BATCHES] [CONTEXT]\n");
         return 2;
+    }
+    if (getenv("PAGEDLLM_STEP_DTYPE") != NULL) {
+        pl_model_options_t  o = { 1, PL_MODEL_DTYPE_AUTO };
+
+        if (pl_model_dtype_parse(getenv("PAGEDLLM_STEP_DTYPE"), &o.dtype)
+            != 0)
+        {
+            fprintf(stderr, "step: PAGEDLLM_STEP_DTYPE: auto, float16, "
+                    "bfloat16 or float32\n");
+            return 2;
+        }
+        pl_model_set_default_options(&o);
     }
     be = pl_backend_cuda_create(0, err, sizeof(err));
     if (be == NULL) {
