@@ -255,8 +255,10 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
       &ngx_http_pagedllm_want_logprobs },
     { "top_logprobs", ngx_http_pagedllm_f_logprobs, 0, NULL },
     { "tools", ngx_http_pagedllm_f_unsupported, 0, NULL },
-    { "tool_choice", ngx_http_pagedllm_f_unsupported, 0, NULL },
-    { "response_format", ngx_http_pagedllm_f_unsupported, 0, NULL },
+    { "tool_choice", ngx_http_pagedllm_f_unsupported, 0, "\"none\"" },
+    { "parallel_tool_calls", ngx_http_pagedllm_f_unsupported, 0, "true" },
+    { "response_format", ngx_http_pagedllm_f_unsupported, 0,
+      "{\"type\": \"text\"}" },
     { NULL, NULL, 0, NULL }
 };
 
@@ -1136,18 +1138,34 @@ ngx_http_pagedllm_f_user(json_t *v, ngx_http_pagedllm_params_t *p,
 }
 
 
-/* Accepted only when it asks for nothing: null, false, "", [] or {}. */
+/* Accepted only when it asks for nothing: null, false, "", [] or {}, or
+   the value the field's post spells in JSON (what OpenAI does without the
+   feature, e.g. a response_format of {"type": "text"}). */
 static ngx_int_t
 ngx_http_pagedllm_f_unsupported(json_t *v, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
+    json_t  *neutral;
+    int      same;
+
     if (json_is_null(v) || json_is_false(v)
         || (json_is_string(v) && json_string_length(v) == 0)
         || (json_is_array(v) && json_array_size(v) == 0)
         || (json_is_object(v) && json_object_size(v) == 0))
     {
         return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_field->post != NULL) {
+        neutral = json_loads(ngx_http_pagedllm_field->post,
+                             JSON_DECODE_ANY, NULL);
+        same = neutral != NULL && json_equal(v, neutral);
+        json_decref(neutral);
+
+        if (same) {
+            return NGX_OK;
+        }
     }
 
     ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
@@ -1470,12 +1488,14 @@ ngx_http_pagedllm_message(json_t *m, ngx_http_pagedllm_engine_t *engine,
     r = json_string_value(role);
 
     if (r == NULL || (ngx_strcmp(r, "system") != 0
+                      && ngx_strcmp(r, "developer") != 0
                       && ngx_strcmp(r, "user") != 0
                       && ngx_strcmp(r, "assistant") != 0))
     {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
                                     "each message needs a 'role' of "
-                                    "\"system\", \"user\" or \"assistant\"");
+                                    "\"system\", \"developer\", \"user\" "
+                                    "or \"assistant\"");
         return NULL;
     }
 
@@ -1510,7 +1530,11 @@ ngx_http_pagedllm_message(json_t *m, ngx_http_pagedllm_engine_t *engine,
         return NULL;
     }
 
-    out = json_pack("{s:O,s:o}", "role", role, "content", content);
+    /* OpenAI's newer name for the system message: chat templates know
+       only "system" */
+    out = ngx_strcmp(r, "developer") == 0
+          ? json_pack("{s:s,s:o}", "role", "system", "content", content)
+          : json_pack("{s:O,s:o}", "role", role, "content", content);
 
     if (out && name) {
         json_object_set(out, "name", name);

@@ -153,6 +153,30 @@ is($r->{status}, 200, 'content as an array of text parts');
 $r = chat(messages => \@msgs);
 is($r->{status}, 200, 'no max_tokens: what fits the context');
 
+# OpenAI's "developer" role is the system message under its newer name
+my @sys = ({ role => 'system', content => 'You answer briefly.' },
+           { role => 'user', content => 'Name a colour.' });
+my @dev = ({ role => 'developer', content => 'You answer briefly.' },
+           { role => 'user', content => 'Name a colour.' });
+my $as_sys = chat(messages => \@sys, max_tokens => 6, temperature => 0);
+my $as_dev = chat(messages => \@dev, max_tokens => 6, temperature => 0);
+is($as_dev->{status}, 200, 'a developer message is accepted');
+is($as_dev->{json}{usage}{prompt_tokens}, $as_sys->{json}{usage}{prompt_tokens},
+   'a developer message renders as a system message (same prompt tokens)');
+is($as_dev->{json}{choices}[0]{message}{content},
+   $as_sys->{json}{choices}[0]{message}{content},
+   'a developer message: the same greedy content as a system message');
+
+# the values OpenAI's clients send for features not used are accepted
+for my $neutral (['response_format {"type":"text"}', response_format => { type => 'text' }],
+                 ['tool_choice "none"', tool_choice => 'none'],
+                 ['parallel_tool_calls true', parallel_tool_calls => $T],
+                 ['parallel_tool_calls false', parallel_tool_calls => $F]) {
+    my ($name, @field) = @$neutral;
+    $r = chat(messages => \@msgs, max_tokens => 2, @field);
+    is($r->{status}, 200, "$name is accepted");
+}
+
 # ---- refusals ----
 
 error_ok(chat(max_tokens => 2), 'messages', 'no messages');
@@ -172,6 +196,10 @@ error_ok(chat(messages => \@msgs, logprobs => $T, top_logprobs => 21), 'top_logp
 error_ok(chat(messages => \@msgs, logprobs => 3), 'logprobs', 'chat logprobs not a boolean');
 error_ok(chat(messages => \@msgs, prompt => 'x'), 'prompt', 'prompt on chat');
 error_ok(chat(messages => \@msgs, tools => [{ type => 'function' }]), 'tools', 'tools');
+error_ok(chat(messages => \@msgs, response_format => { type => 'json_object' }),
+         'response_format', 'response_format json_object');
+error_ok(chat(messages => \@msgs, tool_choice => 'auto'), 'tool_choice', 'tool_choice auto');
+error_ok(chat(messages => \@msgs, store => $T), 'store', 'store (not an argument here)');
 error_ok(chat(messages => \@msgs, max_completion_tokens => 0), 'max_completion_tokens',
          'max_completion_tokens 0');
 
