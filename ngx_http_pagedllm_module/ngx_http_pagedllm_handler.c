@@ -32,7 +32,9 @@ typedef enum {
 
 
 static ngx_http_pagedllm_route_e ngx_http_pagedllm_route(
-    ngx_http_request_t *r);
+    ngx_http_request_t *r, ngx_str_t *id);
+static ngx_int_t ngx_http_pagedllm_models_answer(ngx_http_request_t *r,
+    ngx_http_pagedllm_engine_t *engine);
 static ngx_http_pagedllm_ctx_t *ngx_http_pagedllm_create_ctx(
     ngx_http_request_t *r, ngx_http_pagedllm_resume_pt resume);
 static void ngx_http_pagedllm_cleanup(void *data);
@@ -106,7 +108,7 @@ ngx_http_pagedllm_handler(ngx_http_request_t *r)
     ngx_http_pagedllm_error_t   err;
     ngx_http_pagedllm_route_e   route;
 
-    route = ngx_http_pagedllm_route(r);
+    route = ngx_http_pagedllm_route(r, NULL);
 
     if (route == NGX_HTTP_PAGEDLLM_ROUTE_NONE) {
         if (ngx_http_discard_request_body(r) != NGX_OK) {
@@ -168,10 +170,11 @@ ngx_http_pagedllm_status_handler(ngx_http_request_t *r)
 }
 
 
-/* The path below the location: "completions", "chat/completions" or
-   "models", "v1/" allowed. */
+/* The path below the location: "completions", "chat/completions",
+   "models" or "models/ID" (id: ID, or empty; a model's name may hold
+   slashes), "v1/" allowed. */
 static ngx_http_pagedllm_route_e
-ngx_http_pagedllm_route(ngx_http_request_t *r)
+ngx_http_pagedllm_route(ngx_http_request_t *r, ngx_str_t *id)
 {
     u_char                    *p, *last;
     ngx_http_core_loc_conf_t  *clcf;
@@ -210,6 +213,21 @@ ngx_http_pagedllm_route(ngx_http_request_t *r)
     if ((size_t) (last - p) == sizeof("models") - 1
         && ngx_strncmp(p, "models", last - p) == 0)
     {
+        if (id != NULL) {
+            ngx_str_null(id);
+        }
+
+        return NGX_HTTP_PAGEDLLM_ROUTE_MODELS;
+    }
+
+    if ((size_t) (last - p) > sizeof("models/") - 1
+        && ngx_strncmp(p, "models/", sizeof("models/") - 1) == 0)
+    {
+        if (id != NULL) {
+            id->data = p + sizeof("models/") - 1;
+            id->len = last - id->data;
+        }
+
         return NGX_HTTP_PAGEDLLM_ROUTE_MODELS;
     }
 
@@ -291,10 +309,35 @@ ngx_http_pagedllm_get(ngx_http_request_t *r,
     }
 
     return need_engine
-           ? ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
-                 ngx_http_pagedllm_models_json(r->pool,
-                                          ngx_http_pagedllm_channel_engine()))
+           ? ngx_http_pagedllm_models_answer(r,
+                                          ngx_http_pagedllm_channel_engine())
            : ngx_http_pagedllm_send_status(r);
+}
+
+
+/* GET models (the list) or models/ID (the engine's model; any other ID is
+   a 404, as OpenAI answers an unknown model) */
+static ngx_int_t
+ngx_http_pagedllm_models_answer(ngx_http_request_t *r,
+    ngx_http_pagedllm_engine_t *engine)
+{
+    ngx_str_t                  id;
+    ngx_http_pagedllm_error_t  err;
+
+    (void) ngx_http_pagedllm_route(r, &id);
+
+    if (id.len != 0
+        && (id.len != engine->model.len
+            || ngx_strncmp(id.data, engine->model.data, id.len) != 0))
+    {
+        ngx_http_pagedllm_error_set(&err, NGX_HTTP_NOT_FOUND, "model",
+                                    "The model `%V` does not exist", &id);
+        err.code = "model_not_found";
+        return ngx_http_pagedllm_send_error(r, &err);
+    }
+
+    return ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
+               ngx_http_pagedllm_models_json(r->pool, engine, id.len != 0));
 }
 
 
@@ -311,8 +354,7 @@ ngx_http_pagedllm_models_resume(ngx_http_request_t *r)
         return;
     }
 
-    ngx_http_finalize_request(r, ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
-                              ngx_http_pagedllm_models_json(r->pool, engine)));
+    ngx_http_finalize_request(r, ngx_http_pagedllm_models_answer(r, engine));
 }
 
 

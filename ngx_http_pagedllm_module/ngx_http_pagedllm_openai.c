@@ -2088,20 +2088,24 @@ ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
 }
 
 
+/* GET models: the list of the one model; one: that model's object alone
+   (GET models/ID) */
 ngx_buf_t *
 ngx_http_pagedllm_models_json(ngx_pool_t *pool,
-    ngx_http_pagedllm_engine_t *engine)
+    ngx_http_pagedllm_engine_t *engine, ngx_uint_t one)
 {
     json_t  *j;
 
-    j = json_pack("{s:s,s:[{s:s%,s:s,s:I,s:s,s:I}]}",
-                  "object", "list",
-                  "data",
-                      "id", engine->model.data, engine->model.len,
-                      "object", "model",
-                      "created", (json_int_t) ngx_time(),
-                      "owned_by", "pagedllm",
-                      "max_model_len", (json_int_t) engine->max_model_len);
+    j = json_pack("{s:s%,s:s,s:I,s:s,s:I}",
+                  "id", engine->model.data, engine->model.len,
+                  "object", "model",
+                  "created", (json_int_t) ngx_time(),
+                  "owned_by", "pagedllm",
+                  "max_model_len", (json_int_t) engine->max_model_len);
+
+    if (j != NULL && !one) {
+        j = json_pack("{s:s,s:[o]}", "object", "list", "data", j);
+    }
 
     return ngx_http_pagedllm_json_buf(pool, j);
 }

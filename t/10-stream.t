@@ -22,6 +22,13 @@ my $model = $models->{json}{data}[0]{id};
 is($model, 'tiny', 'models: the served model is listed by name');
 is($models->{json}{data}[0]{object}, 'model', 'models: entry is a model');
 
+# OpenAI's retrieve: GET /v1/models/ID
+my $one = $t->request(GET => '/v1/models/tiny');
+is($one->{status}, 200, 'GET /v1/models/tiny answers 200');
+is_deeply([ @{ $one->{json} }{qw(id object owned_by max_model_len)} ],
+          [ @{ $models->{json}{data}[0] }{qw(id object owned_by max_model_len)} ],
+          'models/tiny: the list\'s entry');
+
 sub stream {
     my (%req) = @_;
     my $s = $t->stream_start('/v1/completions', $J->encode(\%req));

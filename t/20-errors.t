@@ -146,6 +146,12 @@ error_ok($t->request(POST => '/v1/models', '{}'), 405, undef,
          'POST /v1/models: 405');
 $e = error_ok($t->request(GET => '/v1/nothing'), 404, undef, 'unknown path: 404');
 is($e->{code}, 'not_found', 'unknown path: code not_found');
+$e = error_ok($t->request(GET => '/v1/models/org/other-model'), 404, 'model',
+              'GET a model not served: 404');
+is($e->{code}, 'model_not_found', 'a model not served: code model_not_found');
+like($e->{message}, qr{`org/other-model`}, 'a model not served: named');
+error_ok($t->request(POST => '/v1/models/tiny', '{}'), 405, undef,
+         'POST /v1/models/tiny: 405');
 is($t->request(POST => '/pagedllm/status', '{}')->{status}, 405,
    'POST to the status location: 405');
 
