@@ -231,6 +231,10 @@ ok($o->{chat_stream}{finish}, 'openai client: streamed chat finish_reason');
 ok($o->{chat_stream}{usage}{completion_tokens} > 0, 'openai client: streamed chat usage');
 is($o->{error}{status}, 400, 'openai client: a bad temperature is a 400 APIError');
 is($o->{error}{param}, 'temperature', 'openai client: naming the param');
+is_deeply($o->{models}{listed}, ['tiny'], 'openai client: models.list');
+is($o->{models}{retrieved}, 'tiny', 'openai client: models.retrieve');
+is($o->{developer}{choices}[0]{message}{content}, $o->{chat}{choices}[0]{message}{content},
+   'openai client: a developer message answers as the system one');
 
 my $st = $t->wait_status(sub {
     $_[0]{requests}{running} == 0 && $_[0]{kv_blocks}{used} == 0 }, 5);

@@ -1,5 +1,6 @@
 // The official openai npm client against our server: completions and chat
-// completions, streamed and not, and an error.  Prints one JSON object of
+// completions, streamed and not, an error, the models list and retrieve,
+// and a developer message.  Prints one JSON object of
 // what it got, for t/16-chat.t to check.
 //
 //   node t/lib/openai-client.mjs NODE_DIR BASE_URL MODEL
@@ -61,5 +62,17 @@ try {
     out.error = { status: e.status, param: e.param ?? e.error?.param ?? null,
                   type: e.type ?? e.error?.type ?? null };
 }
+
+const listed = [];
+for await (const m of client.models.list()) {
+    listed.push(m.id);
+}
+out.models = { listed, retrieved: (await client.models.retrieve(model)).id };
+
+out.developer = await client.chat.completions.create({
+    model, max_completion_tokens: 8, temperature: 0,
+    messages: [{ role: 'developer', content: 'You are terse.' },
+               chatMessages[1]],
+});
 
 console.log(JSON.stringify(out));
