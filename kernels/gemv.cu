@@ -290,16 +290,17 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
             gemv_load<T, MT, NT, U, STAGED>(a, b, wp, xp, c);
         }
         for (; c + U <= full; c += U) {
-            uint4  na[U][MT][2], nb[U][NT];
+            const bool  more = c + 2 * U <= full;
+            uint4       na[U][MT][2], nb[U][NT];
 
-            if (c + 2 * U <= full) {
+            if (more) {
                 gemv_load<T, MT, NT, U, STAGED>(na, nb, wp, xp, c + U);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 chunk_mma<T, MT, NT>(acc, a[u], b[u]);
             }
-            if (c + 2 * U <= full) {
+            if (more) {
 #pragma unroll
                 for (int u = 0; u < U; u++) {
 #pragma unroll
