@@ -111,14 +111,38 @@ attn_grid_release(void)
 
 
 /*
+ * Fold split partial (e = (max, sum), acc) into a running (mx, sum, v):
+ * the online-softmax merge in base 2.  A split over no tokens (sum 0)
+ * changes nothing, whatever its other fields hold.
+ */
+static __device__ __forceinline__ void
+attn_fold_split(float &mx, float &sum, float &v, float2 e, float acc)
+{
+    float  nm, c, w;
+
+    if (!(e.y > 0.0f)) {
+        return;
+    }
+    nm = fmaxf(mx, e.x);
+    c = exp2f(mx - nm);
+    w = exp2f(e.x - nm);
+    sum = sum * c + e.y * w;
+    v = v * c + acc * w;
+    mx = nm;
+}
+
+
+/*
  * After a split block wrote its partial: the last of the (row, head
  * group)'s split blocks to arrive (atomic counter number unit, reset for
  * the next launch) merges every split's partial into out (T) for heads
- * g0 .. g0+ng-1 of KV head kvh.  The splits' (max, sum) pairs become weights in shared
- * memory first (smem: ng * (ATTN_MAX_SPLITS + 1) floats the block no
- * longer needs), so the accumulator loads of the final sum are independent
- * and all in flight together.  Called by all THREADS threads of the
- * block.
+ * g0 .. g0+ng-1 of KV head kvh.  Each thread merges whole output
+ * elements: it loads the (max, sum) pairs and accumulators of eight
+ * splits at a time, all in flight together, and folds them in
+ * (attn_fold_split), so the merge waits for one round trip to L2 per
+ * eight splits (it waited for three before: the pairs into shared
+ * memory, the weights, the accumulators).  Called by all THREADS threads
+ * of the block.
  *
  * Ordering: the barrier makes the block's partial writes precede thread
  * 0's counter update, an acquire-release atomic at GPU scope, which
@@ -128,15 +152,15 @@ attn_grid_release(void)
  * PAGEDLLM_CUDA_ATTN_FENCE=1), every thread fences (MEMBAR.SC) before and
  * after instead, which costs each block a full fence on the way out.
  */
+#define ATTN_MERGE_BATCH  8
+
 template <typename T, int THREADS, bool SC = true>
 static __device__ __forceinline__ void
 attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
-    int64_t unit, int *last, float *smem)
+    int64_t unit, int *last)
 {
-    float  (*w)[ATTN_MAX_SPLITS] = (float (*)[ATTN_MAX_SPLITS]) smem;
-    float  *inv_sum = smem + ng * ATTN_MAX_SPLITS;
-    int     ns = p.num_splits;
-    int64_t           rh0 = (int64_t) row * p.n_heads + kvh * p.group + g0;
+    int      ns = p.num_splits, hd = p.head_dim;
+    int64_t  rh0 = (int64_t) row * p.n_heads + kvh * p.group + g0;
 
     if (SC) {
         __threadfence();
@@ -165,39 +189,30 @@ attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
         __threadfence();
     }
     ng = min(ng, p.group - g0);
-    for (int i = threadIdx.x; i < ng * ns; i += THREADS) {
-        float2  e = __ldcg(&p.part_ml[(rh0 + i / ns) * ns + i % ns]);
+    for (int i = threadIdx.x; i < ng * hd; i += THREADS) {
+        int            g = i / hd, d = i % hd;
+        const float2  *ml = p.part_ml + (rh0 + g) * ns;
+        const float   *acc = p.part_acc + (rh0 + g) * ns * hd + d;
+        float          mx = -FLT_MAX, sum = 0.0f, v = 0.0f;
 
-        w[i / ns][i % ns] = e.y > 0.0f ? e.x : -INFINITY;
-    }
-    __syncthreads();
-    if (threadIdx.x < ng) {
-        int    g = threadIdx.x;
-        float  mx = -FLT_MAX, sum = 0.0f;
+        for (int s0 = 0; s0 < ns; s0 += ATTN_MERGE_BATCH) {
+            float2  e[ATTN_MERGE_BATCH];
+            float   a[ATTN_MERGE_BATCH];
 
-        for (int s = 0; s < ns; s++) {
-            mx = fmaxf(mx, w[g][s]);
+#pragma unroll
+            for (int j = 0; j < ATTN_MERGE_BATCH; j++) {
+                bool  in = s0 + j < ns;
+
+                e[j] = in ? __ldcg(&ml[s0 + j]) : make_float2(0.0f, 0.0f);
+                a[j] = in ? __ldcg(&acc[(int64_t) (s0 + j) * hd]) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < ATTN_MERGE_BATCH; j++) {
+                attn_fold_split(mx, sum, v, e[j], a[j]);
+            }
         }
-        for (int s = 0; s < ns; s++) {
-            float2  e = __ldcg(&p.part_ml[(rh0 + g) * ns + s]);
-
-            w[g][s] = exp2f(w[g][s] - mx);
-            sum += e.y * w[g][s];
-        }
-        inv_sum[g] = sum > 0.0f ? 1.0f / sum : 0.0f;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < ng * p.head_dim; i += THREADS) {
-        int           g = i / p.head_dim, d = i % p.head_dim;
-        const float  *acc = p.part_acc + (rh0 + g) * ns * p.head_dim + d;
-        float         v = 0.0f;
-
-#pragma unroll 8
-        for (int s = 0; s < ns; s++) {
-            v += __ldcg(&acc[(int64_t) s * p.head_dim]) * w[g][s];
-        }
-        ((T *) p.out)[(rh0 + g) * p.head_dim + d] = pl_from_f32<T>(
-            v * inv_sum[g]);
+        ((T *) p.out)[(rh0 + g) * hd + d] = pl_from_f32<T>(
+            sum > 0.0f ? v / sum : 0.0f);
     }
 }
 

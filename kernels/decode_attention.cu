@@ -121,27 +121,35 @@ fast_exp2(float x)
 template <typename T>
 static __device__ __forceinline__ void
 dec_merge(const attn_params_t &p, int row, int g0, int ng, int kvh,
-    int64_t unit, int *last, unsigned char *smem)
+    int64_t unit, int *last)
 {
     if (p.dec_flags & DEC_F_FENCE_SC) {
         attn_merge_if_last<T, DEC_THREADS, true>(p, row, g0, ng, kvh, unit,
-                                                 last, (float *) smem);
+                                                 last);
     } else {
         attn_merge_if_last<T, DEC_THREADS, false>(p, row, g0, ng, kvh, unit,
-                                                  last, (float *) smem);
+                                                  last);
     }
 }
 
 
-/* Stage table entries [b0, b0 + DEC_TBL) (those that exist) in smem. */
+/* Stage table entries [b0, b0 + DEC_TBL) (those that exist) in smem:
+   every load in flight before the first store. */
 static __device__ __forceinline__ void
 stage_table(int32_t *tbl, const int32_t *table, int b0, int bend)
 {
+    int32_t  e[DEC_TBL / DEC_THREADS];
+
     __syncthreads();
-    for (int i = threadIdx.x; i < DEC_TBL && b0 + i < bend;
-         i += DEC_THREADS)
-    {
-        tbl[i] = table[b0 + i];
+#pragma unroll
+    for (int k = 0; k < DEC_TBL / DEC_THREADS; k++) {
+        int  i = threadIdx.x + k * DEC_THREADS;
+
+        e[k] = b0 + i < bend ? table[b0 + i] : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < DEC_TBL / DEC_THREADS; k++) {
+        tbl[threadIdx.x + k * DEC_THREADS] = e[k];
     }
     __syncthreads();
 }
@@ -570,25 +578,34 @@ issue_next(const attn_params_t &p, const dec_copy_t &cp, int32_t *tbl,
 
 
 /*
- * The sequence of a row: in a batch of decode rows row r is sequence r,
- * which two independent loads confirm; otherwise the binary search (a
- * chain of dependent loads, one per halving).  q0, q1: its query rows.
+ * The sequence of a row, its query rows [q0, q1) and its context length
+ * (ctx), with the split's block-table page [b0, bend) staged in tbl.  In
+ * a batch of decode rows row r is sequence r: the page and the context
+ * length are loaded for that guess together with the two query_start
+ * entries that confirm it, so the block waits for one round trip; a
+ * wrong guess (rows of query chunks) costs the binary search (a chain of
+ * dependent loads, one per halving) and a second staging.
  */
 static __device__ __forceinline__ int
-dec_seq_of_row(const attn_params_t &p, int row, int &q0, int &q1)
+dec_seq_of_row(const attn_params_t &p, int row, int &q0, int &q1, int &ctx,
+    int32_t *tbl, int b0, int bend)
 {
-    int  seq;
+    int  seq = min(row, p.num_seqs - 1);
 
-    if (row < p.num_seqs) {
-        q0 = p.query_start[row];
-        q1 = p.query_start[row + 1];
-        if (q0 <= row && row < q1) {
-            return row;
-        }
+    q0 = p.query_start[seq];
+    q1 = p.query_start[seq + 1];
+    ctx = p.context_lens[seq];
+    stage_table(tbl, p.block_tables + (int64_t) seq * p.max_blocks, b0,
+                bend);
+    if (q0 <= row && row < q1) {
+        return seq;
     }
     seq = attn_seq_of_row(p, row);
     q0 = p.query_start[seq];
     q1 = p.query_start[seq + 1];
+    ctx = p.context_lens[seq];
+    stage_table(tbl, p.block_tables + (int64_t) seq * p.max_blocks, b0,
+                bend);
     return seq;
 }
 
@@ -605,20 +622,33 @@ decode_attention_kernel(const attn_params_t p)
 
     int             row = p.heads_first ? blockIdx.y : blockIdx.x;
     int             hc = p.heads_first ? blockIdx.x : blockIdx.y;
-    int             q0, q1, seq = dec_seq_of_row(p, row, q0, q1);
     int             kvh = hc / p.chunks;
     int             g0 = (hc % p.chunks) * ROWS;
     int             ng = min(ROWS, p.group - g0);
     int             warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int             t0 = blockIdx.z * p.split_tokens;
     int             b0 = t0 >> p.log2_block;
-    int             bend, ctx, t1, ntiles;
-    const int32_t  *table = p.block_tables + (int64_t) seq * p.max_blocks;
+    int             q0, q1, seq, bend, ctx, t1, ntiles;
+    const int32_t  *table;
     uint32_t        qs = smem_addr(dec_smem);
     uint32_t        qf[D / (SW ? 32 : 16)][4];
     float           o[D / (SW ? 16 : 8)][4], m[2], l[2];
     dec_copy_t      cp;
 
+    /*
+     * The split's table page is bounded by the split (the last split: by
+     * the table's width), not by the context, so it is staged together
+     * with the loads that find the sequence and its context length, and
+     * the K/V copies wait for one round trip.  All of it only depends on
+     * the batch arrays: staged before the wait for the previous kernel
+     * (a no-op unless launched with PDL).
+     */
+    bend = blockIdx.z + 1 == gridDim.z
+           ? p.max_blocks
+           : min(p.max_blocks, ((t0 + p.split_tokens - 1) >> p.log2_block)
+                               + 1);
+    seq = dec_seq_of_row(p, row, q0, q1, ctx, tbl, b0, bend);
+    table = p.block_tables + (int64_t) seq * p.max_blocks;
     if (p.tc_min_qlen > 0 && q1 - q0 >= p.tc_min_qlen) {
         /* the prefill kernel's row; still wait, so that this grid never
            completes before the kernel it follows (a kernel launched after
@@ -626,28 +656,13 @@ decode_attention_kernel(const attn_params_t p)
         attn_grid_wait();
         return;
     }
-
-    /*
-     * The context length and the split's table page are loaded together:
-     * the page is bounded by the split (the last split: by the table's
-     * width), not by the context, so the K/V copies wait for one round
-     * trip after the sequence is known instead of two.  Both only depend
-     * on the batch arrays: staged before the wait for the previous kernel
-     * (a no-op unless launched with PDL).
-     */
-    ctx = p.context_lens[seq] - (q1 - row) + 1;
-    bend = blockIdx.z + 1 == gridDim.z
-           ? p.max_blocks
-           : min(p.max_blocks, ((t0 + p.split_tokens - 1) >> p.log2_block)
-                               + 1);
-    stage_table(tbl, table, b0, bend);
+    ctx -= q1 - row - 1;
     t1 = blockIdx.z + 1 == gridDim.z ? ctx : min(ctx, t0 + p.split_tokens);
     ntiles = t1 > t0 ? (t1 - t0 + DEC_BN - 1) / DEC_BN : 0;
     if (ntiles == 0 && p.num_splits > 1) {
         attn_grid_wait();
         attn_empty_split(p, row, kvh * p.group + g0, ng);
-        dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last,
-                     dec_smem);
+        dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
         return;
     }
 
@@ -715,14 +730,15 @@ decode_attention_kernel(const attn_params_t p)
     finish_block<T, D, SW>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp,
                            lane);
     if (p.num_splits > 1) {
-        dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last,
-                     dec_smem);
+        dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
     }
 }
 
 
-/* the form of the last launch, for the tests: "swapped" or "16 rows" */
+/* the form of the last launch, for the tests: "swapped" or "16 rows";
+   and its number of KV splits */
 static const char  *decode_form;
+static int          decode_splits;
 
 
 /* The launch knobs, read at every call (see the header). */
@@ -848,6 +864,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, p), "decode attention");
     PL_CUDA_LAUNCHED("decode attention");
     decode_form = SW ? "swapped" : "16 rows";
+    decode_splits = p.num_splits;
 }
 
 
@@ -932,4 +949,11 @@ extern "C" const char *
 pl_cuda_decode_form(void)
 {
     return decode_form != NULL ? decode_form : "none";
+}
+
+
+extern "C" int
+pl_cuda_decode_splits(void)
+{
+    return decode_splits;
 }

@@ -259,7 +259,7 @@ paged_attention_kernel(const attn_params_t p)
         attn_merge_if_last<T, ATTN_THREADS>(p, row, g0, GT, kvh,
                                             (int64_t) row * gridDim.y
                                             + blockIdx.y,
-                                            &last, &red[0][0][0]);
+                                            &last);
         return;
     }
 #pragma unroll
@@ -341,7 +341,7 @@ paged_attention_kernel(const attn_params_t p)
     attn_merge_if_last<T, ATTN_THREADS>(p, row, g0, GT, kvh,
                                         (int64_t) row * gridDim.y
                                         + blockIdx.y,
-                                        &last, &red[0][0][0]);
+                                        &last);
 }
 
 

@@ -28,7 +28,10 @@
  * MMA's 8 columns), larger ones, or every group under
  * PAGEDLLM_CUDA_ATTN_SWAP=0, on the 16-row one; every decode case checks
  * that the form it expects ran, and the group sizes 1, 2, 3, 4, 5, 8 and
- * 16 run on both head sizes under each setting.
+ * 16 run on both head sizes under each setting.  decode_merge_cases
+ * runs the split merge on both forms at split counts around its batch
+ * of eight partials, empty splits among them, and checks that each
+ * count ran.
  *
  * Then again with fp16 activations (fp16_cases): a subset that still
  * takes every kernel (decode, split merge in both orderings, mma.sync and
@@ -42,8 +45,10 @@
 
 /* kernels/prefill_attention.cu: the kernel of the last prefill launch */
 const char *pl_cuda_prefill_kernel(void);
-/* kernels/decode_attention.cu: the form of the last decode launch */
+/* kernels/decode_attention.cu: the form of the last decode launch, and
+   its number of KV splits */
 const char *pl_cuda_decode_form(void);
+int pl_cuda_decode_splits(void);
 
 typedef struct {
     int  qlen;
@@ -399,6 +404,14 @@ check_form(const attn_case_t *c)
 }
 
 
+/* the last decode launch ran want KV splits */
+static void
+check_splits(int want, const char *what)
+{
+    is_int(pl_cuda_decode_splits(), want, "decode splits: %s", what);
+}
+
+
 static void
 decode_case(int bs, int hd, int nh, int nkv, int num_seqs, int max_ctx)
 {
@@ -457,6 +470,45 @@ decode_group_cases(void)
         }
         unsetenv("PAGEDLLM_CUDA_ATTN_SWAP");
     }
+}
+
+
+/*
+ * The split merge (attn_merge_if_last: the last split block to finish
+ * folds every split's partial in, eight splits' loads at a time) at
+ * 2, 5, 8, 9, 12 and 16 splits: under, at and past one batch of eight,
+ * on a single long sequence, on twelve sequences of mixed lengths
+ * (splits past the shorter contexts are empty), on a GQA group of 7 and
+ * on the 16-row form (a group of 32, two blocks of 16 query heads per
+ * KV head); then on a context-bucket batch whose last split is empty.
+ */
+static void
+decode_merge_cases(void)
+{
+    static const int  splits[] = { 2, 5, 8, 9, 12, 16 };
+    char              v[16];
+    size_t            i;
+
+    for (i = 0; i < sizeof(splits) / sizeof(splits[0]); i++) {
+        snprintf(v, sizeof(v), "%d", splits[i]);
+        setenv("PAGEDLLM_CUDA_ATTN_SPLITS", v, 1);
+        diag("PAGEDLLM_CUDA_ATTN_SPLITS=%s", v);
+        decode_case(16, 128, 8, 1, 1, 5000);
+        check_splits(splits[i], "one sequence, group 8");
+        decode_case(8, 64, 4, 4, 12, 5000);
+        check_splits(splits[i], "twelve sequences");
+        decode_case(16, 128, 28, 4, 2, 9000);
+        check_splits(splits[i], "group 7");
+        decode_case(16, 128, 32, 1, 3, 5000);
+        check_splits(splits[i], "16-row form");
+    }
+    setenv("PAGEDLLM_CUDA_ATTN_SPLITS", "4", 1);
+    setenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "64", 1);
+    diag("PAGEDLLM_CUDA_ATTN_SPLITS=4 PAGEDLLM_CUDA_ATTN_SPLIT_MIN=64");
+    decode_bucket_case(128, 32, 32, 1);
+    check_splits(4, "context bucket, empty last split");
+    unsetenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN");
+    unsetenv("PAGEDLLM_CUDA_ATTN_SPLITS");
 }
 
 
@@ -688,6 +740,7 @@ fp16_cases(void)
     decode_bucket_case(128, 32, 32, 12);
     decode_bucket_case(64, 8, 2, 5);
     decode_group_cases();
+    decode_merge_cases();
     long_case();
     for (i = 0; i < 3; i++) {
         for (k = 0; k < 2; k++) {
@@ -749,6 +802,7 @@ main(void)
     decode_bucket_case(128, 32, 32, 12);
     decode_bucket_case(64, 8, 2, 5);
     decode_group_cases();
+    decode_merge_cases();
     decode_knob_cases();
     mixed_case(16, 64, 40, 2);
     long_case();
