@@ -50,6 +50,9 @@ typedef struct {
     int                    group;         /* query heads per KV head */
     int                    chunks;        /* head chunks per KV head */
     int                    n_hc;          /* KV heads x chunks (decode) */
+    int                    dec_rows;      /* decode: rows of the launch
+                                             (the persistent form's items
+                                             are rows x n_hc) */
     int                    heads_first;   /* decode grid: x = head chunk,
                                              y = row (else x = row) */
     int                    pdl_trigger;   /* decode: release the next

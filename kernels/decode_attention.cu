@@ -13,13 +13,18 @@
  * takes 16 tokens of a tile: S = Q K^T, online softmax in base 2 (the
  * accumulator rescaled only when a row's max moved), O += P V.  The split's
  * block-table entries are staged in shared memory first (a page of DEC_TBL
- * at a time, loaded together with the context length), so no K/V copy waits
- * on a table load.  At the end the warps' states are merged through shared
- * memory; with several splits the block writes a partial and the last one to
- * finish merges them (attn_merge_if_last, ordered by one acquire-release
- * atomic per block).  A split that starts past its row's context (a short
- * sequence beside a long one, or max_context_len rounded up for a CUDA
- * graph) writes an empty partial without loading anything.
+ * at a time, loaded together with the context length and the query rows
+ * on the guess that row r is sequence r), so no K/V copy waits on a table
+ * load and the first copies wait for one round trip.  At the end the warps'
+ * states are merged through shared memory; with several splits the block
+ * writes a partial and the last one to finish merges them
+ * (attn_merge_if_last: ordered by one acquire-release atomic per block,
+ * then one round trip for the partials).  A merge through a thread-block
+ * cluster's distributed shared memory instead measured 25% slower on
+ * 1 x 4096 and 8 x 16384 (the H200, 2026-11-29).  A split that starts
+ * past its row's context (a short sequence beside a long one, or
+ * max_context_len rounded up for a CUDA graph) writes an empty partial
+ * without loading anything.
  *
  * Swapped operands, for blocks whose query heads fit in 8 (every group of
  * up to 8: MHA, and GQA as in Llama-3 and Mistral).  Rows 8..15 of such a
@@ -85,7 +90,10 @@
  * PAGEDLLM_CUDA_ATTN_FENCE=1 (the split merge after a __threadfence in
  * every thread, as before; default 0: one acquire-release atomic) and
  * PAGEDLLM_CUDA_ATTN_SWAP=0 (the 16-row form for every group; default 1:
- * the swapped form whenever the group fits in 8).
+ * the swapped form whenever the group fits in 8) and
+ * PAGEDLLM_CUDA_ATTN_PERSIST=1, PAGEDLLM_CUDA_ATTN_PERSIST_CTX and
+ * PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS (the persistent kernel below; default
+ * off).
  */
 
 #include <float.h>
@@ -133,22 +141,23 @@ dec_merge(const attn_params_t &p, int row, int g0, int ng, int kvh,
 }
 
 
-/* Stage table entries [b0, b0 + DEC_TBL) (those that exist) in smem:
-   every load in flight before the first store. */
+/* Stage table entries [b0, b0 + N) (those that exist) in smem: every
+   load in flight before the first store. */
+template <int N = DEC_TBL>
 static __device__ __forceinline__ void
 stage_table(int32_t *tbl, const int32_t *table, int b0, int bend)
 {
-    int32_t  e[DEC_TBL / DEC_THREADS];
+    int32_t  e[N / DEC_THREADS];
 
     __syncthreads();
 #pragma unroll
-    for (int k = 0; k < DEC_TBL / DEC_THREADS; k++) {
+    for (int k = 0; k < N / DEC_THREADS; k++) {
         int  i = threadIdx.x + k * DEC_THREADS;
 
         e[k] = b0 + i < bend ? table[b0 + i] : 0;
     }
 #pragma unroll
-    for (int k = 0; k < DEC_TBL / DEC_THREADS; k++) {
+    for (int k = 0; k < N / DEC_THREADS; k++) {
         tbl[threadIdx.x + k * DEC_THREADS] = e[k];
     }
     __syncthreads();
@@ -463,26 +472,25 @@ warps_max(const float2 (*ml)[ROWS], int r)
 
 /*
  * Merge the four warps' states; query heads < ng end in out (one split)
- * or in the split's partial (heads past ng are padding and never leave
- * registers).  Shared memory of the tiles is reused: each warp's O,
- * scaled to the block's max, in rows of D + DEC_OPAD fp32, then each
- * warp's (max, sum) per head.  A lane's head h (m[h], l[h]) is row g + 8h
- * of the 16-row form's fragments (g = lane / 4, c = lane % 4) and column
- * 2c + h of the swapped form's; its sum is spread over the lanes of that
- * row (the four of g) or column (the eight of c).
+ * or in the partial of split number split (heads past ng are padding and
+ * never leave registers).  Through shared memory at ob (the tiles' own,
+ * reused, or a region of its own in the persistent kernel): each warp's
+ * O, scaled to the block's max, in orows (>= ng) rows of D + DEC_OPAD
+ * fp32, then each warp's (max, sum) per head.  A lane's head h (m[h],
+ * l[h]) is row g + 8h of the 16-row form's fragments (g = lane / 4, c =
+ * lane % 4) and column 2c + h of the swapped form's; its sum is spread
+ * over the lanes of that row (the four of g) or column (the eight of c).
  */
 template <typename T, int D, bool SW>
 static __device__ __forceinline__ void
 finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
-    float (&m)[2], float (&l)[2], unsigned char *smem, int row, int kvh,
-    int g0, int ng, int warp, int lane)
+    float (&m)[2], float (&l)[2], float *ob, int orows, int row, int kvh,
+    int g0, int ng, int split, int warp, int lane)
 {
     constexpr int  ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
+    constexpr int  OD = D + DEC_OPAD;
 
-    float   (*obuf)[ROWS][D + DEC_OPAD] = (float (*)[ROWS][D + DEC_OPAD])
-                                          smem;
-    float2  (*ml)[ROWS] = (float2 (*)[ROWS])
-                          (smem + 4 * ROWS * (D + DEC_OPAD) * sizeof(float));
+    float2  (*ml)[ROWS] = (float2 (*)[ROWS]) (ob + 4 * orows * OD);
     int     g = lane >> 2, c = lane & 3;
     int     r0 = SW ? c * 2 : g, rstep = SW ? 1 : 8;
 
@@ -511,10 +519,12 @@ finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
         for (int n = 0; n < D / (SW ? 16 : 8); n++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
+                float  *orow = ob + (warp * orows + r) * OD;
+
                 if (SW) {
-                    obuf[warp][r][n * 16 + e * 8 + g] = o[n][e * 2 + h] * f;
+                    orow[n * 16 + e * 8 + g] = o[n][e * 2 + h] * f;
                 } else {
-                    obuf[warp][r][n * 8 + c * 2 + e] = o[n][h * 2 + e] * f;
+                    orow[n * 8 + c * 2 + e] = o[n][h * 2 + e] * f;
                 }
             }
         }
@@ -527,13 +537,13 @@ finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
 
         for (int w = 0; w < 4; w++) {
             sum += ml[w][r].y * fast_exp2(ml[w][r].x - mx);
-            v += obuf[w][r][d];
+            v += ob[(w * orows + r) * OD + d];
         }
         if (p.num_splits == 1) {
             ((T *) p.out)[rh * D + d] = pl_from_f32<T>(sum > 0.0f ? v / sum
                                                                   : 0.0f);
         } else {
-            int64_t  ps = rh * p.num_splits + blockIdx.z;
+            int64_t  ps = rh * p.num_splits + split;
 
             p.part_acc[ps * D + d] = v;
             if (d == 0) {
@@ -586,6 +596,7 @@ issue_next(const attn_params_t &p, const dec_copy_t &cp, int32_t *tbl,
  * wrong guess (rows of query chunks) costs the binary search (a chain of
  * dependent loads, one per halving) and a second staging.
  */
+template <int N = DEC_TBL>
 static __device__ __forceinline__ int
 dec_seq_of_row(const attn_params_t &p, int row, int &q0, int &q1, int &ctx,
     int32_t *tbl, int b0, int bend)
@@ -595,8 +606,8 @@ dec_seq_of_row(const attn_params_t &p, int row, int &q0, int &q1, int &ctx,
     q0 = p.query_start[seq];
     q1 = p.query_start[seq + 1];
     ctx = p.context_lens[seq];
-    stage_table(tbl, p.block_tables + (int64_t) seq * p.max_blocks, b0,
-                bend);
+    stage_table<N>(tbl, p.block_tables + (int64_t) seq * p.max_blocks, b0,
+                   bend);
     if (q0 <= row && row < q1) {
         return seq;
     }
@@ -604,8 +615,8 @@ dec_seq_of_row(const attn_params_t &p, int row, int &q0, int &q1, int &ctx,
     q0 = p.query_start[seq];
     q1 = p.query_start[seq + 1];
     ctx = p.context_lens[seq];
-    stage_table(tbl, p.block_tables + (int64_t) seq * p.max_blocks, b0,
-                bend);
+    stage_table<N>(tbl, p.block_tables + (int64_t) seq * p.max_blocks, b0,
+                   bend);
     return seq;
 }
 
@@ -727,18 +738,305 @@ decode_attention_kernel(const attn_params_t p)
         attn_grid_release();
     }
 
-    finish_block<T, D, SW>(p, o, m, l, dec_smem, row, kvh, g0, ng, warp,
-                           lane);
+    finish_block<T, D, SW>(p, o, m, l, (float *) dec_smem, ROWS, row, kvh,
+                           g0, ng, blockIdx.z, warp, lane);
     if (p.num_splits > 1) {
         dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
     }
 }
 
 
+/*
+ * The persistent form of the swapped kernel (off by default), for
+ * batches of more items ((row, KV head) pairs, one split each) than one
+ * wave of blocks holds.  There a block per item starts with nothing in
+ * flight: it finds its sequence, stages its table page, waits for its
+ * first tiles, and at its end drains its pipeline and merges its warps
+ * with no copy outstanding.  The idea was that blocks of a wave, started
+ * together, would meet in lockstep and leave the memory idle at each
+ * meeting (a split in two, which made each item's work half as long,
+ * made the large shapes 3% slower on the H200).  Here one wave of blocks
+ * walks the items (block b takes b, b + gridDim.x, ...), and the copy
+ * pipeline runs on across them: the tiles of a block's next item are in
+ * flight while it computes the last tiles of the current one and merges
+ * its warps.  Measured (see the launcher) it won at short contexts and
+ * lost on long ones, so the per-item kernel stays the default.
+ *
+ * The issue side (pers_issue_t) sets an item up when it reaches its first
+ * tile: it copies the item's Q into the Q buffer of the item's ring slot
+ * (k % STAGES for the block's k-th item, committed with the item's first
+ * tile), publishes the item's context end and tile count in the slot,
+ * and loads the next item's query rows and context length and copies its
+ * first table page into the other of two table buffers, committed with
+ * this tile; so when the next item's first tile is issued, at least
+ * STAGES - 1 tiles later, all of that has arrived and the block does not
+ * stop (a block that did, with the others of its wave in step, was 1-2%
+ * slower on the long shapes than a block per item).  Otherwise (the
+ * guess was wrong, or the item had fewer tiles) the block drains its
+ * copies and stages the page as the per-item kernel does.  A tile is
+ * issued STAGES - 1 tiles ahead of its computation whatever item it
+ * belongs to, so at most STAGES items are between the two sides and a
+ * slot is reused only after its item's Q has reached registers.  The
+ * warps' merge (finish_block) has shared memory of its own, since the
+ * stages hold the next item's tiles: rows for the group's query heads
+ * only, which is why the form serves groups of up to DEC_PERS_GROUP
+ * heads (more would cost a block of occupancy at the default stages).
+ * One split per item: the launcher takes this form only when items
+ * outnumber the wave, where it splits no context.
+ */
+#define DEC_PERS_GROUP  4
+#define DEC_PERS_TBL    256     /* table entries per buffer (two fit
+                                   beside two blocks' stages) */
+
+typedef struct {
+    int              w;          /* item being issued */
+    int              k;          /* its number among the block's items */
+    int              j;          /* next tile of it */
+    int              ntiles;
+    int              t1;         /* its context end */
+    int              b0;         /* first entry of its staged table page */
+    int              tb;         /* its table buffer (of two) */
+    const int32_t   *table;
+    dec_copy_t       cp;
+    /* the next item's, loaded ahead on the guess that its row is its
+       sequence: query rows, context length, and (tile group pre_gi) its
+       first table page in the other buffer; pre_gi < 0: none */
+    int              nseq, nq0, nq1, nctx, pre_gi;
+} pers_issue_t;
+
+
+/* row and KV head of item w, in the launch order's numbering */
+static __device__ __forceinline__ void
+pers_item(const attn_params_t &p, int w, int &row, int &kvh)
+{
+    if (p.heads_first) {
+        kvh = w % p.n_hc;
+        row = w / p.n_hc;
+    } else {
+        row = w % p.dec_rows;
+        kvh = w / p.dec_rows;
+    }
+}
+
+
+/* shared memory of the persistent form: Q buffers (STAGES), tiles
+   (STAGES), the merge's rows (4 warps x group) and (max, sum) pairs */
+#define DEC_PERS_QB(D)  (DEC_SW_ROWS * (D) * 2)
+#define DEC_PERS_TB(D)  (2 * DEC_BN * (D) * 2)
+
+static size_t
+pers_smem(int d, int stages, int group)
+{
+    return (size_t) stages * (DEC_PERS_QB(d) + DEC_PERS_TB(d))
+           + 4 * group * (d + DEC_OPAD) * sizeof(float)
+           + 4 * DEC_SW_ROWS * sizeof(float2);
+}
+
+
+/* cp.async of 4 bytes (a block-table entry) */
+static __device__ __forceinline__ void
+cp_async4(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n"
+                 :: "r"(dst), "l"(src));
+}
+
+
+/* Set item st.w up (see above) as the block's st.k-th, its first tile
+   being the block's tile gi. */
+template <typename T, int D, int STAGES>
+static __device__ __forceinline__ void
+pers_setup(const attn_params_t &p, pers_issue_t &st,
+    int32_t (*tbl)[DEC_PERS_TBL], int2 *ring, uint32_t base, int items,
+    int gi)
+{
+    int       row, kvh, q0, q1, ctx, seq;
+    uint32_t  qs = base + (st.k % STAGES) * DEC_PERS_QB(D);
+
+    pers_item(p, st.w, row, kvh);
+    st.tb ^= 1;
+    if (st.pre_gi >= 0 && st.pre_gi + STAGES - 1 <= gi
+        && st.nq0 <= row && row < st.nq1)
+    {
+        seq = st.nseq;
+        q0 = st.nq0;
+        q1 = st.nq1;
+        ctx = st.nctx;
+    } else {
+        /* no copy of the block may still be writing the buffer */
+        cp_async_wait<0>();
+        seq = dec_seq_of_row<DEC_PERS_TBL>(p, row, q0, q1, ctx, tbl[st.tb],
+                                           0, p.max_blocks);
+    }
+    st.table = p.block_tables + (int64_t) seq * p.max_blocks;
+    st.b0 = 0;
+    st.j = 0;
+    st.t1 = ctx - (q1 - row - 1);
+    /* a row sees at least its own token; one (masked) tile regardless,
+       so that both sides count the same tiles */
+    st.ntiles = max(1, (st.t1 + DEC_BN - 1) / DEC_BN);
+    copy_init<D>(st.cp, p, kvh);
+    attn_grid_wait();
+    for (int i = threadIdx.x; i < DEC_SW_ROWS * (D / 8); i += DEC_THREADS) {
+        int   r = i / (D / 8), c = i % (D / 8);
+        bool  valid = r < p.group;
+
+        cp_async16(qs + swz<D>(r, c),
+                   (const T *) p.q + ((int64_t) row * p.n_heads
+                                      + kvh * p.group + (valid ? r : 0))
+                                     * D + c * 8,
+                   valid);
+    }
+    if (threadIdx.x == 0) {
+        ring[st.k % STAGES] = make_int2(st.t1, st.ntiles);
+    }
+
+    st.pre_gi = -1;
+    if (st.w + (int) gridDim.x < items) {
+        const int32_t  *nt;
+        uint32_t        dst = smem_addr(tbl[st.tb ^ 1]);
+        int             n = min(DEC_PERS_TBL, p.max_blocks);
+
+        pers_item(p, st.w + gridDim.x, row, kvh);
+        st.nseq = min(row, p.num_seqs - 1);
+        st.nq0 = p.query_start[st.nseq];
+        st.nq1 = p.query_start[st.nseq + 1];
+        st.nctx = p.context_lens[st.nseq];
+        nt = p.block_tables + (int64_t) st.nseq * p.max_blocks;
+        for (int i = threadIdx.x; i < n; i += DEC_THREADS) {
+            cp_async4(dst + i * 4, nt + i);
+        }
+        st.pre_gi = gi;
+    }
+}
+
+
+/* Issue the block's tile number gi (one commit group, empty past its
+   last item), setting the next item up when the current one is done. */
+template <typename T, int D, int STAGES>
+static __device__ __forceinline__ void
+pers_issue(const attn_params_t &p, pers_issue_t &st,
+    int32_t (*tbl)[DEC_PERS_TBL], int2 *ring, uint32_t base, int items,
+    int gi)
+{
+    uint32_t  ks = base + STAGES * DEC_PERS_QB(D)
+                   + (gi % STAGES) * DEC_PERS_TB(D);
+    int       first;
+
+    if (st.w < items && st.j == st.ntiles) {
+        st.w += gridDim.x;
+        st.k++;
+        if (st.w < items) {
+            pers_setup<T, D, STAGES>(p, st, tbl, ring, base, items, gi);
+        } else if (p.pdl_trigger) {
+            attn_grid_release();
+        }
+    }
+    if (st.w >= items) {
+        cp_async_commit();
+        return;
+    }
+    first = st.j * DEC_BN;
+    if (((min(first + DEC_BN, st.t1) - 1) >> p.log2_block) - st.b0
+        >= DEC_PERS_TBL)
+    {
+        st.b0 = first >> p.log2_block;
+        stage_table<DEC_PERS_TBL>(tbl[st.tb], st.table, st.b0,
+                                  p.max_blocks);
+    }
+    issue_tile<D>(p, st.cp, tbl[st.tb], st.b0, first, st.t1, ks,
+                  ks + DEC_BN * D * 2);
+    st.j++;
+}
+
+
+template <typename T, int D, int STAGES>
+__global__ void __launch_bounds__(DEC_THREADS)
+decode_persistent_kernel(const attn_params_t p)
+{
+    extern __shared__ __align__(128) unsigned char dec_smem[];
+    __shared__ int32_t  tbl[2][DEC_PERS_TBL];
+    __shared__ int2     ring[STAGES];        /* (t1, ntiles) per slot */
+
+    uint32_t      base = smem_addr(dec_smem);
+    float        *ob = (float *) (dec_smem + STAGES * (DEC_PERS_QB(D)
+                                                      + DEC_PERS_TB(D)));
+    int           items = p.dec_rows * p.n_hc;
+    int           warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int           wc = blockIdx.x, kc = 0, jc = 0, ntc = 1, t1c = 0;
+    uint32_t      qf[D / 32][4];
+    float         o[D / 16][4], m[2], l[2];
+    pers_issue_t  st;
+
+    st.w = blockIdx.x;
+    st.k = 0;
+    st.tb = 1;
+    st.pre_gi = -1;
+    pers_setup<T, D, STAGES>(p, st, tbl, ring, base, items, 0);
+#pragma unroll
+    for (int g = 0; g < STAGES - 1; g++) {
+        pers_issue<T, D, STAGES>(p, st, tbl, ring, base, items, g);
+    }
+    for (int i = 0; ; i++) {
+        uint32_t  ks = base + STAGES * DEC_PERS_QB(D)
+                       + (i % STAGES) * DEC_PERS_TB(D);
+
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        pers_issue<T, D, STAGES>(p, st, tbl, ring, base, items,
+                                 i + STAGES - 1);
+        if (jc == 0) {
+            uint32_t  qs = base + (kc % STAGES) * DEC_PERS_QB(D);
+            int2      e = ring[kc % STAGES];
+
+            t1c = e.x;
+            ntc = e.y;
+#pragma unroll
+            for (int j = 0; j < D / 32; j++) {
+                ldsm_x4(qf[j], qs + swz<D>(lane & 7, j * 4 + (lane >> 3)));
+            }
+#pragma unroll
+            for (int n = 0; n < D / 16; n++) {
+#pragma unroll
+                for (int e2 = 0; e2 < 4; e2++) {
+                    o[n][e2] = 0.0f;
+                }
+            }
+            m[0] = m[1] = -FLT_MAX;
+            l[0] = l[1] = 0.0f;
+        }
+        if (jc + 1 < ntc) {
+            form_tile<T, D, true, false>(o, m, l, qf, ks, ks + DEC_BN * D * 2,
+                                         jc * DEC_BN, t1c, p.scale_log2,
+                                         warp, lane);
+        } else {
+            form_tile<T, D, true, true>(o, m, l, qf, ks, ks + DEC_BN * D * 2,
+                                        jc * DEC_BN, t1c, p.scale_log2,
+                                        warp, lane);
+        }
+        if (++jc == ntc) {
+            int  row, kvh;
+
+            pers_item(p, wc, row, kvh);
+            finish_block<T, D, true>(p, o, m, l, ob, p.group, row, kvh, 0,
+                                     p.group, 0, warp, lane);
+            wc += gridDim.x;
+            kc++;
+            jc = 0;
+            if (wc >= items) {
+                break;
+            }
+        }
+    }
+    cp_async_wait<0>();
+}
+
+
 /* the form of the last launch, for the tests: "swapped" or "16 rows";
-   and its number of KV splits */
+   its number of KV splits; whether it was the persistent kernel */
 static const char  *decode_form;
 static int          decode_splits;
+static int          decode_persistent;
 
 
 /* The launch knobs, read at every call (see the header). */
@@ -753,6 +1051,9 @@ typedef struct {
     int  l2pf;
     int  fence_sc;
     int  swap;
+    int  persist;
+    int  persist_ctx;
+    int  persist_blocks;
 } dec_knobs_t;
 
 
@@ -780,6 +1081,9 @@ read_knobs(void)
     k.l2pf = env_or("PAGEDLLM_CUDA_ATTN_L2PF", 0) == 1;
     k.fence_sc = env_or("PAGEDLLM_CUDA_ATTN_FENCE", 0) == 1;
     k.swap = env_or("PAGEDLLM_CUDA_ATTN_SWAP", 1) != 0;
+    k.persist = env_or("PAGEDLLM_CUDA_ATTN_PERSIST", 0) != 0;
+    k.persist_ctx = env_or("PAGEDLLM_CUDA_ATTN_PERSIST_CTX", 0);
+    k.persist_blocks = env_or("PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS", 0);
     k.split_min = k.split_min > 0 ? k.split_min : 256;
     return k;
 }
@@ -811,6 +1115,81 @@ choose_splits(const dec_knobs_t &k, int slots, int64_t units, int max_ctx,
 }
 
 
+/* blocks of kernel with smem bytes of dynamic shared memory that one SM
+   holds, once its launches are allowed up to most bytes */
+template <typename K>
+static int
+blocks_per_sm(K kernel, size_t most, size_t smem)
+{
+    int  n = 0;
+
+    pl_cuda_check(cudaFuncSetAttribute(kernel,
+                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                      (int) most), "decode attention");
+    pl_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                      &n, kernel, DEC_THREADS, smem), "decode attention");
+    return n > 0 ? n : 1;
+}
+
+
+/*
+ * The persistent form when it serves the batch (see the kernel): swapped
+ * operands, groups of up to DEC_PERS_GROUP, no prefill rows beside, one
+ * split, more items than a wave of per-item blocks holds, and as many of
+ * its blocks per SM as of those (its merge rows cost shared memory),
+ * and max_context_len at most PAGEDLLM_CUDA_ATTN_PERSIST_CTX (0: any).
+ * Its blocks take equal numbers of items: as many blocks as make the
+ * fewest rounds of items over the wave (8192 items on 264 slots: 32
+ * rounds of 256 blocks, not 31 rounds of 264 and 8 blocks alone in a
+ * 32nd, which measured 3.7% slower than a block per item on the H200).
+ * Off by default (PAGEDLLM_CUDA_ATTN_PERSIST=1 turns it on): on the H200
+ * it was 2.8% faster at 64 rows of 192 tokens and 0.4% on 64 x 2048 GQA,
+ * but 1.3% slower on 32 x 2048 and 2% on 256 x 1024, where the blocks
+ * in lockstep meet at every item's end (docs/BENCHMARKS.md).
+ * PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS=n (tests) takes it, on or off, with
+ * n blocks whenever it can serve.  Returns whether it launched.
+ */
+template <typename T, int D, int STAGES>
+static bool
+launch_persistent(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
+    int rows, int max_ctx, int per_sm, cudaLaunchConfig_t &cfg)
+{
+    static int  per_sm_p[DEC_PERS_GROUP + 1];
+    auto        kernel = decode_persistent_kernel<T, D, STAGES>;
+    size_t      smem = pers_smem(D, STAGES, p.group);
+    int64_t     items = (int64_t) rows * p.n_hc, blocks, rounds;
+
+    if ((!k.persist && k.persist_blocks <= 0) || p.group > DEC_PERS_GROUP
+        || p.tc_min_qlen > 0 || p.num_splits != 1 || items > INT32_MAX)
+    {
+        return false;
+    }
+    if (per_sm_p[p.group] == 0) {
+        per_sm_p[p.group] = blocks_per_sm(kernel,
+                                          pers_smem(D, STAGES,
+                                                    DEC_PERS_GROUP), smem);
+    }
+    blocks = (int64_t) per_sm_p[p.group] * cu->num_sms;
+    if (k.persist_blocks > 0) {
+        blocks = k.persist_blocks;
+    } else if (items <= (int64_t) per_sm * cu->num_sms
+               || per_sm_p[p.group] < per_sm
+               || (k.persist_ctx > 0 && max_ctx > k.persist_ctx))
+    {
+        return false;
+    } else {
+        rounds = (items + blocks - 1) / blocks;
+        blocks = (items + rounds - 1) / rounds;
+    }
+    p.dec_rows = rows;
+    cfg.gridDim = dim3((unsigned) (blocks < items ? blocks : items));
+    cfg.dynamicSmemBytes = smem;
+    pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, p), "decode attention");
+    PL_CUDA_LAUNCHED("decode attention");
+    return true;
+}
+
+
 template <typename T, int D, int STAGES, bool SW>
 static void
 launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
@@ -828,13 +1207,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     cudaLaunchAttribute  at[1];
 
     if (per_sm == 0) {
-        pl_cuda_check(cudaFuncSetAttribute(kernel,
-                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          (int) smem), "decode attention");
-        pl_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                          &per_sm, kernel, DEC_THREADS, smem),
-                      "decode attention");
-        per_sm = per_sm > 0 ? per_sm : 1;
+        per_sm = blocks_per_sm(kernel, smem, smem);
     }
     p.chunks = (p.group + ROWS - 1) / ROWS;
     p.n_hc = n_kv * p.chunks;
@@ -852,19 +1225,28 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     p.pdl_trigger = k.pdl == 2;
     p.dec_flags = (k.l2pf ? DEC_F_L2PF : 0) | (k.fence_sc ? DEC_F_FENCE_SC : 0);
 
-    cfg.gridDim = p.heads_first ? dim3(p.n_hc, rows, p.num_splits)
-                                : dim3(rows, p.n_hc, p.num_splits);
     cfg.blockDim = dim3(DEC_THREADS);
-    cfg.dynamicSmemBytes = smem;
     cfg.stream = cu->stream;
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = k.pdl > 0 && cu->pdl ? 1 : 0;
-    pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, p), "decode attention");
-    PL_CUDA_LAUNCHED("decode attention");
     decode_form = SW ? "swapped" : "16 rows";
     decode_splits = p.num_splits;
+    decode_persistent = 0;
+    if constexpr (SW && STAGES == DEC_STAGES) {
+        if (launch_persistent<T, D, STAGES>(cu, k, p, rows, max_ctx, per_sm,
+                                            cfg))
+        {
+            decode_persistent = 1;
+            return;
+        }
+    }
+    cfg.gridDim = p.heads_first ? dim3(p.n_hc, rows, p.num_splits)
+                                : dim3(rows, p.n_hc, p.num_splits);
+    cfg.dynamicSmemBytes = smem;
+    pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, p), "decode attention");
+    PL_CUDA_LAUNCHED("decode attention");
 }
 
 
@@ -956,4 +1338,11 @@ extern "C" int
 pl_cuda_decode_splits(void)
 {
     return decode_splits;
+}
+
+
+extern "C" int
+pl_cuda_decode_persistent(void)
+{
+    return decode_persistent;
 }

@@ -79,7 +79,8 @@ if [ $SWEEP = 1 ]; then
              "FENCE=1" "L2PF=1" "L2PF=1 STAGES=2" "FENCE=1 SPLIT_MIN=128" \
              "SPLITS=12" "SPLITS=16" "STAGES=2 SPLITS=16" \
              "STAGES=2 SPLITS=24" "ORDER=0" "PDL=0" "SWAP=0" \
-             "SHORT_CTX=512 SHORT_STAGES=2" "SHORT_CTX=512 SHORT_STAGES=4"; do
+             "SHORT_CTX=512 SHORT_STAGES=2" "SHORT_CTX=512 SHORT_STAGES=4" \
+             "PERSIST=1" "PERSIST=1 PERSIST_CTX=256"; do
         echo "# ${v:-defaults}" >> "$OUT/sweep.log"
         env $(for kv in $v; do echo "PAGEDLLM_CUDA_ATTN_$kv"; done) \
             $B/bench/gpu/attention decode >> "$OUT/sweep.log" 2>&1

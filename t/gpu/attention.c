@@ -31,7 +31,8 @@
  * 16 run on both head sizes under each setting.  decode_merge_cases
  * runs the split merge on both forms at split counts around its batch
  * of eight partials, empty splits among them, and checks that each
- * count ran.
+ * count ran; decode_persistent_cases the persistent kernel, which walks
+ * many rows per block.
  *
  * Then again with fp16 activations (fp16_cases): a subset that still
  * takes every kernel (decode, split merge in both orderings, mma.sync and
@@ -49,6 +50,7 @@ const char *pl_cuda_prefill_kernel(void);
    its number of KV splits */
 const char *pl_cuda_decode_form(void);
 int pl_cuda_decode_splits(void);
+int pl_cuda_decode_persistent(void);
 
 typedef struct {
     int  qlen;
@@ -512,6 +514,85 @@ decode_merge_cases(void)
 }
 
 
+/* the last decode launch was (1) or was not (0) the persistent kernel */
+static void
+check_persistent(int want, const char *what)
+{
+    is_int(pl_cuda_decode_persistent(), want, "decode persistent: %s", what);
+}
+
+
+/*
+ * The persistent kernel (groups of up to 4, one split, more (row, KV
+ * head) items than a wave holds): on a few blocks
+ * (PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS), so that each walks many items and
+ * its copy pipeline runs across them, with one split forced; groups 1 to
+ * 4, head sizes 64 and 128, block sizes 8, 16 and 32, contexts from 1
+ * token (items of one tile, several in flight at once) to 20000 (the
+ * staged table page turns over inside an item), and rows of short query
+ * chunks (a row's sequence found by search); then its choice: off by
+ * default, and under PAGEDLLM_CUDA_ATTN_PERSIST=1 taken for a batch of
+ * 384 items, not for 96 (one wave), past PAGEDLLM_CUDA_ATTN_PERSIST_CTX
+ * or for a group of 5.
+ */
+static void
+decode_persistent_cases(void)
+{
+    static const char  *blocks[] = { "1", "5", "7" };
+    /* chunks under the prefill kernel's 16 rows: every row on the
+       decode kernel, rows past the first sequence's are not their
+       sequence's number */
+    attn_case_t         chunks = { 16, 128, 8, 2, 5, {
+        { 3, 700, 0 },
+        { 1, 1, 0 },
+        { 5, 2000, 1 },
+        { 15, 90, 0 },
+        { 2, 3000, 0 },
+    } };
+    size_t              i;
+
+    setenv("PAGEDLLM_CUDA_ATTN_SPLITS", "1", 1);
+    for (i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
+        setenv("PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS", blocks[i], 1);
+        diag("PAGEDLLM_CUDA_ATTN_SPLITS=1 "
+             "PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS=%s", blocks[i]);
+        decode_case(16, 128, 8, 2, 12, 3000);
+        check_persistent(1, "group 4");
+        decode_case(8, 64, 4, 4, 12, 3000);
+        check_persistent(1, "group 1, head 64");
+        decode_case(32, 128, 4, 2, 12, 5000);
+        check_persistent(1, "group 2, block 32");
+        decode_case(16, 64, 6, 2, 10, 2000);
+        check_persistent(1, "group 3, head 64");
+        decode_case(16, 128, 8, 2, 3, 20000);
+        check_persistent(1, "20000 tokens");
+        decode_bucket_case(128, 32, 32, 12);
+        check_persistent(1, "contexts of 1 to 192");
+        decode_case(16, 128, 10, 2, 4, 1000);
+        check_persistent(0, "group 5");
+        run_case(&chunks, "short query chunks");
+        check_persistent(1, "short query chunks (row is not sequence)");
+    }
+    unsetenv("PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS");
+    unsetenv("PAGEDLLM_CUDA_ATTN_SPLITS");
+    decode_bucket_case(128, 32, 32, 12);
+    check_persistent(0, "384 items, off by default");
+    setenv("PAGEDLLM_CUDA_ATTN_PERSIST", "1", 1);
+    decode_bucket_case(128, 32, 32, 12);
+    check_persistent(1, "384 items, PERSIST=1");
+    decode_bucket_case(64, 32, 8, 12);
+    check_persistent(0, "96 items, PERSIST=1");
+    setenv("PAGEDLLM_CUDA_ATTN_PERSIST_CTX", "128", 1);
+    decode_bucket_case(128, 32, 32, 12);
+    check_persistent(0, "max_context_len 256, PERSIST_CTX=128");
+    setenv("PAGEDLLM_CUDA_ATTN_PERSIST_CTX", "256", 1);
+    decode_bucket_case(128, 32, 32, 12);
+    check_persistent(1, "max_context_len 256, PERSIST_CTX=256");
+    unsetenv("PAGEDLLM_CUDA_ATTN_PERSIST_CTX");
+    unsetenv("PAGEDLLM_CUDA_ATTN_PERSIST");
+}
+
+
 /*
  * The decode kernel's launch knobs (kernels/decode_attention.cu, read at
  * every call): heads-first grid with programmatic dependent launch and
@@ -741,6 +822,7 @@ fp16_cases(void)
     decode_bucket_case(64, 8, 2, 5);
     decode_group_cases();
     decode_merge_cases();
+    decode_persistent_cases();
     long_case();
     for (i = 0; i < 3; i++) {
         for (k = 0; k < 2; k++) {
@@ -803,6 +885,7 @@ main(void)
     decode_bucket_case(64, 8, 2, 5);
     decode_group_cases();
     decode_merge_cases();
+    decode_persistent_cases();
     decode_knob_cases();
     mixed_case(16, 64, 40, 2);
     long_case();
