@@ -587,6 +587,55 @@ issue_next(const attn_params_t &p, const dec_copy_t &cp, int32_t *tbl,
 }
 
 
+/* Copy query heads g0 .. g0+ng-1 of KV head kvh of row into the ROWS-row
+   Q buffer at qs (rows past ng zero); not committed. */
+template <typename T, int D, int ROWS>
+static __device__ __forceinline__ void
+copy_q(const attn_params_t &p, uint32_t qs, int row, int kvh, int g0,
+    int ng)
+{
+    for (int i = threadIdx.x; i < ROWS * (D / 8); i += DEC_THREADS) {
+        int   r = i / (D / 8), c = i % (D / 8);
+        bool  valid = r < ng;
+
+        cp_async16(qs + swz<D>(r, c),
+                   (const T *) p.q + ((int64_t) row * p.n_heads
+                                      + kvh * p.group + g0
+                                      + (valid ? r : 0)) * D + c * 8,
+                   valid);
+    }
+}
+
+
+/* Q from the buffer at qs as the 16-row form's A (rows 0..15, dims
+   16j .. 16j + 15) or as the swapped form's B (Q^T: rows 0..7, dims 32j
+   .. 32j + 31), and the softmax state of no token yet */
+template <int D, bool SW>
+static __device__ __forceinline__ void
+start_state(uint32_t (&qf)[D / (SW ? 32 : 16)][4],
+    float (&o)[D / (SW ? 16 : 8)][4], float (&m)[2], float (&l)[2],
+    uint32_t qs, int lane)
+{
+#pragma unroll
+    for (int j = 0; j < D / (SW ? 32 : 16); j++) {
+        int  mi = lane >> 3;
+
+        ldsm_x4(qf[j], qs + (SW ? swz<D>(lane & 7, j * 4 + mi)
+                                : swz<D>((mi & 1) * 8 + (lane & 7),
+                                         j * 2 + (mi >> 1))));
+    }
+#pragma unroll
+    for (int n = 0; n < D / (SW ? 16 : 8); n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            o[n][e] = 0.0f;
+        }
+    }
+    m[0] = m[1] = -FLT_MAX;
+    l[0] = l[1] = 0.0f;
+}
+
+
 /*
  * The sequence of a row, its query rows [q0, q1) and its context length
  * (ctx), with the split's block-table page [b0, bend) staged in tbl.  In
@@ -679,16 +728,7 @@ decode_attention_kernel(const attn_params_t p)
 
     copy_init<D>(cp, p, kvh);
     attn_grid_wait();
-    for (int i = threadIdx.x; i < ROWS * (D / 8); i += DEC_THREADS) {
-        int   r = i / (D / 8), c = i % (D / 8);
-        bool  valid = r < ng;
-
-        cp_async16(qs + swz<D>(r, c),
-                   (const T *) p.q + ((int64_t) row * p.n_heads
-                                      + kvh * p.group + g0
-                                      + (valid ? r : 0)) * D + c * 8,
-                   valid);
-    }
+    copy_q<T, D, ROWS>(p, qs, row, kvh, g0, ng);
     cp_async_commit();
 #pragma unroll
     for (int j = 0; j < STAGES - 1; j++) {
@@ -697,25 +737,7 @@ decode_attention_kernel(const attn_params_t p)
     }
     cp_async_wait<STAGES - 1>();
     __syncthreads();
-    /* Q as the 16-row form's A (rows 0..15, dims 16j .. 16j + 15) or as
-       the swapped form's B (Q^T: rows 0..7, dims 32j .. 32j + 31) */
-#pragma unroll
-    for (int j = 0; j < D / (SW ? 32 : 16); j++) {
-        int  mi = lane >> 3;
-
-        ldsm_x4(qf[j], qs + (SW ? swz<D>(lane & 7, j * 4 + mi)
-                                : swz<D>((mi & 1) * 8 + (lane & 7),
-                                         j * 2 + (mi >> 1))));
-    }
-#pragma unroll
-    for (int n = 0; n < D / (SW ? 16 : 8); n++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            o[n][e] = 0.0f;
-        }
-    }
-    m[0] = m[1] = -FLT_MAX;
-    l[0] = l[1] = 0.0f;
+    start_state<D, SW>(qf, o, m, l, qs, lane);
 
     for (int j = 0; j < ntiles; j++) {
         uint32_t  ks = stage_addr<D>(qs, j % STAGES);
@@ -877,16 +899,7 @@ pers_setup(const attn_params_t &p, pers_issue_t &st,
     st.ntiles = max(1, (st.t1 + DEC_BN - 1) / DEC_BN);
     copy_init<D>(st.cp, p, kvh);
     attn_grid_wait();
-    for (int i = threadIdx.x; i < DEC_SW_ROWS * (D / 8); i += DEC_THREADS) {
-        int   r = i / (D / 8), c = i % (D / 8);
-        bool  valid = r < p.group;
-
-        cp_async16(qs + swz<D>(r, c),
-                   (const T *) p.q + ((int64_t) row * p.n_heads
-                                      + kvh * p.group + (valid ? r : 0))
-                                     * D + c * 8,
-                   valid);
-    }
+    copy_q<T, D, DEC_SW_ROWS>(p, qs, row, kvh, 0, p.group);
     if (threadIdx.x == 0) {
         ring[st.k % STAGES] = make_int2(st.t1, st.ntiles);
     }
@@ -986,24 +999,12 @@ decode_persistent_kernel(const attn_params_t p)
         pers_issue<T, D, STAGES>(p, st, tbl, ring, base, items,
                                  i + STAGES - 1);
         if (jc == 0) {
-            uint32_t  qs = base + (kc % STAGES) * DEC_PERS_QB(D);
-            int2      e = ring[kc % STAGES];
+            int2  e = ring[kc % STAGES];
 
             t1c = e.x;
             ntc = e.y;
-#pragma unroll
-            for (int j = 0; j < D / 32; j++) {
-                ldsm_x4(qf[j], qs + swz<D>(lane & 7, j * 4 + (lane >> 3)));
-            }
-#pragma unroll
-            for (int n = 0; n < D / 16; n++) {
-#pragma unroll
-                for (int e2 = 0; e2 < 4; e2++) {
-                    o[n][e2] = 0.0f;
-                }
-            }
-            m[0] = m[1] = -FLT_MAX;
-            l[0] = l[1] = 0.0f;
+            start_state<D, true>(qf, o, m, l,
+                                 base + (kc % STAGES) * DEC_PERS_QB(D), lane);
         }
         if (jc + 1 < ntc) {
             form_tile<T, D, true, false>(o, m, l, qf, ks, ks + DEC_BN * D * 2,
