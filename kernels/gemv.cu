@@ -36,6 +36,19 @@
  * allocated or synchronized with the host: the launch can be captured in
  * a CUDA graph.
  *
+ * The GEMV is launched plainly, but it lets the next kernel launch early
+ * (pl_grid_release, pl_cuda.cuh): every block releases it once its main
+ * loop is done, before the epilogue, so the small kernel that follows (a
+ * norm, the rope and KV store, the gate), launched as a programmatic
+ * dependent launch, is launched and placed while the last blocks finish,
+ * and waits for the GEMV's completion as before.  On the H200 this took
+ * the Llama-2-7B batch-1 step from 3.96 to 3.88 ms (docs/BENCHMARKS.md).
+ * Launching the GEMV itself that way lost (its blocks waiting through the
+ * kernel before; with or without its first weights loaded before the
+ * wait), as did prefetching its weights to L2 then (session 2).
+ * Releasing at the start of the blocks of the last wave instead measured
+ * no better.  PAGEDLLM_GEMV_RELEASE=0 turns the release off.
+ *
  * For benchmarks, PAGEDLLM_GEMV_N_SMALL sets the dispatch limit (0: never)
  * and PAGEDLLM_GEMV_CONFIG names the configuration (e.g. k8m1t1u4).
  * Configurations are built for bf16 and fp16 activations; fp16 only in
@@ -136,6 +149,8 @@ enum { GEMV_PLAIN = 0, GEMV_RMS, GEMV_ADD, GEMV_SILU_ADD };
 typedef struct {
     float                 eps;       /* GEMV_RMS */
     const void           *add;       /* GEMV_ADD, GEMV_SILU_ADD: T */
+    int                   release;   /* release the next launch before the
+                                        epilogue (set at launch) */
 } gemv_fuse_t;
 
 
@@ -346,6 +361,9 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
         chunk_mma<T, MT, NT>(acc, a, b);
     }
 
+    if (fuse.release) {
+        pl_grid_release();
+    }
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -401,6 +419,16 @@ typedef struct {
 } gemv_config_t;
 
 
+/* PAGEDLLM_GEMV_RELEASE (see the header): 1 (default) or 0 */
+static int
+gemv_release_wanted(void)
+{
+    const char  *v = getenv("PAGEDLLM_GEMV_RELEASE");
+
+    return v == NULL || *v == '\0' || atoi(v) != 0;
+}
+
+
 /* one instantiation's launch, its shared-memory limit raised to
    PL_GEMV_STAGE_MAX the first time a staged form needs more than the
    default 48 KB */
@@ -410,8 +438,10 @@ gemv_start(unsigned blocks, unsigned threads, size_t staged, cudaStream_t st,
     T *out, const T *x, const T *w, const void *bias, pl_dtype_t bias_dt,
     int n, int rows, int cols, gemv_fuse_t fuse)
 {
-    static bool  raised;
+    static const int   release = gemv_release_wanted();
+    static bool        raised;
 
+    fuse.release = release;
     if (staged > (48u << 10) && !raised) {
         pl_cuda_check(cudaFuncSetAttribute(
                           gemv_kernel<T, KS, MG, MT, NT, U, P, MODE>,
