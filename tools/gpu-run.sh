@@ -85,6 +85,11 @@ if [ $SWEEP = 1 ]; then
         env $(for kv in $v; do echo "PAGEDLLM_CUDA_ATTN_$kv"; done) \
             $B/bench/gpu/attention decode >> "$OUT/sweep.log" 2>&1
     done
+    # the defaults on caches whose blocks lie in order (what the scatter
+    # of shuffled blocks costs)
+    echo "# bench blocks in order" >> "$OUT/sweep.log"
+    PAGEDLLM_BENCH_BLOCKS=ordered $B/bench/gpu/attention decode \
+        >> "$OUT/sweep.log" 2>&1
     # the new launch paths inside CUDA graphs and under the knobs the
     # test does not set itself
     PAGEDLLM_BUILD=$(pwd)/$B PAGEDLLM_CUDA_ATTN_PDL=2 \

@@ -8,9 +8,11 @@
  * same run, on each variant of the wgmma kernel and on the mma.sync one
  * (the PAGEDLLM_CUDA_PREFILL* overrides); the kernel that ran is named.
  *
- * Physical blocks are shuffled.  Shapes whose cache fits in L2 a few times
- * over rotate among several caches, so every timed call reads from device
- * memory.  Each call is timed with events on the backend's stream; the
+ * Physical blocks are shuffled (PAGEDLLM_BENCH_BLOCKS=ordered lays every
+ * sequence's blocks out in order instead, to measure what the scatter
+ * costs against torch's contiguous K/V).  Shapes whose cache fits in L2 a
+ * few times over rotate among several caches, so every timed call reads
+ * from device memory.  Each call is timed with events on the backend's stream; the
  * median of the calls is printed.  Output lines start with "ours".
  * After the five shapes of docs/BENCHMARKS.md come the engine's
  * short-context decode shapes, with max_context_len rounded up to the
@@ -103,11 +105,15 @@ free_batch(pl_batch_t *b)
 static int32_t *
 shuffled(int64_t n)
 {
-    int32_t  *p = malloc(n * sizeof(int32_t));
-    int64_t   i;
+    int32_t     *p = malloc(n * sizeof(int32_t));
+    int64_t      i;
+    const char  *v = getenv("PAGEDLLM_BENCH_BLOCKS");
 
     for (i = 0; i < n; i++) {
         p[i] = (int32_t) i;
+    }
+    if (v != NULL && strcmp(v, "ordered") == 0) {
+        return p;
     }
     for (i = n - 1; i > 0; i--) {
         int64_t  j = (int64_t) (next() % (uint64_t) (i + 1));
