@@ -2,9 +2,10 @@
  * embedding: out[n][dim] (T, the activation dtype: bf16 or fp16) =
  * table[ids[i]], table [vocab][dim] in any weight dtype.  One thread block
  * per token row, copied 16 bytes at a time when the table holds T (the
- * loads of a row in flight together); ids outside the table
- * give a zero row (the runner validates ids, this only keeps a bad one from
- * reading outside the table).
+ * loads of a row in flight together, where the element loop waits for
+ * each in turn); ids outside the table give a zero row (the runner
+ * validates ids, this only keeps a bad one from reading outside the
+ * table).
  *
  * Launched with programmatic dependent launch (pl_cuda.cuh): ids (a batch
  * array, copied in before the step) are read before the wait for the

@@ -45,7 +45,7 @@
  * the Llama-2-7B batch-1 step from 3.96 to 3.88 ms (docs/BENCHMARKS.md).
  * Launching the GEMV itself that way lost (its blocks waiting through the
  * kernel before; with or without its first weights loaded before the
- * wait), as did prefetching its weights to L2 then (session 2).
+ * wait), as did prefetching its weights to L2 then (sessions 2 and 3).
  * Releasing at the start of the blocks of the last wave instead measured
  * no better.  PAGEDLLM_GEMV_RELEASE=0 turns the release off.
  *
