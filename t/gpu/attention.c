@@ -856,14 +856,9 @@ main(void)
 {
     static const int  bss[] = { 8, 16, 32 };
     static const int  hds[] = { 64, 128 };
-    char              err[256];
     int               i, j;
 
-    pair_seed();
-    P.cpu = pl_backend_cpu_create(8, err, sizeof(err));
-    P.gpu = pl_backend_cuda_create(0, err, sizeof(err));
-    if (!ok(P.cpu != NULL && P.gpu != NULL, "both backends start")) {
-        diag("%s", err);
+    if (!pair_start(&P)) {
         return done_testing();
     }
     for (i = 0; i < 3; i++) {

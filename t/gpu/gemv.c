@@ -494,13 +494,7 @@ test_fused(void)
 int
 main(void)
 {
-    char  err[256];
-
-    pair_seed();
-    P.cpu = pl_backend_cpu_create(8, err, sizeof(err));
-    P.gpu = pl_backend_cuda_create(0, err, sizeof(err));
-    if (!ok(P.cpu != NULL && P.gpu != NULL, "both backends start")) {
-        diag("%s", err);
+    if (!pair_start(&P)) {
         return done_testing();
     }
     diag("%d configurations, dispatch up to n=%d", pl_cuda_gemv_configs(),

@@ -539,13 +539,7 @@ test_ops(pl_dtype_t act)
 int
 main(void)
 {
-    char  err[256];
-
-    pair_seed();
-    P.cpu = pl_backend_cpu_create(8, err, sizeof(err));
-    P.gpu = pl_backend_cuda_create(0, err, sizeof(err));
-    if (!ok(P.cpu != NULL && P.gpu != NULL, "both backends start")) {
-        diag("%s", err);
+    if (!pair_start(&P)) {
         return done_testing();
     }
     test_backend_basics();

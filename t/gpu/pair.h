@@ -123,6 +123,23 @@ pair_put(pl_backend_t *be, const float *host, size_t n)
     return dev;
 }
 
+/* seed, then both backends (the CPU one with 8 threads); 0 when either
+   fails to start, its error given as a diagnostic */
+static inline int
+pair_start(pair_t *p)
+{
+    char  err[256] = "";
+
+    pair_seed();
+    p->cpu = pl_backend_cpu_create(8, err, sizeof(err));
+    p->gpu = pl_backend_cuda_create(0, err, sizeof(err));
+    if (!ok(p->cpu != NULL && p->gpu != NULL, "both backends start")) {
+        diag("%s", err);
+        return 0;
+    }
+    return 1;
+}
+
 /*
  * The GPU backend's activations in dt for the kernel tests, through
  * set_act_dtype as the engine sets them.  Weights must be loaded after

@@ -278,14 +278,9 @@ int
 main(void)
 {
     static const int  vocabs[3] = { 32000, 151936, 50257 };
-    char              err[256];
     int               v, m;
 
-    pair_seed();
-    P.cpu = pl_backend_cpu_create(8, err, sizeof(err));
-    P.gpu = pl_backend_cuda_create(0, err, sizeof(err));
-    if (!ok(P.cpu != NULL && P.gpu != NULL, "both backends start")) {
-        diag("%s", err);
+    if (!pair_start(&P)) {
         return done_testing();
     }
     ok(P.gpu->sample != NULL, "the CUDA backend has the sample operation");
