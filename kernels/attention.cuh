@@ -140,12 +140,12 @@ attn_fold_split(float &mx, float &sum, float &v, float2 e, float acc)
  * group)'s split blocks to arrive (atomic counter number unit, reset for
  * the next launch) merges every split's partial into out (T) for heads
  * g0 .. g0+ng-1 of KV head kvh.  Each thread merges whole output
- * elements: it loads the (max, sum) pairs and accumulators of eight
- * splits at a time, all in flight together, and folds them in
- * (attn_fold_split), so the merge waits for one round trip to L2 per
- * eight splits (it waited for three before: the pairs into shared
- * memory, the weights, the accumulators).  Called by all THREADS threads
- * of the block.
+ * elements (attn_merge_elems): it loads the (max, sum) pairs and
+ * accumulators of eight splits at a time, all in flight together, and
+ * folds them in (attn_fold_split), so the merge waits for one round trip
+ * to L2 per eight splits (it waited for three before: the pairs into
+ * shared memory, the weights, the accumulators).  Called by all THREADS
+ * threads of the block.
  *
  * Ordering: the barrier makes the block's partial writes precede thread
  * 0's counter update, an acquire-release atomic at GPU scope, which
@@ -156,6 +156,77 @@ attn_fold_split(float &mx, float &sum, float &v, float2 e, float acc)
  * after instead, which costs each block a full fence on the way out.
  */
 #define ATTN_MERGE_BATCH  8
+#define ATTN_MERGE_ELEMS  2
+
+/*
+ * The merge of output elements [0, n) of the heads from rh0 on: each
+ * thread takes E elements THREADS apart at a time and loads the (max,
+ * sum) pairs and accumulators of eight splits of all E before folding
+ * any, so a group of four heads (512 elements on 128 threads) waits for
+ * two round trips per eight splits, not four (one element at a time, the
+ * merge took 5.1 us of the 8 x 16384 x 32/8 kernel's end in the trace of
+ * bench/gpu/attention-trace, the H200; 4.1 with E = 4).  E is 2: with 4
+ * the 16-row decode kernel spilled and the swapped one took 146
+ * registers instead of 126.  Elements past n load element 0 and store
+ * nothing.
+ */
+template <typename T, int THREADS, int E>
+static __device__ __forceinline__ void
+attn_merge_elems(const attn_params_t &p, int64_t rh0, int n)
+{
+    int  ns = p.num_splits, hd = p.head_dim;
+
+    for (int i0 = threadIdx.x; i0 < n; i0 += E * THREADS) {
+        float  mx[E], sum[E], v[E];
+
+#pragma unroll
+        for (int u = 0; u < E; u++) {
+            mx[u] = -FLT_MAX;
+            sum[u] = 0.0f;
+            v[u] = 0.0f;
+        }
+        for (int s0 = 0; s0 < ns; s0 += ATTN_MERGE_BATCH) {
+            float2  e[E][ATTN_MERGE_BATCH];
+            float   a[E][ATTN_MERGE_BATCH];
+
+#pragma unroll
+            for (int u = 0; u < E; u++) {
+                int            i = i0 + u * THREADS < n ? i0 + u * THREADS
+                                                        : 0;
+                const float2  *ml = p.part_ml + (rh0 + i / hd) * ns;
+                const float   *acc = p.part_acc + (rh0 + i / hd) * ns * hd
+                                     + i % hd;
+
+#pragma unroll
+                for (int j = 0; j < ATTN_MERGE_BATCH; j++) {
+                    bool  in = s0 + j < ns;
+
+                    e[u][j] = in ? __ldcg(&ml[s0 + j])
+                                 : make_float2(0.0f, 0.0f);
+                    a[u][j] = in ? __ldcg(&acc[(int64_t) (s0 + j) * hd])
+                                 : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < E; u++) {
+#pragma unroll
+                for (int j = 0; j < ATTN_MERGE_BATCH; j++) {
+                    attn_fold_split(mx[u], sum[u], v[u], e[u][j], a[u][j]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < E; u++) {
+            int  i = i0 + u * THREADS;
+
+            if (i < n) {
+                ((T *) p.out)[(rh0 + i / hd) * hd + i % hd] = pl_from_f32<T>(
+                    sum[u] > 0.0f ? v[u] / sum[u] : 0.0f);
+            }
+        }
+    }
+}
+
 
 template <typename T, int THREADS, bool SC = true>
 static __device__ __forceinline__ void
@@ -192,30 +263,10 @@ attn_merge_if_last(const attn_params_t &p, int row, int g0, int ng, int kvh,
         __threadfence();
     }
     ng = min(ng, p.group - g0);
-    for (int i = threadIdx.x; i < ng * hd; i += THREADS) {
-        int            g = i / hd, d = i % hd;
-        const float2  *ml = p.part_ml + (rh0 + g) * ns;
-        const float   *acc = p.part_acc + (rh0 + g) * ns * hd + d;
-        float          mx = -FLT_MAX, sum = 0.0f, v = 0.0f;
-
-        for (int s0 = 0; s0 < ns; s0 += ATTN_MERGE_BATCH) {
-            float2  e[ATTN_MERGE_BATCH];
-            float   a[ATTN_MERGE_BATCH];
-
-#pragma unroll
-            for (int j = 0; j < ATTN_MERGE_BATCH; j++) {
-                bool  in = s0 + j < ns;
-
-                e[j] = in ? __ldcg(&ml[s0 + j]) : make_float2(0.0f, 0.0f);
-                a[j] = in ? __ldcg(&acc[(int64_t) (s0 + j) * hd]) : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < ATTN_MERGE_BATCH; j++) {
-                attn_fold_split(mx, sum, v, e[j], a[j]);
-            }
-        }
-        ((T *) p.out)[(rh0 + g) * hd + d] = pl_from_f32<T>(
-            sum > 0.0f ? v / sum : 0.0f);
+    if (ng * hd <= THREADS) {
+        attn_merge_elems<T, THREADS, 1>(p, rh0, ng * hd);
+    } else {
+        attn_merge_elems<T, THREADS, ATTN_MERGE_ELEMS>(p, rh0, ng * hd);
     }
 }
 
