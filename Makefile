@@ -151,8 +151,24 @@ $(BUILD)/bench/gpu/%: bench/gpu/%.c $(wildcard bench/gpu/*.h) $(BUILD)/libpagedl
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/libpagedllm.a \
 	    $(LDLIBS)
 
+# bench/gpu/attention with the decode kernel's phase trace built in
+# (kernels/decode_attention.cu, PL_DEC_TRACE): its object comes before the
+# library, so the library's untraced one is not linked
+$(BUILD)/obj/trace/decode_attention.cu.o: kernels/decode_attention.cu $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -DPL_DEC_TRACE=1 -c $< -o $@
+
+$(BUILD)/bench/gpu/attention-trace: bench/gpu/attention.c \
+        $(wildcard bench/gpu/*.h) $(BUILD)/obj/trace/decode_attention.cu.o \
+        $(BUILD)/libpagedllm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< \
+	    $(BUILD)/obj/trace/decode_attention.cu.o $(BUILD)/libpagedllm.a \
+	    $(LDLIBS)
+
 # no GPU in CI, but it compiles every program that runs on one
 ifeq ($(CUDA),1)
+GPU_BENCHES += $(BUILD)/bench/gpu/attention-trace
 all: $(GPU_TESTS) $(GPU_BENCHES)
 endif
 

@@ -124,6 +124,57 @@ fast_exp2(float x)
 }
 
 
+/*
+ * Phase trace, built into bench/gpu/attention-trace only (-DPL_DEC_TRACE;
+ * the library's kernel has none of it): thread 0 of each block of the
+ * per-item kernel writes %globaltimer and clock64 at the points DEC_TR_*
+ * of its life, its SM and whether it merged the splits, to the buffer
+ * pl_cuda_decode_trace() set (DEC_TRACE_N words of globaltimer, then as
+ * many of clock64, per block in launch order).
+ */
+#define DEC_TRACE_N     8
+#define DEC_TR_START    0       /* the block began */
+#define DEC_TR_TABLE    1       /* its table page is staged */
+#define DEC_TR_FIRST    2       /* Q (and in practice its first tile, in
+                                   flight beside it) arrived */
+#define DEC_TR_LOOP     3       /* its last tile is computed */
+#define DEC_TR_FINISH   4       /* its warps are merged, written out */
+#define DEC_TR_END      5       /* after the split merge (if any) */
+#define DEC_TR_MERGED   6       /* globaltimer word: it merged the splits */
+#define DEC_TR_SM       7       /* globaltimer word: its SM */
+
+#ifdef PL_DEC_TRACE
+static __device__ unsigned long long  *dec_trace_buf;
+
+static __device__ __forceinline__ void
+dec_trace(int k, long long val = -1)
+{
+    unsigned long long  t, *b = dec_trace_buf;
+    long long           c = clock64();
+    unsigned            sm;
+
+    if (b == nullptr || threadIdx.x != 0) {
+        return;
+    }
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    asm("mov.u32 %0, %%smid;" : "=r"(sm));
+    b += (((size_t) blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x
+          + blockIdx.x) * 2 * DEC_TRACE_N;
+    b[k] = t;
+    b[DEC_TRACE_N + k] = (unsigned long long) c;
+    b[DEC_TR_SM] = sm;
+    if (val >= 0) {
+        b[DEC_TR_MERGED] = (unsigned long long) val;
+    }
+}
+#else
+static __device__ __forceinline__ void
+dec_trace(int, long long = -1)
+{
+}
+#endif
+
+
 /* the split merge, ordered by one acquire-release atomic per block, or
    (PAGEDLLM_CUDA_ATTN_FENCE=1) by every thread's __threadfence */
 template <typename T>
@@ -703,11 +754,13 @@ decode_attention_kernel(const attn_params_t p)
      * the batch arrays: staged before the wait for the previous kernel
      * (a no-op unless launched with PDL).
      */
+    dec_trace(DEC_TR_START);
     bend = blockIdx.z + 1 == gridDim.z
            ? p.max_blocks
            : min(p.max_blocks, ((t0 + p.split_tokens - 1) >> p.log2_block)
                                + 1);
     seq = dec_seq_of_row(p, row, q0, q1, ctx, tbl, b0, bend);
+    dec_trace(DEC_TR_TABLE);
     table = p.block_tables + (int64_t) seq * p.max_blocks;
     if (p.tc_min_qlen > 0 && q1 - q0 >= p.tc_min_qlen) {
         /* the prefill kernel's row; still wait, so that this grid never
@@ -738,6 +791,7 @@ decode_attention_kernel(const attn_params_t p)
     cp_async_wait<STAGES - 1>();
     __syncthreads();
     start_state<D, SW>(qf, o, m, l, qs, lane);
+    dec_trace(DEC_TR_FIRST);
 
     for (int j = 0; j < ntiles; j++) {
         uint32_t  ks = stage_addr<D>(qs, j % STAGES);
@@ -756,15 +810,18 @@ decode_attention_kernel(const attn_params_t p)
         }
     }
     cp_async_wait<0>();
+    dec_trace(DEC_TR_LOOP);
     if (p.pdl_trigger) {
         attn_grid_release();
     }
 
     finish_block<T, D, SW>(p, o, m, l, (float *) dec_smem, ROWS, row, kvh,
                            g0, ng, blockIdx.z, warp, lane);
+    dec_trace(DEC_TR_FINISH);
     if (p.num_splits > 1) {
         dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
     }
+    dec_trace(DEC_TR_END, p.num_splits > 1 && last);
 }
 
 
@@ -1325,6 +1382,25 @@ pl_cuda_decode_attention(pl_cuda_t *cu, const attn_params_t *p, int rows,
         return launch_head<__nv_bfloat16>(cu, p, rows, max_ctx);
     }
     return 0;
+}
+
+
+/* Trace every later launch of the per-item kernel into buf (device
+   memory of 2 * DEC_TRACE_N words per block; NULL: stop); returns
+   DEC_TRACE_N, or 0 when this build has no trace (all but
+   bench/gpu/attention-trace).  Set outside the backend's stream: call it
+   with nothing running there. */
+extern "C" int
+pl_cuda_decode_trace(void *buf)
+{
+#ifdef PL_DEC_TRACE
+    pl_cuda_check(cudaMemcpyToSymbol(dec_trace_buf, &buf, sizeof(buf)),
+                  "decode trace");
+    return DEC_TRACE_N;
+#else
+    (void) buf;
+    return 0;
+#endif
 }
 
 

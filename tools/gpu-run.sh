@@ -85,11 +85,18 @@ if [ $SWEEP = 1 ]; then
         env $(for kv in $v; do echo "PAGEDLLM_CUDA_ATTN_$kv"; done) \
             $B/bench/gpu/attention decode >> "$OUT/sweep.log" 2>&1
     done
-    # the defaults on caches whose blocks lie in order (what the scatter
-    # of shuffled blocks costs)
+    # the defaults on caches whose blocks lie in order, and in shuffled
+    # runs of four (one 64-token tile): what the scatter of shuffled
+    # blocks costs
     echo "# bench blocks in order" >> "$OUT/sweep.log"
     PAGEDLLM_BENCH_BLOCKS=ordered $B/bench/gpu/attention decode \
         >> "$OUT/sweep.log" 2>&1
+    echo "# bench blocks in runs of 4" >> "$OUT/sweep.log"
+    PAGEDLLM_BENCH_BLOCKS=runs:4 $B/bench/gpu/attention decode \
+        >> "$OUT/sweep.log" 2>&1
+    # where the blocks' time goes (bench/gpu/attention-trace)
+    PAGEDLLM_BENCH_TRACE=1 $B/bench/gpu/attention-trace decode \
+        | grep '^trace' > "$OUT/trace.log" 2>&1
     # the new launch paths inside CUDA graphs and under the knobs the
     # test does not set itself
     PAGEDLLM_BUILD=$(pwd)/$B PAGEDLLM_CUDA_ATTN_PDL=2 \
@@ -143,6 +150,7 @@ if [ -f "$OUT/sweep.log" ]; then
     grep -E "^ours decode" "$OUT/sweep.log" | head -8 | awk '{ print "  " $3 }' \
         | tr '\n' ' '; echo
     grep -E "^not ok|^# .*exit" "$OUT/sweep-tests.log"
+    cut -c1-400 "$OUT/trace.log"
 fi
 if [ -f "$OUT/ncu.log" ]; then
     echo "---- ncu ----"

@@ -10,10 +10,17 @@
  *
  * Physical blocks are shuffled (PAGEDLLM_BENCH_BLOCKS=ordered lays every
  * sequence's blocks out in order instead, to measure what the scatter
- * costs against torch's contiguous K/V).  Shapes whose cache fits in L2 a
+ * costs against torch's contiguous K/V; =runs:N shuffles runs of N
+ * blocks, each run in order).  Shapes whose cache fits in L2 a
  * few times over rotate among several caches, so every timed call reads
  * from device memory.  Each call is timed with events on the backend's stream; the
- * median of the calls is printed.  Output lines start with "ours".
+ * median of the calls is printed.  Output lines start with "ours".  Each
+ * decode line also gives the time of a device-to-device copy that reads
+ * and writes as many bytes as the attention reads, timed the same way
+ * over the same caches (what one pass over those bytes costs, launch
+ * and ramp included).  Built as bench/gpu/attention-trace, with
+ * PAGEDLLM_BENCH_TRACE=1 it also prints where each shape's blocks spend
+ * their time (trace_decode).
  * After the five shapes of docs/BENCHMARKS.md come the engine's
  * short-context decode shapes, with max_context_len rounded up to the
  * graph's context bucket as the engine passes it.  "decode" as argv[1]
@@ -34,6 +41,9 @@
 
 /* the kernel of the last prefill launch (kernels/prefill_attention.cu) */
 const char *pl_cuda_prefill_kernel(void);
+/* trace the decode kernel's blocks into buf (kernels/decode_attention.cu);
+   0 unless this is bench/gpu/attention-trace */
+int pl_cuda_decode_trace(void *buf);
 
 #define HEAD_DIM    128
 #define BLOCK       16
@@ -106,7 +116,7 @@ static int32_t *
 shuffled(int64_t n)
 {
     int32_t     *p = malloc(n * sizeof(int32_t));
-    int64_t      i;
+    int64_t      i, run = 1;
     const char  *v = getenv("PAGEDLLM_BENCH_BLOCKS");
 
     for (i = 0; i < n; i++) {
@@ -115,12 +125,19 @@ shuffled(int64_t n)
     if (v != NULL && strcmp(v, "ordered") == 0) {
         return p;
     }
-    for (i = n - 1; i > 0; i--) {
-        int64_t  j = (int64_t) (next() % (uint64_t) (i + 1));
-        int32_t  t = p[i];
+    if (v != NULL && strncmp(v, "runs:", 5) == 0 && atoi(v + 5) > 0) {
+        run = atoi(v + 5);
+    }
+    /* shuffle runs of run blocks (each run kept in order) */
+    for (i = n / run - 1; i > 0; i--) {
+        int64_t  j = (int64_t) (next() % (uint64_t) (i + 1)), k;
 
-        p[i] = p[j];
-        p[j] = t;
+        for (k = 0; k < run; k++) {
+            int32_t  t = p[i * run + k];
+
+            p[i * run + k] = p[j * run + k];
+            p[j * run + k] = t;
+        }
     }
     return p;
 }
@@ -145,6 +162,26 @@ timed_attention(void *arg, int i)
 }
 
 
+typedef struct {
+    char    *src, *dst;
+    size_t   bytes;
+    int      nsets;
+} timed_copy_t;
+
+
+static void
+timed_copy(void *arg, int i)
+{
+    timed_copy_t  *a = arg;
+    int            s = i % a->nsets;
+
+    check(cudaMemcpyAsync(a->dst + (size_t) ((s + 1) % a->nsets) * a->bytes,
+                          a->src + (size_t) s * a->bytes, a->bytes,
+                          cudaMemcpyDeviceToDevice, pl_cuda_stream(BE)),
+          "copy");
+}
+
+
 /* median seconds of one attention call over rotating batches */
 static double
 time_attention(void *out, void *q, void *kc, void *vc, const pl_batch_t *b,
@@ -153,6 +190,143 @@ time_attention(void *out, void *q, void *kc, void *vc, const pl_batch_t *b,
     timed_attention_t  a = { out, q, kc, vc, b, nsets, s };
 
     return bench_time(timed_attention, &a, 3, REPS);
+}
+
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t  x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+
+/* "min/median/max" of v[0..n) in us */
+static void
+print_spread(const char *name, uint64_t *v, int n)
+{
+    qsort(v, n, sizeof(uint64_t), cmp_u64);
+    printf(" %s %.2f/%.2f/%.2f", name, v[0] / 1e3, v[n / 2] / 1e3,
+           v[n - 1] / 1e3);
+}
+
+
+/*
+ * PAGEDLLM_BENCH_TRACE=1 (bench/gpu/attention-trace): after the timed
+ * calls, three more with the decode kernel's phase trace on; of the last
+ * one print, in us from the earliest block's start, each phase's
+ * min/median/max over the blocks (start, table staged, first tile in,
+ * last tile done, warps merged, end), the same as each block's own
+ * durations (globaltimer), the mean gap on an SM between a block's end
+ * and the start of the next block there, and the span of the whole grid.
+ */
+static void
+trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
+    const pl_batch_t *b, int nsets)
+{
+    static const char  *phase[] = { "start", "table", "first", "loop",
+                                    "finish", "end" };
+    int                 words = pl_cuda_decode_trace(NULL);
+    size_t              max_blocks = (size_t) s->batch * s->heads * 64;
+    size_t              bytes = max_blocks * 2 * words * sizeof(uint64_t);
+    uint64_t           *h, *v, t0 = UINT64_MAX, t1 = 0;
+    void               *d;
+    int                 n = 0, merged = 0, k, i, j, gaps = 0;
+    double              gap = 0;
+    timed_attention_t   a = { out, q, kc, vc, b, nsets, s };
+
+    if (words == 0) {
+        return;
+    }
+    d = dev_alloc(bytes);
+    check(cudaMemsetAsync(d, 0, bytes, pl_cuda_stream(BE)), "memset");
+    /* the symbol is set outside the backend's stream: nothing of it may
+       run meanwhile */
+    BE->sync(BE);
+    pl_cuda_decode_trace(d);
+    for (i = 0; i < 3; i++) {
+        timed_attention(&a, i);
+    }
+    BE->sync(BE);
+    pl_cuda_decode_trace(NULL);
+    h = malloc(bytes);
+    v = malloc(max_blocks * sizeof(uint64_t));
+    BE->download(BE, h, d, bytes);
+    BE->sync(BE);
+    /* the blocks that ran the whole kernel (empty splits end early) */
+    for (i = 0; i < (int) max_blocks; i++) {
+        uint64_t  *r = h + (size_t) i * 2 * words;
+
+        if (r[0] != 0 && r[5] != 0) {
+            memmove(h + (size_t) n * 2 * words, r,
+                    2 * words * sizeof(uint64_t));
+            n++;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t  *r = h + (size_t) i * 2 * words;
+
+        t0 = r[0] < t0 ? r[0] : t0;
+        t1 = r[5] > t1 ? r[5] : t1;
+        merged += r[6] == 1;
+    }
+    printf("trace %dx%dx%d/%d: %d blocks (%d merged splits), span %.2f us;"
+           " from the first start:", s->batch, s->ctx, s->heads,
+           s->kv_heads, n, merged, (t1 - t0) / 1e3);
+    for (k = 0; k < 6; k++) {
+        for (i = 0; i < n; i++) {
+            v[i] = h[(size_t) i * 2 * words + k] - t0;
+        }
+        print_spread(phase[k], v, n);
+    }
+    printf("; each block's own:");
+    for (k = 1; k < 6; k++) {
+        for (i = 0; i < n; i++) {
+            uint64_t  *r = h + (size_t) i * 2 * words;
+
+            v[i] = r[k] - r[k - 1];
+        }
+        print_spread(phase[k], v, n);
+    }
+    /* on each SM, from a block's end to the next start there after it */
+    for (i = 0; i < n; i++) {
+        uint64_t  *r = h + (size_t) i * 2 * words, best = UINT64_MAX;
+
+        for (j = 0; j < n; j++) {
+            uint64_t  *o = h + (size_t) j * 2 * words;
+
+            if (o[7] == r[7] && o[0] >= r[5] && o[0] - r[5] < best) {
+                best = o[0] - r[5];
+            }
+        }
+        if (best != UINT64_MAX) {
+            gap += best;
+            gaps++;
+        }
+    }
+    printf("; end to next start on an SM: %.2f us (%d)",
+           gaps ? gap / gaps / 1e3 : 0.0, gaps);
+    /* the merging blocks' own merge, the others' */
+    for (k = 0; k < 2 && merged > 0; k++) {
+        int  m = 0;
+
+        for (i = 0; i < n; i++) {
+            uint64_t  *r = h + (size_t) i * 2 * words;
+
+            if ((r[6] == 1) == (k == 0)) {
+                v[m++] = r[5] - r[4];
+            }
+        }
+        if (m > 0) {
+            print_spread(k == 0 ? "merging blocks' merge"
+                                : "the others' merge", v, m);
+        }
+    }
+    printf("\n");
+    BE->free(BE, d);
+    free(h);
+    free(v);
 }
 
 
@@ -171,7 +345,8 @@ bench_decode(const shape_t *s)
     void       *vc = dev_alloc((size_t) nsets * set_bytes);
     void       *q = dev_alloc(qn * 2), *out = dev_alloc(qn * 2);
     pl_batch_t *b = malloc(nsets * sizeof(pl_batch_t));
-    double      sec;
+    double      sec, csec;
+    timed_copy_t  copy;
     int         i;
 
     fill_random(kc, (size_t) nsets * set_bytes);
@@ -182,13 +357,21 @@ bench_decode(const shape_t *s)
                           &next_block);
     }
     sec = time_attention(out, q, kc, vc, b, nsets, s);
+    copy.src = kc;
+    copy.dst = vc;
+    copy.bytes = set_bytes;
+    copy.nsets = nsets;
+    csec = bench_time(timed_copy, &copy, 3, REPS);
     printf("ours decode %dx%dx%d/%d %.1f us %.3f TB/s (%d caches",
            s->batch, s->ctx, s->heads, s->kv_heads, sec * 1e6,
            2.0 * set_bytes / sec / 1e12, nsets);
     if (s->bucket > s->ctx) {
         printf(", max_context_len %d", s->bucket);
     }
-    printf(")\n");
+    printf("; a copy of as many bytes: %.1f us)\n", csec * 1e6);
+    if (getenv("PAGEDLLM_BENCH_TRACE") != NULL) {
+        trace_decode(s, out, q, kc, vc, b, nsets);
+    }
     for (i = 0; i < nsets; i++) {
         free_batch(&b[i]);
     }
