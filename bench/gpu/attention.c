@@ -212,6 +212,12 @@ print_spread(const char *name, uint64_t *v, int n)
 }
 
 
+/* the words of a block's trace record (kernels/decode_attention.cu's
+   DEC_TR_*): globaltimer at each phase, then whether it merged the
+   splits and its SM; then as many words of clock64 */
+enum { TR_START, TR_TABLE, TR_FIRST, TR_LOOP, TR_FINISH, TR_END, TR_MERGED,
+       TR_SM };
+
 /*
  * PAGEDLLM_BENCH_TRACE=1 (bench/gpu/attention-trace): after the timed
  * calls, three more with the decode kernel's phase trace on; of the last
@@ -258,7 +264,7 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
     for (i = 0; i < (int) max_blocks; i++) {
         uint64_t  *r = h + (size_t) i * 2 * words;
 
-        if (r[0] != 0 && r[5] != 0) {
+        if (r[TR_START] != 0 && r[TR_END] != 0) {
             memmove(h + (size_t) n * 2 * words, r,
                     2 * words * sizeof(uint64_t));
             n++;
@@ -267,21 +273,21 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
     for (i = 0; i < n; i++) {
         uint64_t  *r = h + (size_t) i * 2 * words;
 
-        t0 = r[0] < t0 ? r[0] : t0;
-        t1 = r[5] > t1 ? r[5] : t1;
-        merged += r[6] == 1;
+        t0 = r[TR_START] < t0 ? r[TR_START] : t0;
+        t1 = r[TR_END] > t1 ? r[TR_END] : t1;
+        merged += r[TR_MERGED] == 1;
     }
     printf("trace %dx%dx%d/%d: %d blocks (%d merged splits), span %.2f us;"
            " from the first start:", s->batch, s->ctx, s->heads,
            s->kv_heads, n, merged, (t1 - t0) / 1e3);
-    for (k = 0; k < 6; k++) {
+    for (k = TR_START; k <= TR_END; k++) {
         for (i = 0; i < n; i++) {
             v[i] = h[(size_t) i * 2 * words + k] - t0;
         }
         print_spread(phase[k], v, n);
     }
     printf("; each block's own:");
-    for (k = 1; k < 6; k++) {
+    for (k = TR_TABLE; k <= TR_END; k++) {
         for (i = 0; i < n; i++) {
             uint64_t  *r = h + (size_t) i * 2 * words;
 
@@ -296,8 +302,10 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
         for (j = 0; j < n; j++) {
             uint64_t  *o = h + (size_t) j * 2 * words;
 
-            if (o[7] == r[7] && o[0] >= r[5] && o[0] - r[5] < best) {
-                best = o[0] - r[5];
+            if (o[TR_SM] == r[TR_SM] && o[TR_START] >= r[TR_END]
+                && o[TR_START] - r[TR_END] < best)
+            {
+                best = o[TR_START] - r[TR_END];
             }
         }
         if (best != UINT64_MAX) {
@@ -314,8 +322,8 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
         for (i = 0; i < n; i++) {
             uint64_t  *r = h + (size_t) i * 2 * words;
 
-            if ((r[6] == 1) == (k == 0)) {
-                v[m++] = r[5] - r[4];
+            if ((r[TR_MERGED] == 1) == (k == 0)) {
+                v[m++] = r[TR_END] - r[TR_FINISH];
             }
         }
         if (m > 0) {
