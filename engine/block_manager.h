@@ -15,6 +15,12 @@
 
 #include <stdint.h>
 
+/* Tokens whose blocks a table takes side by side when it grows: the
+   decode attention kernel's tile (kernels/decode_attention.cu reads 64
+   tokens at a time; four blocks of 16 in one run read faster than four
+   scattered ones, docs/BENCHMARKS.md). */
+#define PL_BM_RUN_TOKENS  64
+
 /* A sequence's block table; grows as the sequence grows. */
 typedef struct {
     int32_t  *ids;          /* physical block of logical block i */
@@ -57,6 +63,8 @@ typedef struct {
 typedef struct {
     int               num_blocks;
     int               block_size;
+    int               run;          /* blocks a table takes side by side
+                                       (PL_BM_RUN_TOKENS worth) */
 
     int32_t          *refcount;     /* [num_blocks]; 0 = free or evictable */
     int32_t          *next;         /* list links of refcount-0 blocks */

@@ -1,5 +1,6 @@
 /*
- * Block manager: allocation, growth, slots, exhaustion, LRU order, fork and
+ * Block manager: allocation, growth, slots, exhaustion, LRU order, runs
+ * of blocks for growing tables, fork and
  * copy-on-write, prefix caching (hits, verification of tokens and parents,
  * eviction in LRU order), contiguous reservations, swapping a group out and
  * in, and a randomized property test that replays every logged block move
@@ -88,7 +89,8 @@ test_lru_reuse(void)
     pl_block_table_t    a = { 0 }, b = { 0 }, c = { 0 };
     int32_t             a0, b0;
 
-    pl_bm_init(&bm, 3, 1);
+    /* blocks of 64 tokens: runs of one block (PL_BM_RUN_TOKENS) */
+    pl_bm_init(&bm, 3, 64);
     pl_bm_ensure(&bm, &a, 1);
     pl_bm_ensure(&bm, &b, 1);
     a0 = a.ids[0];
@@ -96,7 +98,7 @@ test_lru_reuse(void)
     pl_bm_free_table(&bm, &a);
     pl_bm_free_table(&bm, &b);
 
-    pl_bm_ensure(&bm, &c, 3);
+    pl_bm_ensure(&bm, &c, 3 * 64);
     is_int(c.ids[0], 2, "the never-used block is handed out first");
     is_int(c.ids[1], a0, "then the block freed longest ago");
     is_int(c.ids[2], b0, "and the most recently freed block last");
@@ -106,6 +108,77 @@ test_lru_reuse(void)
     pl_block_table_release(&a);
     pl_block_table_release(&b);
     pl_block_table_release(&c);
+    pl_bm_destroy(&bm);
+}
+
+
+/* the blocks of t in runs of 4 consecutive blocks, each run aligned */
+static int
+in_runs(const pl_block_table_t *t)
+{
+    int  i;
+
+    for (i = 0; i < t->n; i++) {
+        if (t->ids[i] != (i % 4 == 0 ? t->ids[i] - t->ids[i] % 4
+                                     : t->ids[i - 1] + 1))
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/*
+ * Growing tables take their blocks in runs (blocks of 16 tokens: runs of
+ * 4, one 64-token tile of the decode kernel): three tables growing a
+ * block at a time in turn, as decoding sequences do, each get aligned
+ * runs of consecutive blocks; a table that was freed gives its runs back
+ * whole; when only the reserved rest of other tables' runs is left, a
+ * table still gets it (the reservation is a preference, never a loss of
+ * capacity), and the others then continue elsewhere.
+ */
+static void
+test_runs(void)
+{
+    pl_block_manager_t  bm;
+    pl_block_table_t    t[3] = { { 0 }, { 0 }, { 0 } }, u = { 0 };
+    int                 i, k, all = 1;
+
+    pl_bm_init(&bm, 40, 16);
+
+    for (i = 1; i <= 8; i++) {
+        for (k = 0; k < 3; k++) {
+            pl_bm_ensure(&bm, &t[k], i * 16);
+        }
+    }
+    for (k = 0; k < 3; k++) {
+        all = all && t[k].n == 8 && in_runs(&t[k]);
+    }
+    ok(all, "three tables growing in turn: each in aligned runs of 4");
+
+    pl_bm_free_table(&bm, &t[1]);
+    is_int(pl_bm_ensure(&bm, &u, 8 * 16), 0, "a new table of 8 blocks");
+    ok(in_runs(&u), "gets whole runs back");
+
+    /* 40 blocks: t[0] and t[2] hold 16, u 8; t[0] takes one more run
+       start and reserves the 3 after it */
+    pl_bm_ensure(&bm, &t[0], 9 * 16);
+    is_int(pl_bm_num_free(&bm), 15, "15 blocks free");
+    is_int(pl_bm_ensure(&bm, &t[2], 23 * 16), 0,
+           "another table takes them all, the reserved 3 included");
+    is_int(pl_bm_num_free(&bm), 0, "none left");
+    is_int(pl_bm_ensure(&bm, &t[0], 10 * 16), -1,
+           "so the first can grow no more");
+
+    for (k = 0; k < 3; k++) {
+        pl_bm_free_table(&bm, &t[k]);
+        pl_block_table_release(&t[k]);
+    }
+    pl_bm_free_table(&bm, &u);
+    pl_block_table_release(&u);
+    is_int(pl_bm_num_free(&bm), 40, "all blocks free again");
     pl_bm_destroy(&bm);
 }
 
@@ -737,6 +810,7 @@ main(void)
     test_growth_and_slots();
     test_exhaustion();
     test_lru_reuse();
+    test_runs();
     test_fork_and_cow();
     test_prefix_cache();
     test_prefix_verification_and_lru();
