@@ -31,7 +31,9 @@
  * Reported per policy: KV utilization (slots holding tokens whose KV is
  * kept, over slots allocated, averaged over time), mean and max running
  * batch (sequences per iteration), preemptions, normalized latency (mean
- * over requests of end-to-end latency / output length) and throughput.
+ * over requests of end-to-end latency / output length), throughput, and
+ * the share of the 64-token tiles the scheduled sequences hold whose
+ * blocks lie side by side (count_tiles).
  */
 
 #include <getopt.h>
@@ -75,6 +77,9 @@ typedef struct {
     double    makespan;
     uint64_t  preemptions;
     int       finished;
+    double    tiles;            /* 64-token tiles of the scheduled
+                                   sequences, summed over steps */
+    double    tiles_run;        /* of them one run of consecutive blocks */
 } sim_result_t;
 
 static uint64_t  rng_state;
@@ -201,6 +206,33 @@ finish_step(pl_scheduler_t *sc, const sim_request_t *req, double now,
 }
 
 
+/*
+ * The tiles a decode attention kernel reads this step (64 tokens,
+ * PL_BM_RUN_TOKENS, of each scheduled sequence's full blocks from its
+ * first), and those of them whose blocks lie side by side: the layout
+ * kernels/decode_attention.cu reads fastest (docs/BENCHMARKS.md).
+ */
+static void
+count_tiles(const pl_scheduler_t *sc, int block_size, sim_result_t *res)
+{
+    int  run = block_size < PL_BM_RUN_TOKENS ? PL_BM_RUN_TOKENS / block_size
+                                             : 1;
+    int  i, k, j;
+
+    for (i = 0; i < sc->n_entries; i++) {
+        const pl_block_table_t  *t = &sc->entries[i].seq->blocks;
+
+        for (k = 0; k + run <= t->n; k += run) {
+            for (j = 1; j < run && t->ids[k + j] == t->ids[k] + j; j++) {
+                /* void */
+            }
+            res->tiles++;
+            res->tiles_run += j == run;
+        }
+    }
+}
+
+
 static pl_seq_t *
 make_seq(const sim_request_t *r, int id, int32_t *prompt)
 {
@@ -271,6 +303,7 @@ simulate(const sim_config_t *c, pl_kv_policy_t policy,
         res->batch_max = sc.n_entries > res->batch_max ? sc.n_entries
                                                        : res->batch_max;
         res->steps++;
+        count_tiles(&sc, c->block_size, res);
 
         now += dt;
         pl_sched_complete(&sc);
@@ -374,19 +407,20 @@ main(int argc, char **argv)
            "%.1f; KV pool %d tokens in blocks of %d; seed %llu\n",
            c.workload, c.requests, c.rate, in / c.requests,
            out / c.requests, c.kv_tokens, c.block_size, c.seed);
-    printf("%-12s %8s %10s %9s %11s %14s %10s\n", "policy", "kv_util",
+    printf("%-12s %8s %10s %9s %11s %14s %10s %9s\n", "policy", "kv_util",
            "mean_batch", "max_batch", "preemptions", "norm_lat_s/tok",
-           "req/s");
+           "req/s", "tiles_run");
 
     for (p = 0; p < 4; p++) {
         if (simulate(&c, (pl_kv_policy_t) p, req, &r) != 0) {
             fprintf(stderr, "pagedllm-sim: %s failed\n", names[p]);
             return 1;
         }
-        printf("%-12s %7.1f%% %10.1f %9d %11llu %14.4f %10.2f\n", names[p],
-               100.0 * r.util, r.batch_sum / r.steps, r.batch_max,
+        printf("%-12s %7.1f%% %10.1f %9d %11llu %14.4f %10.2f %8.1f%%\n",
+               names[p], 100.0 * r.util, r.batch_sum / r.steps, r.batch_max,
                (unsigned long long) r.preemptions, r.norm_latency,
-               c.requests / r.makespan);
+               c.requests / r.makespan,
+               r.tiles > 0 ? 100.0 * r.tiles_run / r.tiles : 0.0);
     }
 
     free(req);
