@@ -9,15 +9,17 @@
  * sit on two doubly linked lists threaded through the same next/prev
  * arrays: allocation takes the head of the free list, and only when that
  * is empty evicts the head of the evictable list, the block unused the
- * longest (LRU).  A growing table takes its blocks in runs (pl_bm_grow):
- * at the start of each run of `run` logical blocks it takes the head's
- * aligned run of physical blocks when all of it is free (else the head)
- * and moves the rest of that run to the tail of the free list, where
- * other tables reach it last; within a run it takes the block after its
- * previous one while that is free.  Nothing depends on it but speed: the
- * decode kernel reads a run faster than as many scattered blocks.  A prefix-cache hit on an evictable block unlinks it from
- * the middle.  Everything is O(1) but the prefix lookup, which is O(1) per
- * block through a chained hash table.
+ * longest (LRU).  A prefix-cache hit on an evictable block unlinks it
+ * from the middle.  Everything is O(1) but the prefix lookup, which is
+ * O(1) per block through a chained hash table.
+ *
+ * Runs: a growing table takes its blocks in runs (pl_bm_grow).  At the
+ * start of each run of `run` logical blocks it takes the head's aligned
+ * run of physical blocks when all of it is free (else the head) and moves
+ * the rest of that run to the tail of the free list, where other tables
+ * reach it last; within a run it takes the block after its previous one
+ * while that is free.  Nothing depends on it but speed: the decode
+ * kernel reads a run faster than as many scattered blocks.
  *
  * Prefix caching: a full block whose tokens have all been computed is
  * registered under hash(parent's hash, its tokens).  A lookup walks a new

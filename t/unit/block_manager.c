@@ -1,12 +1,12 @@
 /*
  * Block manager: allocation, growth, slots, exhaustion, LRU order, runs
- * of blocks for growing tables, fork and
- * copy-on-write, prefix caching (hits, verification of tokens and parents,
- * eviction in LRU order), contiguous reservations, swapping a group out and
- * in, and a randomized property test that replays every logged block move
- * onto a shadow KV cache and checks, after every operation, reference
- * counts, the free/evictable lists, the prefix cache and the KV content of
- * every computed token of every live sequence.
+ * of blocks for growing tables, fork and copy-on-write, prefix caching
+ * (hits, verification of tokens and parents, eviction in LRU order),
+ * contiguous reservations, swapping a group out and in, and a randomized
+ * property test that replays every logged block move onto a shadow KV
+ * cache and checks, after every operation, reference counts, the
+ * free/evictable lists, the prefix cache and the KV content of every
+ * computed token of every live sequence.
  */
 
 #include "tap.h"
@@ -135,9 +135,9 @@ in_runs(const pl_block_table_t *t)
  * 4, one 64-token tile of the decode kernel): three tables growing a
  * block at a time in turn, as decoding sequences do, each get aligned
  * runs of consecutive blocks; a table that was freed gives its runs back
- * whole; when only the reserved rest of other tables' runs is left, a
+ * whole; when only the reserved rest of another table's run is left, a
  * table still gets it (the reservation is a preference, never a loss of
- * capacity), and the others then continue elsewhere.
+ * capacity).
  */
 static void
 test_runs(void)
