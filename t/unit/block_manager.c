@@ -137,7 +137,8 @@ in_runs(const pl_block_table_t *t)
  * runs of consecutive blocks; a table that was freed gives its runs back
  * whole; when only the reserved rest of another table's run is left, a
  * table still gets it (the reservation is a preference, never a loss of
- * capacity).
+ * capacity); a run start passes a head whose run is not all free for a
+ * whole free run further down the free list.
  */
 static void
 test_runs(void)
@@ -179,6 +180,27 @@ test_runs(void)
     pl_bm_free_table(&bm, &u);
     pl_block_table_release(&u);
     is_int(pl_bm_num_free(&bm), 40, "all blocks free again");
+    pl_bm_destroy(&bm);
+
+    /* 12 blocks: three tables take a block each (0, 4, 8; the rest of
+       each run to the tail: 1 2 3 5 6 7 9 10 11), the second is freed
+       (4 after them); a new table's run start passes the head (1, whose
+       run holds 0) for the first whole free run: 4 to 7 */
+    pl_bm_init(&bm, 12, 16);
+    for (k = 0; k < 3; k++) {
+        pl_bm_ensure(&bm, &t[k], 1);
+    }
+    pl_bm_free_table(&bm, &t[1]);
+    pl_bm_ensure(&bm, &u, 1);
+    is_int(u.ids[0], 4, "a run start looks past the head for a whole run");
+    pl_bm_ensure(&bm, &u, 4 * 16);
+    ok(in_runs(&u), "and grows through it");
+    for (k = 0; k < 3; k++) {
+        pl_bm_free_table(&bm, &t[k]);
+        pl_block_table_release(&t[k]);
+    }
+    pl_bm_free_table(&bm, &u);
+    pl_block_table_release(&u);
     pl_bm_destroy(&bm);
 }
 
