@@ -85,14 +85,18 @@ if [ $SWEEP = 1 ]; then
         env $(for kv in $v; do echo "PAGEDLLM_CUDA_ATTN_$kv"; done) \
             $B/bench/gpu/attention decode >> "$OUT/sweep.log" 2>&1
     done
-    # the defaults on caches whose blocks lie in order, and in shuffled
-    # runs of four (one 64-token tile): what the scatter of shuffled
-    # blocks costs
+    # the defaults on caches whose blocks lie in order, in shuffled runs
+    # of four (one 64-token tile) and as the engine lays them: what the
+    # scatter of shuffled blocks costs
     echo "# bench blocks in order" >> "$OUT/sweep.log"
     PAGEDLLM_BENCH_BLOCKS=ordered $B/bench/gpu/attention decode \
         >> "$OUT/sweep.log" 2>&1
     echo "# bench blocks in runs of 4" >> "$OUT/sweep.log"
     PAGEDLLM_BENCH_BLOCKS=runs:4 $B/bench/gpu/attention decode \
+        >> "$OUT/sweep.log" 2>&1
+    echo "# bench blocks as the engine's block manager lays them" \
+        >> "$OUT/sweep.log"
+    PAGEDLLM_BENCH_BLOCKS=engine $B/bench/gpu/attention decode \
         >> "$OUT/sweep.log" 2>&1
     # where the blocks' time goes (bench/gpu/attention-trace)
     PAGEDLLM_BENCH_TRACE=1 $B/bench/gpu/attention-trace decode \

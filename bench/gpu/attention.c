@@ -11,7 +11,8 @@
  * Physical blocks are shuffled (PAGEDLLM_BENCH_BLOCKS=ordered lays every
  * sequence's blocks out in order instead, to measure what the scatter
  * costs against torch's contiguous K/V; =runs:N shuffles runs of N
- * blocks, each run in order).  Shapes whose cache fits in L2 a
+ * blocks, each run in order; =engine lays them out as the engine's block
+ * manager does for a batch decoding together, engine_layout).  Shapes whose cache fits in L2 a
  * few times over rotate among several caches, so every timed call reads
  * from device memory.  Each call is timed with events on the backend's stream; the
  * median of the calls is printed.  Output lines start with "ours".  Each
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block_manager.h"
 #include "pl_ops.h"
 #include "bench_gpu.h"
 
@@ -109,6 +111,56 @@ free_batch(pl_batch_t *b)
     BE->free(BE, (void *) b->query_start);
     BE->free(BE, (void *) b->context_lens);
     BE->free(BE, (void *) b->block_tables);
+}
+
+
+/*
+ * PAGEDLLM_BENCH_BLOCKS=engine: the blocks as the engine's block manager
+ * hands them out (engine/block_manager.c, runs of 64 tokens' worth), for
+ * batch sequences of mb blocks in each of nsets caches: each cache's
+ * manager holds exactly its blocks; every sequence is prefilled with a
+ * prompt of (at most) 128 tokens, one after the other, then all grow a
+ * token at a time in turn, as a batch decoding together does.
+ */
+static int32_t *
+engine_layout(int batch, int mb, int nsets)
+{
+    int64_t             per = (int64_t) batch * mb;
+    int32_t            *p = malloc(per * nsets * sizeof(int32_t));
+    pl_block_manager_t  bm;
+    pl_block_table_t   *t = calloc(batch, sizeof(pl_block_table_t));
+    int                 k, sq, i, len, ctx = mb * BLOCK;
+    int                 prompt = ctx < 128 ? ctx : 128;
+
+    if (p == NULL || t == NULL) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    for (k = 0; k < nsets; k++) {
+        if (pl_bm_init(&bm, (int) per, BLOCK) != 0) {
+            fprintf(stderr, "bench: block manager init failed\n");
+            exit(1);
+        }
+        for (sq = 0; sq < batch; sq++) {
+            pl_bm_ensure(&bm, &t[sq], prompt);
+        }
+        for (len = prompt + 1; len <= ctx; len++) {
+            for (sq = 0; sq < batch; sq++) {
+                pl_bm_ensure(&bm, &t[sq], len);
+            }
+        }
+        for (sq = 0; sq < batch; sq++) {
+            for (i = 0; i < mb; i++) {
+                p[k * per + (int64_t) sq * mb + i] =
+                    (int32_t) (k * per + t[sq].ids[i]);
+            }
+            pl_bm_free_table(&bm, &t[sq]);
+            pl_block_table_release(&t[sq]);
+        }
+        pl_bm_destroy(&bm);
+    }
+    free(t);
+    return p;
 }
 
 
@@ -346,7 +398,10 @@ bench_decode(const shape_t *s)
     int         nsets = (int) ((ROTATE_MIN + 2 * set_bytes - 1)
                                / (2 * set_bytes));
     int64_t     blocks = (int64_t) nsets * s->batch * (s->ctx / BLOCK);
-    int32_t    *perm = shuffled(blocks);
+    const char *lay = getenv("PAGEDLLM_BENCH_BLOCKS");
+    int32_t    *perm = lay != NULL && strcmp(lay, "engine") == 0
+                       ? engine_layout(s->batch, s->ctx / BLOCK, nsets)
+                       : shuffled(blocks);
     int64_t     next_block = 0;
     size_t      qn = (size_t) s->batch * s->heads * HEAD_DIM;
     void       *kc = dev_alloc((size_t) nsets * set_bytes);
