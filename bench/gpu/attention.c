@@ -141,12 +141,13 @@ engine_layout(int batch, int mb, int nsets)
             fprintf(stderr, "bench: block manager init failed\n");
             exit(1);
         }
-        for (sq = 0; sq < batch; sq++) {
-            pl_bm_ensure(&bm, &t[sq], prompt);
-        }
-        for (len = prompt + 1; len <= ctx; len++) {
+        for (len = prompt; len <= ctx; len++) {
+            /* the prompts first, then a token each in turn */
             for (sq = 0; sq < batch; sq++) {
-                pl_bm_ensure(&bm, &t[sq], len);
+                if (pl_bm_ensure(&bm, &t[sq], len) != 0) {
+                    fprintf(stderr, "bench: block manager out of blocks\n");
+                    exit(1);
+                }
             }
         }
         for (sq = 0; sq < batch; sq++) {
