@@ -428,6 +428,23 @@ pl_bm_is_free(const pl_block_manager_t *bm, int32_t b)
 }
 
 
+/* Is the aligned run from base all free (the last one: up to the pool's
+   end)? */
+static int
+pl_bm_run_free(const pl_block_manager_t *bm, int32_t base)
+{
+    int32_t  i;
+
+    for (i = base; i < base + bm->run && i < bm->num_blocks; i++) {
+        if (!pl_bm_is_free(bm, i)) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
 /* The next block of a growing table (see the top of the file). */
 static int32_t
 pl_bm_grow(pl_block_manager_t *bm, const pl_block_table_t *table)
@@ -452,12 +469,8 @@ pl_bm_grow(pl_block_manager_t *bm, const pl_block_table_t *table)
     for (c = b, k = 0; c != PL_BM_NONE && k < PL_BM_RUN_LOOK;
          c = bm->next[c], k++)
     {
-        base = c - c % bm->run;
-        for (i = base; i < base + bm->run && pl_bm_is_free(bm, i); i++) {
-            /* void */
-        }
-        if (i == base + bm->run || i == bm->num_blocks) {
-            b = base;
+        if (pl_bm_run_free(bm, c - c % bm->run)) {
+            b = c - c % bm->run;
             break;
         }
     }

@@ -213,11 +213,9 @@ finish_step(pl_scheduler_t *sc, const sim_request_t *req, double now,
  * kernels/decode_attention.cu reads fastest (docs/BENCHMARKS.md).
  */
 static void
-count_tiles(const pl_scheduler_t *sc, int block_size, sim_result_t *res)
+count_tiles(const pl_scheduler_t *sc, sim_result_t *res)
 {
-    int  run = block_size < PL_BM_RUN_TOKENS ? PL_BM_RUN_TOKENS / block_size
-                                             : 1;
-    int  i, k, j;
+    int  run = sc->bm->run, i, k, j;
 
     for (i = 0; i < sc->n_entries; i++) {
         const pl_block_table_t  *t = &sc->entries[i].seq->blocks;
@@ -303,7 +301,7 @@ simulate(const sim_config_t *c, pl_kv_policy_t policy,
         res->batch_max = sc.n_entries > res->batch_max ? sc.n_entries
                                                        : res->batch_max;
         res->steps++;
-        count_tiles(&sc, c->block_size, res);
+        count_tiles(&sc, res);
 
         now += dt;
         pl_sched_complete(&sc);
