@@ -12,16 +12,16 @@
  * sequence's blocks out in order instead, to measure what the scatter
  * costs against torch's contiguous K/V; =runs:N shuffles runs of N
  * blocks, each run in order; =engine lays them out as the engine's block
- * manager does for a batch decoding together, engine_layout).  Shapes whose cache fits in L2 a
- * few times over rotate among several caches, so every timed call reads
- * from device memory.  Each call is timed with events on the backend's stream; the
- * median of the calls is printed.  Output lines start with "ours".  Each
- * decode line also gives the time of a device-to-device copy that reads
- * and writes as many bytes as the attention reads, timed the same way
- * over the same caches (what one pass over those bytes costs, launch
- * and ramp included).  Built as bench/gpu/attention-trace, with
- * PAGEDLLM_BENCH_TRACE=1 it also prints where each shape's blocks spend
- * their time (trace_decode).
+ * manager does for a batch decoding together: block_layout).  Shapes
+ * whose cache fits in L2 a few times over rotate among several caches,
+ * so every timed call reads from device memory.  Each call is timed with
+ * events on the backend's stream; the median of the calls is printed.
+ * Output lines start with "ours".  Each decode line also gives the time
+ * of a device-to-device copy that reads and writes as many bytes as the
+ * attention reads, timed the same way over the same caches (what one
+ * pass over those bytes costs, launch and ramp included).  Built as
+ * bench/gpu/attention-trace, with PAGEDLLM_BENCH_TRACE=1 it also prints
+ * where each shape's blocks spend their time (trace_decode).
  * After the five shapes of docs/BENCHMARKS.md come the engine's
  * short-context decode shapes, with max_context_len rounded up to the
  * graph's context bucket as the engine passes it.  "decode" as argv[1]
@@ -165,23 +165,16 @@ engine_layout(int batch, int mb, int nsets)
 }
 
 
+/* blocks 0 .. n-1 in shuffled runs of run blocks, each run in order */
 static int32_t *
-shuffled(int64_t n)
+shuffled(int64_t n, int64_t run)
 {
-    int32_t     *p = malloc(n * sizeof(int32_t));
-    int64_t      i, run = 1;
-    const char  *v = getenv("PAGEDLLM_BENCH_BLOCKS");
+    int32_t  *p = malloc(n * sizeof(int32_t));
+    int64_t   i;
 
     for (i = 0; i < n; i++) {
         p[i] = (int32_t) i;
     }
-    if (v != NULL && strcmp(v, "ordered") == 0) {
-        return p;
-    }
-    if (v != NULL && strncmp(v, "runs:", 5) == 0 && atoi(v + 5) > 0) {
-        run = atoi(v + 5);
-    }
-    /* shuffle runs of run blocks (each run kept in order) */
     for (i = n / run - 1; i > 0; i--) {
         int64_t  j = (int64_t) (next() % (uint64_t) (i + 1)), k;
 
@@ -193,6 +186,28 @@ shuffled(int64_t n)
         }
     }
     return p;
+}
+
+
+/* The physical blocks of nsets caches of batch sequences of mb blocks, in
+   the order make_batch hands them out, as PAGEDLLM_BENCH_BLOCKS says
+   (see the top): shuffled one by one unless it says otherwise. */
+static int32_t *
+block_layout(int batch, int mb, int nsets)
+{
+    const char  *v = getenv("PAGEDLLM_BENCH_BLOCKS");
+    int64_t      n = (int64_t) nsets * batch * mb;
+
+    if (v != NULL && strcmp(v, "engine") == 0) {
+        return engine_layout(batch, mb, nsets);
+    }
+    if (v != NULL && strcmp(v, "ordered") == 0) {
+        return shuffled(n, n);
+    }
+    if (v != NULL && strncmp(v, "runs:", 5) == 0 && atoi(v + 5) > 0) {
+        return shuffled(n, atoi(v + 5));
+    }
+    return shuffled(n, 1);
 }
 
 
@@ -398,11 +413,7 @@ bench_decode(const shape_t *s)
                             * HEAD_DIM * 2;
     int         nsets = (int) ((ROTATE_MIN + 2 * set_bytes - 1)
                                / (2 * set_bytes));
-    int64_t     blocks = (int64_t) nsets * s->batch * (s->ctx / BLOCK);
-    const char *lay = getenv("PAGEDLLM_BENCH_BLOCKS");
-    int32_t    *perm = lay != NULL && strcmp(lay, "engine") == 0
-                       ? engine_layout(s->batch, s->ctx / BLOCK, nsets)
-                       : shuffled(blocks);
+    int32_t    *perm = block_layout(s->batch, s->ctx / BLOCK, nsets);
     int64_t     next_block = 0;
     size_t      qn = (size_t) s->batch * s->heads * HEAD_DIM;
     void       *kc = dev_alloc((size_t) nsets * set_bytes);
@@ -455,7 +466,7 @@ bench_prefill(int len, int heads)
 {
     shape_t     s = { 1, len, heads, heads, 0 };
     size_t      bytes = (size_t) len * heads * HEAD_DIM * 2;
-    int32_t    *perm = shuffled(len / BLOCK);
+    int32_t    *perm = block_layout(1, len / BLOCK, 1);
     int32_t     qs[2] = { 0, len }, cl[1] = { len };
     void       *kc = dev_alloc(bytes), *vc = dev_alloc(bytes);
     void       *q = dev_alloc(bytes), *out = dev_alloc(bytes);
