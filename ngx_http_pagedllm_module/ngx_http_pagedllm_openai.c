@@ -30,7 +30,8 @@ typedef ngx_int_t (*ngx_http_pagedllm_field_pt)(json_t *v,
 
 
 /* A request field.  offset and post serve the generic parsers: where in
-   the parameters the value goes, and its range, least value or flag. */
+   the parameters the value goes, and its range, least value or flag (for
+   an unsupported field: the JSON of the value that asks for nothing). */
 typedef struct {
     const char                   *name;
     ngx_http_pagedllm_field_pt    parse;
