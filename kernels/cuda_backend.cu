@@ -630,6 +630,7 @@ cuda_open(pl_cuda_t *cu, int device)
     }
     cu->device = device;
     cu->num_sms = prop.multiProcessorCount;
+    cu->cc = prop.major * 10 + prop.minor;
     cu->pdl = prop.major >= 9 && pl_cuda_pdl_wanted();
     if (cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking)
             != cudaSuccess

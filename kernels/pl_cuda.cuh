@@ -42,6 +42,8 @@ extern "C" {
 typedef struct {
     int             device;
     int             num_sms;
+    int             cc;                  /* compute capability, major * 10
+                                            + minor */
     cudaStream_t    stream;
     cublasHandle_t  cublas;
 

@@ -396,25 +396,12 @@ launch_prefill(pl_cuda_t *cu, const attn_params_t &p, int rows)
 static bool
 use_sm90(pl_cuda_t *cu, int head_dim)
 {
-    static int   cc[64];
     const char  *force = getenv("PAGEDLLM_CUDA_PREFILL");
-    int          d = cu->device & 63;
 
     if (head_dim != 128 || (force != NULL && strcmp(force, "mma") == 0)) {
         return false;
     }
-    if (cc[d] == 0) {
-        int  major = 0, minor = 0;
-
-        pl_cuda_check(cudaDeviceGetAttribute(&major,
-                          cudaDevAttrComputeCapabilityMajor, cu->device),
-                      "prefill attention");
-        pl_cuda_check(cudaDeviceGetAttribute(&minor,
-                          cudaDevAttrComputeCapabilityMinor, cu->device),
-                      "prefill attention");
-        cc[d] = major * 10 + minor;
-    }
-    return cc[d] == 90;
+    return cu->cc == 90;
 }
 
 
