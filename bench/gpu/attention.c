@@ -14,8 +14,10 @@
  * blocks, each run in order; =engine lays them out as the engine's block
  * manager does for a batch decoding together: block_layout).  Shapes
  * whose cache fits in L2 a few times over rotate among several caches,
- * so every timed call reads from device memory.  Each call is timed with
- * events on the backend's stream; the median of the calls is printed.
+ * so every timed call reads from device memory (at least 1 GiB read per
+ * rotation; PAGEDLLM_BENCH_ROTATE_MB=n: n MiB, one cache at least, to see
+ * what a smaller footprint changes).  Each call is timed with events on
+ * the backend's stream; the median of the calls is printed.
  * Output lines start with "ours".  Each decode line also gives the time
  * of a device-to-device copy that reads and writes as many bytes as the
  * attention reads, timed the same way over the same caches (what one
@@ -50,7 +52,7 @@ int pl_cuda_decode_trace(void *buf);
 #define HEAD_DIM    128
 #define BLOCK       16
 #define REPS        40
-#define ROTATE_MIN  (1ull << 30)
+#define ROTATE_MIN  (1ull << 30)    /* PAGEDLLM_BENCH_ROTATE_MB overrides */
 
 typedef struct {
     int  batch, ctx, heads, kv_heads;
@@ -411,7 +413,10 @@ bench_decode(const shape_t *s)
 {
     size_t      set_bytes = (size_t) s->batch * s->ctx * s->kv_heads
                             * HEAD_DIM * 2;
-    int         nsets = (int) ((ROTATE_MIN + 2 * set_bytes - 1)
+    const char *mb = getenv("PAGEDLLM_BENCH_ROTATE_MB");
+    size_t      rotate = mb != NULL ? ((size_t) atol(mb) << 20) + 1
+                                    : ROTATE_MIN;
+    int         nsets = (int) ((rotate + 2 * set_bytes - 1)
                                / (2 * set_bytes));
     int32_t    *perm = block_layout(s->batch, s->ctx / BLOCK, nsets);
     int64_t     next_block = 0;
