@@ -21,7 +21,9 @@
  * (attn_merge_if_last: ordered by one acquire-release atomic per block,
  * then one round trip for the partials).  A merge through a thread-block
  * cluster's distributed shared memory instead measured 25% slower on
- * 1 x 4096 and 8 x 16384 (the H200, 2026-11-29).  A split that starts
+ * 1 x 4096 and 8 x 16384 (the H200, 2026-11-29), and the merging block
+ * chosen ahead by tickets (the others leaving without waiting for an
+ * atomic) no faster.  A split that starts
  * past its row's context (a short sequence beside a long one, or
  * max_context_len rounded up for a CUDA graph) writes an empty partial
  * without loading anything.
@@ -52,7 +54,11 @@
  * one is computed, one barrier per tile (a stage is refilled only after
  * every warp has passed the barrier that follows its last use).  One bulk
  * copy per 256-byte token row through the copy engine measured 2.4 times
- * slower than these cp.async.  Splits: as many as one wave of resident
+ * slower than these cp.async; bulk tensor copies (TMA) of 16-row boxes,
+ * 16 per tile, 5-7% slower on every shape; each warp copying its own 16
+ * rows and waiting at __syncwarp instead of the block barrier, and the
+ * third stage's tile issued from the start, no faster (the H200,
+ * docs/BENCHMARKS.md, session 8).  Splits: as many as one wave of resident
  * blocks holds, no split under SPLIT_MIN tokens (256: splitting a short
  * context finer saves less than the merge costs: at batch 1 in the 256
  * bucket, one split ran 8.2 us against 10.4 for four of 64, and the 7B
