@@ -48,6 +48,8 @@ const char *pl_cuda_prefill_kernel(void);
 /* trace the decode kernel's blocks into buf (kernels/decode_attention.cu);
    0 unless this is bench/gpu/attention-trace */
 int pl_cuda_decode_trace(void *buf);
+/* the KV splits of the last decode launch */
+int pl_cuda_decode_splits(void);
 
 #define HEAD_DIM    128
 #define BLOCK       16
@@ -295,7 +297,9 @@ enum { TR_START, TR_TABLE, TR_FIRST, TR_LOOP, TR_FINISH, TR_END, TR_MERGED,
  * min/median/max over the blocks (start, table staged, first tile in,
  * last tile done, warps merged, end), the same as each block's own
  * durations (globaltimer), the mean gap on an SM between a block's end
- * and the start of the next block there, and the span of the whole grid.
+ * and the start of the next block there, and the span of the whole grid;
+ * with KV splits also when each split's blocks finished their last tile
+ * (do the splits launched last end last?).
  */
 static void
 trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
@@ -308,7 +312,8 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
     size_t              bytes = max_blocks * 2 * words * sizeof(uint64_t);
     uint64_t           *h, *v, t0 = UINT64_MAX, t1 = 0;
     void               *d;
-    int                 n = 0, merged = 0, k, i, j, gaps = 0;
+    int                *id;
+    int                 n = 0, merged = 0, k, i, j, gaps = 0, ns, per;
     double              gap = 0;
     timed_attention_t   a = { out, q, kc, vc, b, nsets, s };
 
@@ -328,6 +333,7 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
     pl_cuda_decode_trace(NULL);
     h = malloc(bytes);
     v = malloc(max_blocks * sizeof(uint64_t));
+    id = malloc(max_blocks * sizeof(int));
     BE->download(BE, h, d, bytes);
     BE->sync(BE);
     /* the blocks that ran the whole kernel (empty splits end early) */
@@ -337,7 +343,7 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
         if (r[TR_START] != 0 && r[TR_END] != 0) {
             memmove(h + (size_t) n * 2 * words, r,
                     2 * words * sizeof(uint64_t));
-            n++;
+            id[n++] = i;
         }
     }
     for (i = 0; i < n; i++) {
@@ -355,6 +361,25 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
             v[i] = h[(size_t) i * 2 * words + k] - t0;
         }
         print_spread(phase[k], v, n);
+    }
+    /* split z's blocks are launch numbers [z * per, (z + 1) * per): the
+       swapped form, one block per (row, KV head) and split */
+    ns = pl_cuda_decode_splits();
+    per = s->batch * s->kv_heads;
+    for (k = 0; ns > 1 && k < ns; k++) {
+        int  m = 0;
+
+        for (i = 0; i < n; i++) {
+            if (id[i] / per == k) {
+                v[m++] = h[(size_t) i * 2 * words + TR_LOOP] - t0;
+            }
+        }
+        if (m > 0) {
+            char  name[32];
+
+            snprintf(name, sizeof(name), "split %d loop", k);
+            print_spread(name, v, m);
+        }
     }
     printf("; each block's own:");
     for (k = TR_TABLE; k <= TR_END; k++) {
@@ -405,6 +430,7 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
     BE->free(BE, d);
     free(h);
     free(v);
+    free(id);
 }
 
 
