@@ -65,7 +65,9 @@
  * decode step at batch 1 took 5.10 ms against 5.19, on the H200), at most
  * ATTN_MAX_SPLITS; from max_context_len and the
  * batch shape only, so a CUDA graph replays the choice for any context
- * within its bucket.
+ * within its bucket.  Splits are equal: the splits launched last do not
+ * end last (their late start is caught up), and the first splits made a
+ * tile longer, the last a tile shorter, measured no faster.
  *
  * Launch order and overlap.  Blocks are numbered rows first (blockIdx.x is
  * the row) or, with PAGEDLLM_CUDA_ATTN_ORDER=1, heads first, so that the
