@@ -23,10 +23,9 @@
  * cluster's distributed shared memory instead measured 25% slower on
  * 1 x 4096 and 8 x 16384 (the H200, 2026-11-29), and the merging block
  * chosen ahead by tickets (the others leaving without waiting for an
- * atomic) no faster.  A split that starts
- * past its row's context (a short sequence beside a long one, or
- * max_context_len rounded up for a CUDA graph) writes an empty partial
- * without loading anything.
+ * atomic) no faster.  A split that starts past its row's context (a
+ * short sequence beside a long one, or max_context_len rounded up for a
+ * CUDA graph) writes an empty partial without loading anything.
  *
  * Swapped operands, for blocks whose query heads fit in 8 (every group of
  * up to 8: MHA, and GQA as in Llama-3 and Mistral).  Rows 8..15 of such a
@@ -58,16 +57,16 @@
  * 16 per tile, 5-7% slower on every shape; each warp copying its own 16
  * rows and waiting at __syncwarp instead of the block barrier, and the
  * third stage's tile issued from the start, no faster (the H200,
- * docs/BENCHMARKS.md, session 8).  Splits: as many as one wave of resident
- * blocks holds, no split under SPLIT_MIN tokens (256: splitting a short
- * context finer saves less than the merge costs: at batch 1 in the 256
- * bucket, one split ran 8.2 us against 10.4 for four of 64, and the 7B
- * decode step at batch 1 took 5.10 ms against 5.19, on the H200), at most
- * ATTN_MAX_SPLITS; from max_context_len and the
- * batch shape only, so a CUDA graph replays the choice for any context
- * within its bucket.  Splits are equal: the splits launched last do not
- * end last (their late start is caught up), and the first splits made a
- * tile longer, the last a tile shorter, measured no faster.
+ * docs/BENCHMARKS.md, session 8).  Splits: as many as one wave of
+ * resident blocks holds, no split under SPLIT_MIN tokens (256: splitting
+ * a short context finer saves less than the merge costs: at batch 1 in
+ * the 256 bucket, one split ran 8.2 us against 10.4 for four of 64, and
+ * the 7B decode step at batch 1 took 5.10 ms against 5.19, on the H200),
+ * at most ATTN_MAX_SPLITS; from max_context_len and the batch shape
+ * only, so a CUDA graph replays the choice for any context within its
+ * bucket.  Splits are equal: the splits launched last do not end last
+ * (their late start is caught up), and the first splits made a tile
+ * longer, the last a tile shorter, measured no faster.
  *
  * Launch order and overlap.  Blocks are numbered rows first (blockIdx.x is
  * the row) or, with PAGEDLLM_CUDA_ATTN_ORDER=1, heads first, so that the

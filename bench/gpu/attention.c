@@ -440,8 +440,8 @@ bench_decode(const shape_t *s)
     size_t      set_bytes = (size_t) s->batch * s->ctx * s->kv_heads
                             * HEAD_DIM * 2;
     const char *mb = getenv("PAGEDLLM_BENCH_ROTATE_MB");
-    size_t      rotate = mb != NULL ? ((size_t) atol(mb) << 20) + 1
-                                    : ROTATE_MIN;
+    long        mib = mb != NULL ? atol(mb) : -1;
+    size_t      rotate = mib >= 0 ? ((size_t) mib << 20) + 1 : ROTATE_MIN;
     int         nsets = (int) ((rotate + 2 * set_bytes - 1)
                                / (2 * set_bytes));
     int32_t    *perm = block_layout(s->batch, s->ctx / BLOCK, nsets);
