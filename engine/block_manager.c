@@ -386,15 +386,34 @@ pl_bm_cache_find(const pl_block_manager_t *bm, uint64_t h,
 /* ---- taking and releasing blocks ---- */
 
 
+/* Block b, off its list, now holds new content: one reference. */
+static int32_t
+pl_bm_claim(pl_block_manager_t *bm, int32_t b)
+{
+    bm->gen[b]++;
+    bm->refcount[b] = 1;
+
+    return b;
+}
+
+
+/* Evictable block b, off its list and out of the prefix cache. */
+static void
+pl_bm_evict(pl_block_manager_t *bm, int32_t b)
+{
+    pl_list_remove(bm, &bm->evictable, b);
+    pl_bm_cache_remove(bm, b);
+    bm->counters.evictions++;
+}
+
+
 /* Take free block b for new content. */
 static int32_t
 pl_bm_take_free(pl_block_manager_t *bm, int32_t b)
 {
     pl_list_remove(bm, &bm->free, b);
-    bm->gen[b]++;
-    bm->refcount[b] = 1;
 
-    return b;
+    return pl_bm_claim(bm, b);
 }
 
 
@@ -409,13 +428,9 @@ pl_bm_take(pl_block_manager_t *bm)
     }
 
     b = bm->evictable.head;
-    pl_list_remove(bm, &bm->evictable, b);
-    pl_bm_cache_remove(bm, b);
-    bm->counters.evictions++;
-    bm->gen[b]++;
-    bm->refcount[b] = 1;
+    pl_bm_evict(bm, b);
 
-    return b;
+    return pl_bm_claim(bm, b);
 }
 
 
@@ -848,15 +863,11 @@ pl_bm_reserve_contiguous(pl_block_manager_t *bm, pl_block_table_t *table,
 
     for (b = i - need; b < i; b++) {
         if (bm->cached[b]) {
-            pl_list_remove(bm, &bm->evictable, b);
-            pl_bm_cache_remove(bm, b);
-            bm->counters.evictions++;
+            pl_bm_evict(bm, b);
         } else {
             pl_list_remove(bm, &bm->free, b);
         }
-        bm->gen[b]++;
-        bm->refcount[b] = 1;
-        table->ids[table->n++] = b;
+        table->ids[table->n++] = pl_bm_claim(bm, b);
     }
 
     return 0;
