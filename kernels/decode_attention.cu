@@ -621,6 +621,21 @@ stage_addr(uint32_t qs, int st)
 }
 
 
+/* Restage the table page (N entries from b0) when the tile of tokens
+   [first, first + DEC_BN) of a context ending at t1 reaches past it: the
+   new page starts at the tile's first block.  All threads. */
+template <int N>
+static __device__ __forceinline__ void
+page_for_tile(const attn_params_t &p, int32_t *tbl, const int32_t *table,
+    int &b0, int bend, int first, int t1)
+{
+    if (((min(first + DEC_BN, t1) - 1) >> p.log2_block) - b0 >= N) {
+        b0 = first >> p.log2_block;
+        stage_table<N>(tbl, table, b0, bend);
+    }
+}
+
+
 /* Issue tile j of the split into stage j % STAGES (an empty group past
    the last tile, so that group counting stays uniform); the table page is
    restaged when the tile leaves it. */
@@ -637,10 +652,7 @@ issue_next(const attn_params_t &p, const dec_copy_t &cp, int32_t *tbl,
         cp_async_commit();
         return;
     }
-    if (((min(first + DEC_BN, t1) - 1) >> p.log2_block) - b0 >= DEC_TBL) {
-        b0 = first >> p.log2_block;
-        stage_table(tbl, table, b0, bend);
-    }
+    page_for_tile<DEC_TBL>(p, tbl, table, b0, bend, first, t1);
     issue_tile<D>(p, cp, tbl, b0, first, t1, ks, ks + DEC_BN * D * 2);
 }
 
@@ -1014,13 +1026,8 @@ pers_issue(const attn_params_t &p, pers_issue_t &st,
         return;
     }
     first = st.j * DEC_BN;
-    if (((min(first + DEC_BN, st.t1) - 1) >> p.log2_block) - st.b0
-        >= DEC_PERS_TBL)
-    {
-        st.b0 = first >> p.log2_block;
-        stage_table<DEC_PERS_TBL>(tbl[st.tb], st.table, st.b0,
-                                  p.max_blocks);
-    }
+    page_for_tile<DEC_PERS_TBL>(p, tbl[st.tb], st.table, st.b0,
+                                p.max_blocks, first, st.t1);
     issue_tile<D>(p, st.cp, tbl[st.tb], st.b0, first, st.t1, ks,
                   ks + DEC_BN * D * 2);
     st.j++;
