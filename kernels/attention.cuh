@@ -30,6 +30,9 @@
 #define DEC_F_L2PF      1            /* decode: cp.async L2::256B hint */
 #define DEC_F_FENCE_SC  2            /* decode: merge after __threadfence
                                         in every thread */
+#define DEC_F_CLUSTER   4            /* decode: a row's splits are one
+                                        thread-block cluster, merged over
+                                        distributed shared memory */
 
 /* q, out and the cache hold the activation dtype (dtype: bf16 or fp16);
    kernels templated on T read them as T */

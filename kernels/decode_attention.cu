@@ -16,14 +16,23 @@
  * at a time, loaded together with the context length and the query rows
  * on the guess that row r is sequence r), so no K/V copy waits on a table
  * load and the first copies wait for one round trip.  At the end the warps'
- * states are merged through shared memory; with several splits the block
- * writes a partial and the last one to finish merges them
- * (attn_merge_if_last: ordered by one acquire-release atomic per block,
- * then one round trip for the partials).  A merge through a thread-block
- * cluster's distributed shared memory instead measured 25% slower on
- * 1 x 4096 and 8 x 16384 (the H200, 2026-11-29), and the merging block
- * chosen ahead by tickets (the others leaving without waiting for an
- * atomic) no faster.  A split that starts past its row's context (a
+ * states are merged through shared memory.  With several splits, the
+ * splits of a (row, head group) are by default one thread-block cluster
+ * (cluster_merge: each block leaves its partial in its shared memory,
+ * and after a cluster barrier each folds a share of the output from all
+ * of them over distributed shared memory); where the clusters would not
+ * all fit on the GPU at once, or the split count is fixed, each block
+ * writes a partial to global memory and the last one to finish merges
+ * them (attn_merge_if_last: ordered by one acquire-release atomic per
+ * block, then one round trip for the partials).  On four stages (below)
+ * the cluster merge measured 2.5% faster than the global one on 8 x
+ * 16384 x 32/8 and tied on 1 x 4096 (the H200, 2026-11-29, session 9's
+ * third call; docs/BENCHMARKS.md).  Clusters of 8 measured 25% slower
+ * in session 5: the H200 holds 30 clusters of 8 of these blocks at once,
+ * so 1 x 4096's 32 took two waves; the size is now the largest that fits
+ * (active_clusters).  The merging block chosen ahead by tickets (the
+ * others leaving without waiting for an atomic) was no faster than the
+ * last one merging.  A split that starts past its row's context (a
  * short sequence beside a long one, or max_context_len rounded up for a
  * CUDA graph) writes an empty partial without loading anything.
  *
@@ -57,7 +66,13 @@
  * 16 per tile, 5-7% slower on every shape; each warp copying its own 16
  * rows and waiting at __syncwarp instead of the block barrier, and the
  * third stage's tile issued from the start, no faster (the H200,
- * docs/BENCHMARKS.md, session 8).  Splits: as many as one wave of
+ * docs/BENCHMARKS.md, session 8).  A launch that splits its contexts
+ * runs on DEC_SPLIT_STAGES (4) stages, one block per SM with three tiles
+ * in flight, instead of two blocks of two: with the global merge, 1 x
+ * 4096 1% faster than on three stages and 8 x 16384 tied (session 9's
+ * third call); on three stages the clusters that fit were of 7 and 3
+ * blocks there, and 8 x 16384 ran 1.5% slower than without them (the
+ * second call).  Splits: as many as one wave of
  * resident blocks holds, no split under SPLIT_MIN tokens (256: splitting
  * a short context finer saves less than the merge costs: at batch 1 in
  * the 256 bucket, one split ran 8.2 us against 10.4 for four of 64, and
@@ -100,7 +115,14 @@
  * the swapped form whenever the group fits in 8) and
  * PAGEDLLM_CUDA_ATTN_PERSIST=1, PAGEDLLM_CUDA_ATTN_PERSIST_CTX and
  * PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS (the persistent kernel below; default
- * off).
+ * off) and PAGEDLLM_CUDA_ATTN_CLUSTER (n = 2..8: n splits in clusters of
+ * n whenever the context splits; 0: the global merge always; default:
+ * the largest cluster that fits, see cluster_splits) and
+ * PAGEDLLM_CUDA_ATTN_SPLIT_STAGES (3: splitting launches on the default
+ * stages too; default 4).  Touching each physical block of the tile one,
+ * two or four past the one issued (one L2 prefetch per block, to have
+ * its address translated early) measured 0.3-0.6% slower on the
+ * multi-wave shapes and no faster on 1 x 4096 (session 9): removed.
  */
 
 #include <float.h>
@@ -117,6 +139,8 @@
                                      or four rows in one bank otherwise */
 #define DEC_TBL      512          /* block-table entries staged at once */
 #define DEC_STAGES   3            /* KV tiles in flight + 1 */
+#define DEC_SPLIT_STAGES  4       /* the same, launches that split their
+                                     contexts (one block per SM) */
 
 
 /* 2^x on the special-function unit, subnormals flushed (exp2f adds a
@@ -529,15 +553,149 @@ warps_max(const float2 (*ml)[ROWS], int r)
 
 
 /*
+ * The cluster merge (PAGEDLLM_CUDA_ATTN_CLUSTER=n): the splits of a (row,
+ * head group) are one thread-block cluster.  Each block leaves its
+ * partial (the group's rows of O, their max and sum) in its own shared
+ * memory, past the warps' merge rows; after a cluster barrier every block
+ * folds an equal share of the output elements from all the cluster's
+ * partials, read over distributed shared memory, and a second barrier
+ * keeps each block's memory alive until its peers have read it.  No
+ * global partial, no atomic, no round trip through L2.
+ */
+template <int D, bool SW>
+static __device__ __forceinline__ float *
+cl_acc(float *ob)
+{
+    constexpr int  ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
+
+    return ob + 4 * ROWS * (D + DEC_OPAD) + 4 * ROWS * 2;
+}
+
+template <int D, bool SW>
+static __device__ __forceinline__ float2 *
+cl_ml(float *ob)
+{
+    constexpr int  ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
+
+    return (float2 *) (cl_acc<D, SW>(ob) + ROWS * D);
+}
+
+static __device__ __forceinline__ void
+cluster_sync_all(void)
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+/* the last barrier: only says this block has done reading its peers'
+   memory (the loads' values are in registers), so it orders nothing and
+   the output's stores go out between it and the wait */
+static __device__ __forceinline__ void
+cluster_arrive_relaxed(void)
+{
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+static __device__ __forceinline__ void
+cluster_wait(void)
+{
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+
+static __device__ __forceinline__ uint32_t
+cluster_rank(void)
+{
+    uint32_t  r;
+
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+static __device__ __forceinline__ uint32_t
+cluster_map(uint32_t addr, uint32_t rank)
+{
+    uint32_t  a;
+
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr),
+        "r"(rank));
+    return a;
+}
+
+template <typename T, int D, bool SW>
+static __device__ __forceinline__ void
+cluster_merge(const attn_params_t &p, float *ob, int row, int kvh, int g0,
+    int ng)
+{
+    int       n = ng * D, ns = p.num_splits;
+    int       share = (n + ns - 1) / ns, rank = (int) cluster_rank();
+    int       i0 = rank * share, i1 = min(n, i0 + share);
+    int       i = i0 + threadIdx.x;
+    float     mx = -FLT_MAX, sum = 0.0f, v = 0.0f;
+    uint32_t  acc = smem_addr(cl_acc<D, SW>(ob));
+    uint32_t  ml = smem_addr(cl_ml<D, SW>(ob));
+
+    /* a share is at most D * ROWS / 2 = 1024 elements: up to 8 a thread */
+    cluster_sync_all();
+    for (;;) {
+        bool  in = i < i1;
+        int   ii = in ? i : i0;
+
+        mx = -FLT_MAX;
+        sum = 0.0f;
+        v = 0.0f;
+        for (int b0 = 0; b0 < ns; b0 += 4) {
+            float2  e[4];
+            float   a[4];
+
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                uint32_t  r = b0 + b < ns ? b0 + b : rank;
+                uint32_t  ra = cluster_map(acc + ii * 4, r);
+                uint32_t  rm = cluster_map(ml + (ii / D) * 8, r);
+
+                asm volatile("ld.shared::cluster.f32 %0, [%1];"
+                             : "=f"(a[b]) : "r"(ra));
+                asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];"
+                             : "=f"(e[b].x), "=f"(e[b].y) : "r"(rm));
+            }
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                if (b0 + b < ns) {
+                    attn_fold_split(mx, sum, v, e[b], a[b]);
+                }
+            }
+        }
+        if (i + DEC_THREADS >= i1) {
+            break;
+        }
+        ((T *) p.out)[((int64_t) row * p.n_heads + kvh * p.group + g0
+                       + i / D) * D + i % D]
+            = pl_from_f32<T>(sum > 0.0f ? v / sum : 0.0f);
+        i += DEC_THREADS;
+    }
+    cluster_arrive_relaxed();
+    if (i < i1) {
+        ((T *) p.out)[((int64_t) row * p.n_heads + kvh * p.group + g0
+                       + i / D) * D + i % D]
+            = pl_from_f32<T>(sum > 0.0f ? v / sum : 0.0f);
+    }
+    cluster_wait();
+}
+
+
+/*
  * Merge the four warps' states; query heads < ng end in out (one split)
- * or in the partial of split number split (heads past ng are padding and
- * never leave registers).  Through shared memory at ob (the tiles' own,
- * reused, or a region of its own in the persistent kernel): each warp's
- * O, scaled to the block's max, in orows (>= ng) rows of D + DEC_OPAD
- * fp32, then each warp's (max, sum) per head.  A lane's head h (m[h],
- * l[h]) is row g + 8h of the 16-row form's fragments (g = lane / 4, c =
- * lane % 4) and column 2c + h of the swapped form's; its sum is spread
- * over the lanes of that row (the four of g) or column (the eight of c).
+ * or in the partial of split number split: in global memory or, with the
+ * cluster merge (per-item kernel only: orows is ROWS there), in the
+ * block's own shared memory past the warps' rows (heads past ng are
+ * padding and never leave registers).  Through shared memory at ob (the
+ * tiles' own, reused, or a region of its own in the persistent kernel):
+ * each warp's O, scaled to the block's max, in orows (>= ng) rows of D +
+ * DEC_OPAD fp32, then each warp's (max, sum) per head.  A lane's head h
+ * (m[h], l[h]) is row g + 8h of the 16-row form's fragments (g = lane /
+ * 4, c = lane % 4) and column 2c + h of the swapped form's; its sum is
+ * spread over the lanes of that row (the four of g) or column (the eight
+ * of c).
  */
 template <typename T, int D, bool SW>
 static __device__ __forceinline__ void
@@ -600,6 +758,13 @@ finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
         if (p.num_splits == 1) {
             ((T *) p.out)[rh * D + d] = pl_from_f32<T>(sum > 0.0f ? v / sum
                                                                   : 0.0f);
+        } else if (p.dec_flags & DEC_F_CLUSTER) {
+            float   *acc = cl_acc<D, SW>(ob);
+
+            acc[i] = v;
+            if (d == 0) {
+                cl_ml<D, SW>(ob)[r] = make_float2(mx, sum);
+            }
         } else {
             int64_t  ps = rh * p.num_splits + split;
 
@@ -750,6 +915,11 @@ decode_attention_kernel(const attn_params_t p)
     __shared__ int32_t  tbl[DEC_TBL];
     __shared__ int      last;
 
+    /* the warps' merge rows and the cluster partial fit in the stages */
+    static_assert((4 * ROWS * (D + DEC_OPAD + 2) + ROWS * (D + 2)) * 4
+                  <= (DEC_ROWS + STAGES * 2 * DEC_BN) * D * 2,
+                  "decode merge rows past the shared memory");
+
     int             row = p.heads_first ? blockIdx.y : blockIdx.x;
     int             hc = p.heads_first ? blockIdx.x : blockIdx.y;
     int             kvh = hc / p.chunks;
@@ -793,6 +963,17 @@ decode_attention_kernel(const attn_params_t p)
     ntiles = t1 > t0 ? (t1 - t0 + DEC_BN - 1) / DEC_BN : 0;
     if (ntiles == 0 && p.num_splits > 1) {
         attn_grid_wait();
+        if (p.dec_flags & DEC_F_CLUSTER) {
+            float  *ob = (float *) dec_smem;
+
+            for (int i = threadIdx.x; i < ng * D; i += DEC_THREADS) {
+                cl_acc<D, SW>(ob)[i] = 0.0f;
+                if (i % D == 0) {
+                    cl_ml<D, SW>(ob)[i / D] = make_float2(-FLT_MAX, 0.0f);
+                }
+            }
+            goto cluster;       /* one merge call: two spilled */
+        }
         attn_empty_split(p, row, kvh * p.group + g0, ng);
         dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
         return;
@@ -837,10 +1018,18 @@ decode_attention_kernel(const attn_params_t p)
     finish_block<T, D, SW>(p, o, m, l, (float *) dec_smem, ROWS, row, kvh,
                            g0, ng, blockIdx.z, warp, lane);
     dec_trace(DEC_TR_FINISH);
-    if (p.num_splits > 1) {
+    if (p.num_splits > 1 && !(p.dec_flags & DEC_F_CLUSTER)) {
         dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
+        dec_trace(DEC_TR_END, last);
+        return;
     }
-    dec_trace(DEC_TR_END, p.num_splits > 1 && last);
+    if (p.num_splits == 1) {
+        dec_trace(DEC_TR_END, 0);
+        return;
+    }
+cluster:
+    cluster_merge<T, D, SW>(p, (float *) dec_smem, row, kvh, g0, ng);
+    dec_trace(DEC_TR_END, 1);
 }
 
 
@@ -1109,6 +1298,7 @@ decode_persistent_kernel(const attn_params_t p)
 static const char  *decode_form;
 static int          decode_splits;
 static int          decode_persistent;
+static int          decode_cluster;
 
 
 /* The launch knobs, read at every call (see the header). */
@@ -1126,6 +1316,8 @@ typedef struct {
     int  persist;
     int  persist_ctx;
     int  persist_blocks;
+    int  cluster;
+    int  split_stages;
 } dec_knobs_t;
 
 
@@ -1156,6 +1348,11 @@ read_knobs(void)
     k.persist = env_or("PAGEDLLM_CUDA_ATTN_PERSIST", 0) != 0;
     k.persist_ctx = env_or("PAGEDLLM_CUDA_ATTN_PERSIST_CTX", 0);
     k.persist_blocks = env_or("PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS", 0);
+    k.split_stages = env_or("PAGEDLLM_CUDA_ATTN_SPLIT_STAGES",
+                            DEC_SPLIT_STAGES);
+    k.cluster = env_or("PAGEDLLM_CUDA_ATTN_CLUSTER", -1);
+    k.cluster = k.cluster >= 2 && k.cluster <= 8 ? k.cluster
+                : k.cluster < 0 ? -1 : 0;
     k.split_min = k.split_min > 0 ? k.split_min : 256;
     return k;
 }
@@ -1262,6 +1459,75 @@ launch_persistent(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
 }
 
 
+/* how many clusters of c blocks of kernel the GPU holds at once (the
+   count depends on the kernel and c only: kept per c) */
+template <typename K>
+static int
+active_clusters(pl_cuda_t *cu, K kernel, size_t smem, int c, int *memo)
+{
+    cudaLaunchConfig_t   cfg = {};
+    cudaLaunchAttribute  at;
+
+    if (memo[c] == 0) {
+        cfg.gridDim = dim3(1, 1, c);
+        cfg.blockDim = dim3(DEC_THREADS);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = cu->stream;
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = 1;
+        at.val.clusterDim.y = 1;
+        at.val.clusterDim.z = c;
+        cfg.attrs = &at;
+        cfg.numAttrs = 1;
+        pl_cuda_check(cudaOccupancyMaxActiveClusters(&memo[c], kernel, &cfg),
+                      "decode attention");
+        memo[c] = memo[c] > 0 ? memo[c] : -1;
+    }
+    return memo[c];
+}
+
+
+/*
+ * The splits merged through a cluster (see cluster_merge): the most
+ * splits, at most the ones chosen and 8 (the portable cluster size),
+ * whose clusters for all units fit on the GPU at once (a cluster is
+ * placed within one GPC, so fewer fit than SMs / size: on the H200, 30
+ * of 8 three-stage blocks; 1 x 4096 x 32/32, 32 units, takes clusters
+ * of 3 on four stages, one block per SM).  Not with prefill rows
+ * beside (their blocks would leave their clusters' peers waiting) nor
+ * with a fixed split count (PAGEDLLM_CUDA_ATTN_SPLITS); with
+ * PAGEDLLM_CUDA_ATTN_CLUSTER=n (2..8), n splits in clusters of n
+ * whenever the context splits at all, fitting or not; =0: never.
+ * Sets decode_cluster; returns the splits.  memo: the kernel's
+ * active_clusters, by cluster size.
+ */
+template <typename K>
+static int
+cluster_splits(pl_cuda_t *cu, const dec_knobs_t &k, K kernel, size_t smem,
+    const attn_params_t &p, int64_t units, int *memo)
+{
+    int  c;
+
+    decode_cluster = 0;
+    if (p.num_splits < 2 || p.tc_min_qlen > 0 || cu->cc < 90
+        || k.cluster == 0 || (k.cluster < 0 && k.splits > 0))
+    {
+        return p.num_splits;
+    }
+    if (k.cluster > 0) {
+        decode_cluster = 1;
+        return k.cluster;
+    }
+    for (c = p.num_splits < 8 ? p.num_splits : 8; c >= 2; c--) {
+        if (units <= active_clusters(cu, kernel, smem, c, memo)) {
+            decode_cluster = 1;
+            return c;
+        }
+    }
+    return p.num_splits;
+}
+
+
 template <typename T, int D, int STAGES, bool SW>
 static void
 launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
@@ -1269,14 +1535,15 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
 {
     constexpr int        ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
 
-    static int           per_sm;
+    static int           per_sm, clusters[9];
     size_t               smem = (size_t) (DEC_ROWS + STAGES * 2 * DEC_BN)
                                 * D * 2;
     auto                 kernel = decode_attention_kernel<T, D, STAGES, SW>;
     int                  n_kv = p.n_heads / p.group;
     int64_t              units;
     cudaLaunchConfig_t   cfg = {};
-    cudaLaunchAttribute  at[1];
+    cudaLaunchAttribute  at[2];
+    const attn_params_t  p0 = p;
 
     if (per_sm == 0) {
         per_sm = blocks_per_sm(kernel, smem, smem);
@@ -1286,6 +1553,16 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     units = (int64_t) rows * p.n_hc;
     p.num_splits = choose_splits(k, per_sm * cu->num_sms, units, max_ctx,
                                  (int64_t) rows * p.n_heads, D);
+    if constexpr (STAGES == DEC_STAGES) {
+        if (p.num_splits > 1 && k.split_stages == DEC_SPLIT_STAGES
+            && p.tc_min_qlen == 0)
+        {
+            launch_decode<T, D, DEC_SPLIT_STAGES, SW>(cu, k, p0, rows,
+                                                      max_ctx);
+            return;
+        }
+    }
+    p.num_splits = cluster_splits(cu, k, kernel, smem, p, units, clusters);
     p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
     p.split_tokens = (p.split_tokens + DEC_BN - 1) & ~(DEC_BN - 1);
     p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
@@ -1296,6 +1573,9 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     p.heads_first = k.heads_first && rows <= 65535;
     p.pdl_trigger = k.pdl == 2;
     p.dec_flags = (k.l2pf ? DEC_F_L2PF : 0) | (k.fence_sc ? DEC_F_FENCE_SC : 0);
+    if (p.num_splits > 1 && decode_cluster) {
+        p.dec_flags |= DEC_F_CLUSTER;
+    }
 
     cfg.blockDim = dim3(DEC_THREADS);
     cfg.stream = cu->stream;
@@ -1317,6 +1597,13 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     cfg.gridDim = p.heads_first ? dim3(p.n_hc, rows, p.num_splits)
                                 : dim3(rows, p.n_hc, p.num_splits);
     cfg.dynamicSmemBytes = smem;
+    if (p.dec_flags & DEC_F_CLUSTER) {
+        at[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        at[cfg.numAttrs].val.clusterDim.x = 1;
+        at[cfg.numAttrs].val.clusterDim.y = 1;
+        at[cfg.numAttrs].val.clusterDim.z = p.num_splits;
+        cfg.numAttrs++;
+    }
     pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, p), "decode attention");
     PL_CUDA_LAUNCHED("decode attention");
 }
@@ -1436,4 +1723,11 @@ extern "C" int
 pl_cuda_decode_persistent(void)
 {
     return decode_persistent;
+}
+
+
+extern "C" int
+pl_cuda_decode_cluster(void)
+{
+    return decode_cluster && decode_splits > 1;
 }

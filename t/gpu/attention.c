@@ -31,8 +31,11 @@
  * 16 run on both head sizes under each setting.  decode_merge_cases
  * runs the split merge on both forms at split counts around its batch
  * of eight partials, empty splits among them, and checks that each
- * count ran; decode_persistent_cases the persistent kernel, which walks
- * many rows per block.
+ * count ran (with a fixed count, through global partials and the last
+ * block); decode_cluster_cases the merge within a thread-block cluster,
+ * at cluster sizes 2, 3, 5 and 8 and as the default chooses it;
+ * decode_persistent_cases the persistent kernel, which walks many rows
+ * per block.
  *
  * Then again with fp16 activations (fp16_cases): a subset that still
  * takes every kernel (decode, split merge in both orderings, mma.sync and
@@ -51,6 +54,7 @@ const char *pl_cuda_prefill_kernel(void);
 const char *pl_cuda_decode_form(void);
 int pl_cuda_decode_splits(void);
 int pl_cuda_decode_persistent(void);
+int pl_cuda_decode_cluster(void);
 
 typedef struct {
     int  qlen;
@@ -475,6 +479,45 @@ decode_group_cases(void)
 }
 
 
+/* the last decode launch merged its splits through a cluster (1) or not */
+static void
+check_cluster(int want, const char *what)
+{
+    is_int(pl_cuda_decode_cluster(), want, "decode cluster merge: %s", what);
+}
+
+
+/*
+ * knob=n, then the split merge's cases: a long sequence, twelve of mixed
+ * lengths (splits past the short ones are empty), a group of 7 and the
+ * 16-row form; each ran n splits, through a cluster or not (cluster).
+ */
+static void
+merge_round(const char *knob, int n, int cluster)
+{
+    /* block size, head size, heads, KV heads, sequences, longest context */
+    static const int    cases[4][6] = { { 16, 128, 8, 1, 1, 5000 },
+                                        { 8, 64, 4, 4, 12, 5000 },
+                                        { 16, 128, 28, 4, 2, 9000 },
+                                        { 16, 128, 32, 1, 3, 5000 } };
+    static const char  *what[] = { "one sequence, group 8",
+                                   "twelve sequences", "group 7",
+                                   "16-row form" };
+    char                v[16];
+    int                 k;
+
+    snprintf(v, sizeof(v), "%d", n);
+    setenv(knob, v, 1);
+    diag("%s=%s", knob, v);
+    for (k = 0; k < 4; k++) {
+        decode_case(cases[k][0], cases[k][1], cases[k][2], cases[k][3],
+                    cases[k][4], cases[k][5]);
+        check_splits(n, what[k]);
+        check_cluster(cluster, what[k]);
+    }
+}
+
+
 /*
  * The split merge (attn_merge_if_last: the last split block to finish
  * folds every split's partial in, eight splits' loads at a time) at
@@ -488,21 +531,10 @@ static void
 decode_merge_cases(void)
 {
     static const int  splits[] = { 2, 5, 8, 9, 12, 16 };
-    char              v[16];
     size_t            i;
 
     for (i = 0; i < sizeof(splits) / sizeof(splits[0]); i++) {
-        snprintf(v, sizeof(v), "%d", splits[i]);
-        setenv("PAGEDLLM_CUDA_ATTN_SPLITS", v, 1);
-        diag("PAGEDLLM_CUDA_ATTN_SPLITS=%s", v);
-        decode_case(16, 128, 8, 1, 1, 5000);
-        check_splits(splits[i], "one sequence, group 8");
-        decode_case(8, 64, 4, 4, 12, 5000);
-        check_splits(splits[i], "twelve sequences");
-        decode_case(16, 128, 28, 4, 2, 9000);
-        check_splits(splits[i], "group 7");
-        decode_case(16, 128, 32, 1, 3, 5000);
-        check_splits(splits[i], "16-row form");
+        merge_round("PAGEDLLM_CUDA_ATTN_SPLITS", splits[i], 0);
     }
     setenv("PAGEDLLM_CUDA_ATTN_SPLITS", "4", 1);
     setenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "64", 1);
@@ -511,6 +543,43 @@ decode_merge_cases(void)
     check_splits(4, "context bucket, empty last split");
     unsetenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN");
     unsetenv("PAGEDLLM_CUDA_ATTN_SPLITS");
+}
+
+
+/*
+ * The split merge over a thread-block cluster's shared memory: the
+ * default's choice on a long single sequence (splits in a cluster of up
+ * to 8), then each cluster size forced (PAGEDLLM_CUDA_ATTN_CLUSTER=n) on
+ * the cases of decode_merge_cases: a long sequence, twelve of mixed
+ * lengths (the splits past the short ones are empty: they take part in
+ * the merge with nothing), a group of 7, the 16-row form, and a context
+ * bucket whose last split is empty; =0 keeps the global merge.
+ */
+static void
+decode_cluster_cases(void)
+{
+    static const int  sizes[] = { 2, 3, 5, 8 };
+    size_t            i;
+    int               st;
+
+    decode_case(16, 128, 32, 32, 1, 4096);
+    check_cluster(1, "default, one sequence, 32 heads");
+    setenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "64", 1);
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        merge_round("PAGEDLLM_CUDA_ATTN_CLUSTER", sizes[i], 1);
+        decode_bucket_case(128, 32, 32, 1);
+        /* splits of whole 64-token tiles over the bucket: 5 and 8 make 4,
+           the last past the context */
+        st = ((256 + sizes[i] - 1) / sizes[i] + 63) / 64 * 64;
+        check_splits((256 + st - 1) / st, "cluster, context bucket");
+        check_cluster(1, "context bucket");
+    }
+    setenv("PAGEDLLM_CUDA_ATTN_CLUSTER", "0", 1);
+    diag("PAGEDLLM_CUDA_ATTN_CLUSTER=0");
+    decode_case(16, 128, 32, 32, 1, 4096);
+    check_cluster(0, "off, one sequence, 32 heads");
+    unsetenv("PAGEDLLM_CUDA_ATTN_CLUSTER");
+    unsetenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN");
 }
 
 
@@ -604,9 +673,11 @@ decode_persistent_cases(void)
  * (the defaults are one acquire-release atomic and 64); copies with the
  * L2::256B hint in one split per row, so that a 32k context walks four
  * pages of the staged block table; the 16-row form for the small groups
- * too (SWAP=0), under as many splits as allowed.  A single sequence in
- * the context bucket (the engine's batch-1 decode) and the long contexts
- * run under each setting.
+ * too (SWAP=0), under as many splits as allowed; the splitting launches
+ * on the default's three stages instead of four (SPLIT_STAGES=3), with
+ * their cluster merge and then with the global one (CLUSTER=0).  A
+ * single sequence in the context bucket (the engine's batch-1 decode)
+ * and the long contexts run under each setting.
  */
 static void long_case(void);
 
@@ -630,11 +701,14 @@ decode_knob_cases(void)
         { "PAGEDLLM_CUDA_ATTN_SPLITS", "1" },
         { "PAGEDLLM_CUDA_ATTN_SWAP", "0" },
         { "PAGEDLLM_CUDA_ATTN_SPLITS", "64" },
+        { "PAGEDLLM_CUDA_ATTN_SPLIT_STAGES", "3" },
+        { "PAGEDLLM_CUDA_ATTN_SPLIT_STAGES", "3" },
+        { "PAGEDLLM_CUDA_ATTN_CLUSTER", "0" },
     };
     /* settings: knobs [from, to) of the table above */
     static const int    set[][2] = { { 0, 2 }, { 2, 4 }, { 4, 7 },
                                      { 7, 9 }, { 9, 11 }, { 11, 13 },
-                                     { 13, 15 } };
+                                     { 13, 15 }, { 15, 16 }, { 16, 18 } };
     size_t              i;
     int                 k;
 
@@ -880,6 +954,7 @@ main(void)
     decode_bucket_case(64, 8, 2, 5);
     decode_group_cases();
     decode_merge_cases();
+    decode_cluster_cases();
     decode_persistent_cases();
     decode_knob_cases();
     mixed_case(16, 64, 40, 2);
