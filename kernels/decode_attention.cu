@@ -24,13 +24,14 @@
  * all fit on the GPU at once, or the split count is fixed, each block
  * writes a partial to global memory and the last one to finish merges
  * them (attn_merge_if_last: ordered by one acquire-release atomic per
- * block, then one round trip for the partials).  On four stages (below)
- * the cluster merge measured 2.5% faster than the global one on 8 x
- * 16384 x 32/8 and tied on 1 x 4096 (the H200, 2026-11-29, session 9's
- * third call; docs/BENCHMARKS.md).  Clusters of 8 measured 25% slower
- * in session 5: the H200 holds 30 clusters of 8 of these blocks at once,
- * so 1 x 4096's 32 took two waves; the size is now the largest that fits
- * (active_clusters).  The merging block chosen ahead by tickets (the
+ * block, then one round trip for the partials).  A cluster is sized
+ * for about one block per SM (cluster_splits, split_deeper): 1 x 4096 x
+ * 32/32 reads at 2.98-3.02 TB/s with clusters of 4 against 2.86-2.89
+ * for session 8's kernel, 8 x 16384 x 32/8 at 4.26-4.27 against 4.16-4.17
+ * (the H200, 2026-11-29, session 9's last calls; docs/BENCHMARKS.md).
+ * Clusters of 8 measured 25% slower in session 5: the H200 holds 30
+ * clusters of 8 of these blocks at once, so 1 x 4096's 32 took two
+ * waves.  The merging block chosen ahead by tickets (the
  * others leaving without waiting for an atomic) was no faster than the
  * last one merging.  A split that starts past its row's context (a
  * short sequence beside a long one, or max_context_len rounded up for a
@@ -68,11 +69,12 @@
  * third stage's tile issued from the start, no faster (the H200,
  * docs/BENCHMARKS.md, session 8).  A launch that splits its contexts
  * runs on DEC_SPLIT_STAGES (4) stages, one block per SM with three tiles
- * in flight, instead of two blocks of two: with the global merge, 1 x
- * 4096 1% faster than on three stages and 8 x 16384 tied (session 9's
- * third call); on three stages the clusters that fit were of 7 and 3
- * blocks there, and 8 x 16384 ran 1.5% slower than without them (the
- * second call).  Splits: as many as one wave of
+ * in flight, instead of two blocks of two, where its clusters fit there
+ * too (split_deeper: 8 x 16384's clusters of 2 read 4.18 TB/s on four
+ * stages in one call and 4.11 on three in another, the global merge
+ * 4.08 in both; 1 x 4096's clusters of 4 do not fit on four stages, and
+ * its clusters of 3 there read 2.3% slower than of 4 on three).
+ * Splits: as many as one wave of
  * resident blocks holds, no split under SPLIT_MIN tokens (256: splitting
  * a short context finer saves less than the merge costs: at batch 1 in
  * the 256 bucket, one split ran 8.2 us against 10.4 for four of 64, and
@@ -117,7 +119,7 @@
  * PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS (the persistent kernel below; default
  * off) and PAGEDLLM_CUDA_ATTN_CLUSTER (n = 2..8: n splits in clusters of
  * n whenever the context splits; 0: the global merge always; default:
- * the largest cluster that fits, see cluster_splits) and
+ * about one block per SM where the clusters fit, see cluster_splits) and
  * PAGEDLLM_CUDA_ATTN_SPLIT_STAGES (3: splitting launches on the default
  * stages too; default 4).  Touching each physical block of the tile one,
  * two or four past the one issued (one L2 prefetch per block, to have
@@ -1459,16 +1461,23 @@ launch_persistent(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
 }
 
 
-/* how many clusters of c blocks of kernel the GPU holds at once (the
-   count depends on the kernel and c only: kept per c) */
-template <typename K>
+/* how many clusters of c blocks of the kernel with STAGES stages the GPU
+   holds at once (depends on the kernel and c only: kept per c) */
+template <typename T, int D, int STAGES, bool SW>
 static int
-active_clusters(pl_cuda_t *cu, K kernel, size_t smem, int c, int *memo)
+active_clusters(pl_cuda_t *cu, int c)
 {
+    static int           memo[9];
+    size_t               smem = (size_t) (DEC_ROWS + STAGES * 2 * DEC_BN)
+                                * D * 2;
+    auto                 kernel = decode_attention_kernel<T, D, STAGES, SW>;
     cudaLaunchConfig_t   cfg = {};
     cudaLaunchAttribute  at;
 
     if (memo[c] == 0) {
+        pl_cuda_check(cudaFuncSetAttribute(kernel,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          (int) smem), "decode attention");
         cfg.gridDim = dim3(1, 1, c);
         cfg.blockDim = dim3(DEC_THREADS);
         cfg.dynamicSmemBytes = smem;
@@ -1488,25 +1497,29 @@ active_clusters(pl_cuda_t *cu, K kernel, size_t smem, int c, int *memo)
 
 
 /*
- * The splits merged through a cluster (see cluster_merge): the most
- * splits, at most the ones chosen and 8 (the portable cluster size),
- * whose clusters for all units fit on the GPU at once (a cluster is
- * placed within one GPC, so fewer fit than SMs / size: on the H200, 30
- * of 8 three-stage blocks; 1 x 4096 x 32/32, 32 units, takes clusters
- * of 3 on four stages, one block per SM).  Not with prefill rows
- * beside (their blocks would leave their clusters' peers waiting) nor
- * with a fixed split count (PAGEDLLM_CUDA_ATTN_SPLITS); with
+ * The splits merged through a cluster (see cluster_merge), by default:
+ * about one block per SM (splits = SMs / units, at most the ones chosen
+ * and 8, the portable cluster size; at least 2), fewer where the
+ * clusters for all units would not fit on the GPU at once (a cluster is
+ * placed within one GPC, so fewer fit than SMs / size: the H200 holds
+ * 30 clusters of 8 three-stage blocks, 62 of 4).  One block per SM
+ * measured best: on 1 x 4096 x 32/32 (32 units) clusters of 4 on three
+ * stages read 2.3% faster than clusters of 3 on four stages and than
+ * clusters of 7 on three, on 8 x 16384 x 32/8 (64 units) clusters of 2
+ * on four stages 2.5% faster than the global merge of 4 splits
+ * (docs/BENCHMARKS.md, session 9).  Not with prefill rows beside (their
+ * blocks would leave their clusters' peers waiting) nor with a fixed
+ * split count (PAGEDLLM_CUDA_ATTN_SPLITS); with
  * PAGEDLLM_CUDA_ATTN_CLUSTER=n (2..8), n splits in clusters of n
- * whenever the context splits at all, fitting or not; =0: never.
- * Sets decode_cluster; returns the splits.  memo: the kernel's
- * active_clusters, by cluster size.
+ * whenever the context splits at all, fitting or not; =0: never.  Sets
+ * decode_cluster; returns the splits.
  */
-template <typename K>
+template <typename T, int D, int STAGES, bool SW>
 static int
-cluster_splits(pl_cuda_t *cu, const dec_knobs_t &k, K kernel, size_t smem,
-    const attn_params_t &p, int64_t units, int *memo)
+cluster_splits(pl_cuda_t *cu, const dec_knobs_t &k, const attn_params_t &p,
+    int64_t units)
 {
-    int  c;
+    int64_t  c;
 
     decode_cluster = 0;
     if (p.num_splits < 2 || p.tc_min_qlen > 0 || cu->cc < 90
@@ -1518,13 +1531,39 @@ cluster_splits(pl_cuda_t *cu, const dec_knobs_t &k, K kernel, size_t smem,
         decode_cluster = 1;
         return k.cluster;
     }
-    for (c = p.num_splits < 8 ? p.num_splits : 8; c >= 2; c--) {
-        if (units <= active_clusters(cu, kernel, smem, c, memo)) {
+    c = cu->num_sms / units;
+    c = c < p.num_splits ? c : p.num_splits;
+    c = c < 8 ? c : 8;
+    for (; c >= 2; c--) {
+        if (units <= active_clusters<T, D, STAGES, SW>(cu, (int) c)) {
             decode_cluster = 1;
-            return c;
+            return (int) c;
         }
     }
     return p.num_splits;
+}
+
+
+/*
+ * Whether a launch that splits runs on DEC_SPLIT_STAGES stages (one block
+ * per SM, three tiles in flight): when each unit gets fewer than two SMs
+ * (it then splits no more on four stages than it would across the SMs),
+ * or when the clusters of SMs / units blocks for all units fit on four
+ * stages too (8 x 16384 x 32/8: 64 clusters of 2); else it stays on
+ * three stages, where they fit (1 x 4096 x 32/32: 32 clusters of 4, of
+ * which four stages hold fewer than 32).
+ */
+template <typename T, int D, bool SW>
+static bool
+split_deeper(pl_cuda_t *cu, const dec_knobs_t &k, int64_t units)
+{
+    int64_t  c = cu->num_sms / units;
+
+    if (c < 2 || cu->cc < 90 || k.cluster >= 0 || k.splits > 0) {
+        return true;
+    }
+    c = c < 8 ? c : 8;
+    return units <= active_clusters<T, D, DEC_SPLIT_STAGES, SW>(cu, (int) c);
 }
 
 
@@ -1535,7 +1574,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
 {
     constexpr int        ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
 
-    static int           per_sm, clusters[9];
+    static int           per_sm;
     size_t               smem = (size_t) (DEC_ROWS + STAGES * 2 * DEC_BN)
                                 * D * 2;
     auto                 kernel = decode_attention_kernel<T, D, STAGES, SW>;
@@ -1555,14 +1594,14 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
                                  (int64_t) rows * p.n_heads, D);
     if constexpr (STAGES == DEC_STAGES) {
         if (p.num_splits > 1 && k.split_stages == DEC_SPLIT_STAGES
-            && p.tc_min_qlen == 0)
+            && p.tc_min_qlen == 0 && split_deeper<T, D, SW>(cu, k, units))
         {
             launch_decode<T, D, DEC_SPLIT_STAGES, SW>(cu, k, p0, rows,
                                                       max_ctx);
             return;
         }
     }
-    p.num_splits = cluster_splits(cu, k, kernel, smem, p, units, clusters);
+    p.num_splits = cluster_splits<T, D, STAGES, SW>(cu, k, p, units);
     p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
     p.split_tokens = (p.split_tokens + DEC_BN - 1) & ~(DEC_BN - 1);
     p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
