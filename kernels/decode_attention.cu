@@ -1512,23 +1512,24 @@ active_clusters(pl_cuda_t *cu, int c)
  * split count (PAGEDLLM_CUDA_ATTN_SPLITS); with
  * PAGEDLLM_CUDA_ATTN_CLUSTER=n (2..8), n splits in clusters of n
  * whenever the context splits at all, fitting or not; =0: never.  Sets
- * decode_cluster; returns the splits.
+ * *cluster (not a static: tensor-parallel ranks launch from threads of
+ * their own); returns the splits.
  */
 template <typename T, int D, int STAGES, bool SW>
 static int
 cluster_splits(pl_cuda_t *cu, const dec_knobs_t &k, const attn_params_t &p,
-    int64_t units)
+    int64_t units, int *cluster)
 {
     int64_t  c;
 
-    decode_cluster = 0;
+    *cluster = 0;
     if (p.num_splits < 2 || p.tc_min_qlen > 0 || cu->cc < 90
         || k.cluster == 0 || (k.cluster < 0 && k.splits > 0))
     {
         return p.num_splits;
     }
     if (k.cluster > 0) {
-        decode_cluster = 1;
+        *cluster = 1;
         return k.cluster;
     }
     c = cu->num_sms / units;
@@ -1536,7 +1537,7 @@ cluster_splits(pl_cuda_t *cu, const dec_knobs_t &k, const attn_params_t &p,
     c = c < 8 ? c : 8;
     for (; c >= 2; c--) {
         if (units <= active_clusters<T, D, STAGES, SW>(cu, (int) c)) {
-            decode_cluster = 1;
+            *cluster = 1;
             return (int) c;
         }
     }
@@ -1583,6 +1584,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     cudaLaunchConfig_t   cfg = {};
     cudaLaunchAttribute  at[2];
     const attn_params_t  p0 = p;
+    int                  cluster;
 
     if (per_sm == 0) {
         per_sm = blocks_per_sm(kernel, smem, smem);
@@ -1601,7 +1603,8 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
             return;
         }
     }
-    p.num_splits = cluster_splits<T, D, STAGES, SW>(cu, k, p, units);
+    p.num_splits = cluster_splits<T, D, STAGES, SW>(cu, k, p, units,
+                                                    &cluster);
     p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
     p.split_tokens = (p.split_tokens + DEC_BN - 1) & ~(DEC_BN - 1);
     p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
@@ -1612,7 +1615,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     p.heads_first = k.heads_first && rows <= 65535;
     p.pdl_trigger = k.pdl == 2;
     p.dec_flags = (k.l2pf ? DEC_F_L2PF : 0) | (k.fence_sc ? DEC_F_FENCE_SC : 0);
-    if (p.num_splits > 1 && decode_cluster) {
+    if (p.num_splits > 1 && cluster) {
         p.dec_flags |= DEC_F_CLUSTER;
     }
 
@@ -1624,6 +1627,7 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     cfg.numAttrs = k.pdl > 0 && cu->pdl ? 1 : 0;
     decode_form = SW ? "swapped" : "16 rows";
     decode_splits = p.num_splits;
+    decode_cluster = (p.dec_flags & DEC_F_CLUSTER) != 0;
     decode_persistent = 0;
     if constexpr (SW && STAGES == DEC_STAGES) {
         if (launch_persistent<T, D, STAGES>(cu, k, p, rows, max_ctx, per_sm,
@@ -1768,5 +1772,5 @@ pl_cuda_decode_persistent(void)
 extern "C" int
 pl_cuda_decode_cluster(void)
 {
-    return decode_cluster && decode_splits > 1;
+    return decode_cluster;
 }
