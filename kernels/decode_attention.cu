@@ -1504,10 +1504,11 @@ active_clusters(pl_cuda_t *cu, int c)
  * placed within one GPC, so fewer fit than SMs / size: the H200 holds
  * 30 clusters of 8 three-stage blocks, 62 of 4).  One block per SM
  * measured best: on 1 x 4096 x 32/32 (32 units) clusters of 4 on three
- * stages read 2.3% faster than clusters of 3 on four stages and than
- * clusters of 7 on three, on 8 x 16384 x 32/8 (64 units) clusters of 2
- * on four stages 2.5% faster than the global merge of 4 splits
- * (docs/BENCHMARKS.md, session 9).  Not with prefill rows beside (their
+ * stages read 2.3% faster than clusters of 3 on four stages (where
+ * clusters of 7 on three had tied with the global merge of 8 splits),
+ * on 8 x 16384 x 32/8 (64 units) clusters of 2 on four stages 2.5%
+ * faster than the global merge of 4 splits (docs/BENCHMARKS.md,
+ * session 9).  Not with prefill rows beside (their
  * blocks would leave their clusters' peers waiting) nor with a fixed
  * split count (PAGEDLLM_CUDA_ATTN_SPLITS); with
  * PAGEDLLM_CUDA_ATTN_CLUSTER=n (2..8), n splits in clusters of n
