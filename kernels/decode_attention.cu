@@ -635,6 +635,8 @@ cluster_merge(const attn_params_t &p, float *ob, int row, int kvh, int g0,
     float     mx = -FLT_MAX, sum = 0.0f, v = 0.0f;
     uint32_t  acc = smem_addr(cl_acc<D, SW>(ob));
     uint32_t  ml = smem_addr(cl_ml<D, SW>(ob));
+    T        *out = (T *) p.out
+                    + ((int64_t) row * p.n_heads + kvh * p.group + g0) * D;
 
     /* a share is at most D * ROWS / 2 = 1024 elements: up to 8 a thread */
     cluster_sync_all();
@@ -670,16 +672,12 @@ cluster_merge(const attn_params_t &p, float *ob, int row, int kvh, int g0,
         if (i + DEC_THREADS >= i1) {
             break;
         }
-        ((T *) p.out)[((int64_t) row * p.n_heads + kvh * p.group + g0
-                       + i / D) * D + i % D]
-            = pl_from_f32<T>(sum > 0.0f ? v / sum : 0.0f);
+        out[i] = pl_from_f32<T>(sum > 0.0f ? v / sum : 0.0f);
         i += DEC_THREADS;
     }
     cluster_arrive_relaxed();
     if (i < i1) {
-        ((T *) p.out)[((int64_t) row * p.n_heads + kvh * p.group + g0
-                       + i / D) * D + i % D]
-            = pl_from_f32<T>(sum > 0.0f ? v / sum : 0.0f);
+        out[i] = pl_from_f32<T>(sum > 0.0f ? v / sum : 0.0f);
     }
     cluster_wait();
 }
