@@ -11,7 +11,8 @@
  * Physical blocks are shuffled (PAGEDLLM_BENCH_BLOCKS=ordered lays every
  * sequence's blocks out in order instead, to measure what the scatter
  * costs against torch's contiguous K/V; =runs:N shuffles runs of N
- * blocks, each run in order; =engine lays them out as the engine's block
+ * blocks, each run in order; =local:N shuffles each aligned group of N
+ * blocks in place; =engine lays them out as the engine's block
  * manager does for a batch decoding together: block_layout).  Shapes
  * whose cache fits in L2 a few times over rotate among several caches,
  * so every timed call reads from device memory (at least 1 GiB read per
@@ -193,6 +194,31 @@ shuffled(int64_t n, int64_t run)
 }
 
 
+/* blocks 0 .. n-1, each aligned group of n blocks shuffled in place:
+   scattered blocks that share their neighbourhood (a group of 16 blocks of
+   128 KiB is one 2 MiB page) */
+static int32_t *
+shuffled_locally(int64_t n, int64_t group)
+{
+    int32_t  *p = malloc(n * sizeof(int32_t));
+    int64_t   g, i;
+
+    for (i = 0; i < n; i++) {
+        p[i] = (int32_t) i;
+    }
+    for (g = 0; g + group <= n; g += group) {
+        for (i = group - 1; i > 0; i--) {
+            int64_t  j = (int64_t) (next() % (uint64_t) (i + 1));
+            int32_t  t = p[g + i];
+
+            p[g + i] = p[g + j];
+            p[g + j] = t;
+        }
+    }
+    return p;
+}
+
+
 /* The physical blocks of nsets caches of batch sequences of mb blocks, in
    the order make_batch hands them out, as PAGEDLLM_BENCH_BLOCKS says
    (see the top): shuffled one by one unless it says otherwise. */
@@ -210,6 +236,9 @@ block_layout(int batch, int mb, int nsets)
     }
     if (v != NULL && strncmp(v, "runs:", 5) == 0 && atoi(v + 5) > 0) {
         return shuffled(n, atoi(v + 5));
+    }
+    if (v != NULL && strncmp(v, "local:", 6) == 0 && atoi(v + 6) > 0) {
+        return shuffled_locally(n, atoi(v + 6));
     }
     return shuffled(n, 1);
 }
@@ -597,10 +626,11 @@ main(int argc, char **argv)
         { 64, 2048, 32, 8, 0 }, { 256, 1024, 32, 32, 0 },
         { 8, 16384, 32, 8, 0 },
         /* extra lines, not issue 6's shapes: the engine's short-context
-           decode (Llama-2-7B heads, context 192 in the graph bucket of
-           256) */
+           decode (Llama-2-7B heads, then Llama-3-8B's, context 192 in the
+           graph bucket of 256) */
         { 64, 192, 32, 32, 256 }, { 1, 192, 32, 32, 256 },
         { 256, 192, 32, 32, 256 },
+        { 64, 192, 32, 8, 256 }, { 256, 192, 32, 8, 256 },
     };
     char    err[256];
     size_t  i;
