@@ -52,6 +52,26 @@
  * 8 query heads then; the copies, the pipeline, the splits and the merge
  * are the same code for both forms.
  *
+ * Several KV heads a block (HB = 2 or 4, swapped form, one split): the
+ * block takes KV heads kvh .. kvh + HB - 1 of its row, a tile is 64 / HB
+ * tokens of each of them (stage row r: token r % (64 / HB) of head
+ * r / (64 / HB)), and warp w computes head w / (4 / HB) over its 16
+ * tokens, with that head's query rows (the group's, from row
+ * (w / (4 / HB)) x group of the Q buffer) as its B operand; the warps of
+ * a head are merged at the end as the four are with HB = 1.  A thread's
+ * copies of a tile are then HB heads' rows of the same tokens, side by
+ * side in their slots (one table lookup for them).  For short contexts
+ * and GQA groups, where it measured faster (heads_per_block).  Whether
+ * the shuffled layout's loss against the engine's comes from the pages
+ * a tile touches: with four heads a block a tile of 16 tokens reads one
+ * physical block instead of four, but 256 x 1024 x 32/32 read no faster
+ * (0.4% slower); blocks shuffled only within aligned groups of 4, 16 or
+ * 64 (PAGEDLLM_BENCH_BLOCKS=local:N) read as fast as the engine's
+ * layout, so the loss follows how far apart in memory the blocks that
+ * are read at one time lie, not how many a tile touches.  Clusters of 2,
+ * 4 or 8 blocks along the heads of a row (one GPC for the blocks reading
+ * the same physical blocks) were up to 20% slower (session 10).
+ *
  * Instructions, not bytes, bounded the kernel (ncu, 1 x 4096: 2 blocks of
  * 4 warps per SM, each warp issuing every 5.8 cycles, about 740
  * instructions per warp and tile, more than half of them the address
@@ -267,18 +287,26 @@ typedef struct {
                                         head in token slot 0 */
     uint32_t              soff[DEC_CPT];   /* shared offsets, row r0 */
     int                   r0;        /* first row of the tile it copies */
+    int                   tok0;      /* its token in the tile (row r0 is
+                                        token tok0 of the KV head
+                                        r0 / (DEC_BN / HB): see
+                                        decode_attention_kernel's HB) */
     int                   kv_row;    /* bytes per token slot */
     int                   pf;        /* cp.async with the L2::256B hint */
 } dec_copy_t;
 
 
-template <int D>
+template <int D, int HB = 1>
 static __device__ __forceinline__ void
 copy_init(dec_copy_t &cp, const attn_params_t &p, int kvh)
 {
+    constexpr int  TT = DEC_BN / HB;
+
     int  tc = threadIdx.x % DEC_TPR(D);
 
     cp.r0 = threadIdx.x / DEC_TPR(D);
+    cp.tok0 = cp.r0 % TT;
+    kvh += cp.r0 / TT;
     cp.kv_row = (p.n_heads / p.group) * D * 2;
     cp.k = (const char *) ((const uint16_t *) p.k_cache + kvh * D + tc * 8);
     cp.v = (const char *) ((const uint16_t *) p.v_cache + kvh * D + tc * 8);
@@ -300,19 +328,24 @@ cp_async16_pf(uint32_t dst, const void *src, bool valid)
 }
 
 
-/* Copy the K and V rows of tokens [first, first + BN) into a stage with
-   16-byte cp.async (zero past t1 unless FULL: the tile lies below t1), as
-   one commit group. */
-template <int D, bool FULL, bool PF>
+/* Copy the K and V rows of tokens [first, first + BN / HB) of HB KV
+   heads into a stage with 16-byte cp.async (zero past t1 unless FULL:
+   the tile lies below t1), as one commit group: row r of the stage is
+   token r % (BN / HB) of head r / (BN / HB), so with HB > 1 one token's
+   rows of HB heads, side by side in its slot, are copied together (and
+   its slot is looked up once). */
+template <int D, bool FULL, bool PF, int HB = 1>
 static __device__ __forceinline__ void
 issue_rows(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
     int b0, int first, int t1, uint32_t ks, uint32_t vs)
 {
+    constexpr int  TT = DEC_BN / HB;
+
     int  lb = p.log2_block, bmask = (1 << lb) - 1;
 
 #pragma unroll
     for (int k = 0; k < DEC_BN / DEC_RS(D); k++) {
-        int      r = cp.r0 + k * DEC_RS(D), t = first + r;
+        int      t = first + cp.tok0 + (k * DEC_RS(D)) % TT;
         bool     valid = FULL || t < t1;
         int64_t  off = 0;
 
@@ -324,7 +357,8 @@ issue_rows(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
 #pragma unroll
         for (int j = 0; j < DEC_CPT; j++) {
             uint32_t  so = cp.soff[j] + k * DEC_RS(D) * D * 2;
-            int       go = j * DEC_TPR(D) * 16;
+            int       go = j * DEC_TPR(D) * 16
+                           + (k * DEC_RS(D) / TT) * D * 2;
 
             if (PF) {
                 cp_async16_pf(ks + so, cp.k + off + go, valid);
@@ -338,19 +372,20 @@ issue_rows(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
 }
 
 
-template <int D>
+template <int D, int HB = 1>
 static __device__ __forceinline__ void
 issue_tile(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
     int b0, int first, int t1, uint32_t ks, uint32_t vs)
 {
-    if (first + DEC_BN <= t1) {
+    if (first + DEC_BN / HB <= t1) {
         if (cp.pf) {
-            issue_rows<D, true, true>(p, cp, tbl, b0, first, t1, ks, vs);
+            issue_rows<D, true, true, HB>(p, cp, tbl, b0, first, t1, ks, vs);
         } else {
-            issue_rows<D, true, false>(p, cp, tbl, b0, first, t1, ks, vs);
+            issue_rows<D, true, false, HB>(p, cp, tbl, b0, first, t1, ks,
+                                           vs);
         }
     } else {
-        issue_rows<D, false, false>(p, cp, tbl, b0, first, t1, ks, vs);
+        issue_rows<D, false, false, HB>(p, cp, tbl, b0, first, t1, ks, vs);
     }
     cp_async_commit();
 }
@@ -450,13 +485,14 @@ warp_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
  * lane / 4, c = lane % 4) holds S^T and P^T for tokens g and g + 8 of the
  * warp's 16 and query heads 2c and 2c + 1 (m, l: one per head), O^T for
  * dims 16i + g and 16i + g + 8 and the same heads; qf[kk / 2][2 (kk % 2)
- * + b] is Q^T's B operand register b for dims 16kk .. 16kk + 15.
+ * + b] is Q^T's B operand register b for dims 16kk .. 16kk + 15.  The
+ * warp's 16 rows of the stage are tokens first + wt .. first + wt + 15.
  */
 template <typename T, int D, bool MASK>
 static __device__ __forceinline__ void
 warp_tile_sw(float (&o)[D / 16][4], float (&m)[2], float (&l)[2],
     const uint32_t (&qf)[D / 32][4], uint32_t ks, uint32_t vs, int first,
-    int t1, float scale, int warp, int lane)
+    int t1, float scale, int warp, int wt, int lane)
 {
     float     s[4], s2[4], mx[2], corr[2];
     uint32_t  b0, b1;
@@ -480,7 +516,7 @@ warp_tile_sw(float (&o)[D / 16][4], float (&m)[2], float (&l)[2],
     mx[1] = m[1];
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-        int     t = first + warp * 16 + (e >> 1) * 8 + (lane >> 2);
+        int     t = first + wt + (e >> 1) * 8 + (lane >> 2);
         float  &v = s[e];
 
         v = !MASK || t < t1 ? (v + s2[e]) * scale : -INFINITY;
@@ -522,16 +558,17 @@ warp_tile_sw(float (&o)[D / 16][4], float (&m)[2], float (&l)[2],
 }
 
 
-/* one warp's 16 tokens of a tile in the block's form */
+/* one warp's 16 tokens of a tile in the block's form (the swapped form:
+   tokens first + wt ..., see warp_tile_sw; else wt is warp * 16) */
 template <typename T, int D, bool SW, bool MASK>
 static __device__ __forceinline__ void
 form_tile(float (&o)[D / (SW ? 16 : 8)][4], float (&m)[2], float (&l)[2],
     const uint32_t (&qf)[D / (SW ? 32 : 16)][4], uint32_t ks, uint32_t vs,
-    int first, int t1, float scale, int warp, int lane)
+    int first, int t1, float scale, int warp, int wt, int lane)
 {
     if constexpr (SW) {
         warp_tile_sw<T, D, MASK>(o, m, l, qf, ks, vs, first, t1, scale,
-                                 warp, lane);
+                                 warp, wt, lane);
     } else {
         warp_tile<T, D, MASK>(o, m, l, qf, ks, vs, first, t1, scale, warp,
                               lane);
@@ -539,16 +576,16 @@ form_tile(float (&o)[D / (SW ? 16 : 8)][4], float (&m)[2], float (&l)[2],
 }
 
 
-/* the largest of the four warps' maxima of query head r */
-template <int ROWS>
+/* the largest of warps w0 .. w0 + WPH - 1's maxima of query head r */
+template <int ROWS, int WPH = 4>
 static __device__ __forceinline__ float
-warps_max(const float2 (*ml)[ROWS], int r)
+warps_max(const float2 (*ml)[ROWS], int r, int w0 = 0)
 {
     float  mx = -FLT_MAX;
 
 #pragma unroll
-    for (int w = 0; w < 4; w++) {
-        mx = fmaxf(mx, ml[w][r].x);
+    for (int w = 0; w < WPH; w++) {
+        mx = fmaxf(mx, ml[w0 + w][r].x);
     }
     return mx;
 }
@@ -695,9 +732,11 @@ cluster_merge(const attn_params_t &p, float *ob, int row, int kvh, int g0,
  * (m[h], l[h]) is row g + 8h of the 16-row form's fragments (g = lane /
  * 4, c = lane % 4) and column 2c + h of the swapped form's; its sum is
  * spread over the lanes of that row (the four of g) or column (the eight
- * of c).
+ * of c).  With HB KV heads a block (one split), warps w .. w + 4 / HB - 1
+ * of KV head kvh + w / (4 / HB) are merged, and each of its ng query
+ * heads ends in out.
  */
-template <typename T, int D, bool SW>
+template <typename T, int D, bool SW, int HB = 1>
 static __device__ __forceinline__ void
 finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
     float (&m)[2], float (&l)[2], float *ob, int orows, int row, int kvh,
@@ -705,6 +744,7 @@ finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
 {
     constexpr int  ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
     constexpr int  OD = D + DEC_OPAD;
+    constexpr int  WPH = 4 / HB;
 
     float2  (*ml)[ROWS] = (float2 (*)[ROWS]) (ob + 4 * orows * OD);
     int     g = lane >> 2, c = lane & 3;
@@ -730,7 +770,8 @@ finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
         if (r >= ng) {
             continue;
         }
-        f = fast_exp2(m[h] - warps_max<ROWS>(ml, r));
+        f = fast_exp2(m[h] - warps_max<ROWS, WPH>(ml, r,
+                                                   warp / WPH * WPH));
 #pragma unroll
         for (int n = 0; n < D / (SW ? 16 : 8); n++) {
 #pragma unroll
@@ -746,16 +787,16 @@ finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < ng * D; i += DEC_THREADS) {
-        int      r = i / D, d = i % D;
-        int64_t  rh = (int64_t) row * p.n_heads + kvh * p.group + g0 + r;
-        float    mx = warps_max<ROWS>(ml, r), sum = 0.0f, v = 0.0f;
+    for (int i = threadIdx.x; i < HB * ng * D; i += DEC_THREADS) {
+        int      r = (i / D) % ng, d = i % D, w0 = i / (ng * D) * WPH;
+        int64_t  rh = (int64_t) row * p.n_heads + kvh * p.group + g0 + i / D;
+        float    mx = warps_max<ROWS, WPH>(ml, r, w0), sum = 0.0f, v = 0.0f;
 
-        for (int w = 0; w < 4; w++) {
+        for (int w = w0; w < w0 + WPH; w++) {
             sum += ml[w][r].y * fast_exp2(ml[w][r].x - mx);
             v += ob[(w * orows + r) * OD + d];
         }
-        if (p.num_splits == 1) {
+        if (HB > 1 || p.num_splits == 1) {
             ((T *) p.out)[rh * D + d] = pl_from_f32<T>(sum > 0.0f ? v / sum
                                                                   : 0.0f);
         } else if (p.dec_flags & DEC_F_CLUSTER) {
@@ -789,12 +830,12 @@ stage_addr(uint32_t qs, int st)
 /* Restage the table page (N entries from b0) when the tile of tokens
    [first, first + DEC_BN) of a context ending at t1 reaches past it: the
    new page starts at the tile's first block.  All threads. */
-template <int N>
+template <int N, int BN = DEC_BN>
 static __device__ __forceinline__ void
 page_for_tile(const attn_params_t &p, int32_t *tbl, const int32_t *table,
     int &b0, int bend, int first, int t1)
 {
-    if (((min(first + DEC_BN, t1) - 1) >> p.log2_block) - b0 >= N) {
+    if (((min(first + BN, t1) - 1) >> p.log2_block) - b0 >= N) {
         b0 = first >> p.log2_block;
         stage_table<N>(tbl, table, b0, bend);
     }
@@ -803,22 +844,23 @@ page_for_tile(const attn_params_t &p, int32_t *tbl, const int32_t *table,
 
 /* Issue tile j of the split into stage j % STAGES (an empty group past
    the last tile, so that group counting stays uniform); the table page is
-   restaged when the tile leaves it. */
-template <int D, int STAGES>
+   restaged when the tile leaves it.  A tile is DEC_BN / HB tokens of HB
+   KV heads. */
+template <int D, int STAGES, int HB = 1>
 static __device__ __forceinline__ void
 issue_next(const attn_params_t &p, const dec_copy_t &cp, int32_t *tbl,
     const int32_t *table, int &b0, int bend, int t0, int t1, int ntiles,
     int j, uint32_t qs)
 {
-    int       first = t0 + j * DEC_BN;
+    int       first = t0 + j * (DEC_BN / HB);
     uint32_t  ks = stage_addr<D>(qs, j % STAGES);
 
     if (j >= ntiles) {
         cp_async_commit();
         return;
     }
-    page_for_tile<DEC_TBL>(p, tbl, table, b0, bend, first, t1);
-    issue_tile<D>(p, cp, tbl, b0, first, t1, ks, ks + DEC_BN * D * 2);
+    page_for_tile<DEC_TBL, DEC_BN / HB>(p, tbl, table, b0, bend, first, t1);
+    issue_tile<D, HB>(p, cp, tbl, b0, first, t1, ks, ks + DEC_BN * D * 2);
 }
 
 
@@ -843,19 +885,19 @@ copy_q(const attn_params_t &p, uint32_t qs, int row, int kvh, int g0,
 
 
 /* Q from the buffer at qs as the 16-row form's A (rows 0..15, dims
-   16j .. 16j + 15) or as the swapped form's B (Q^T: rows 0..7, dims 32j
-   .. 32j + 31), and the softmax state of no token yet */
+   16j .. 16j + 15) or as the swapped form's B (Q^T: rows q0..q0 + 7,
+   dims 32j .. 32j + 31), and the softmax state of no token yet */
 template <int D, bool SW>
 static __device__ __forceinline__ void
 start_state(uint32_t (&qf)[D / (SW ? 32 : 16)][4],
     float (&o)[D / (SW ? 16 : 8)][4], float (&m)[2], float (&l)[2],
-    uint32_t qs, int lane)
+    uint32_t qs, int lane, int q0 = 0)
 {
 #pragma unroll
     for (int j = 0; j < D / (SW ? 32 : 16); j++) {
         int  mi = lane >> 3;
 
-        ldsm_x4(qf[j], qs + (SW ? swz<D>(lane & 7, j * 4 + mi)
+        ldsm_x4(qf[j], qs + (SW ? swz<D>(q0 + (lane & 7), j * 4 + mi)
                                 : swz<D>((mi & 1) * 8 + (lane & 7),
                                          j * 2 + (mi >> 1))));
     }
@@ -905,11 +947,13 @@ dec_seq_of_row(const attn_params_t &p, int row, int &q0, int &q1, int &ctx,
 }
 
 
-template <typename T, int D, int STAGES, bool SW>
+template <typename T, int D, int STAGES, bool SW, int HB = 1>
 __global__ void __launch_bounds__(DEC_THREADS)
 decode_attention_kernel(const attn_params_t p)
 {
     constexpr int  ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
+    constexpr int  TT = DEC_BN / HB;       /* tokens per tile */
+    constexpr int  WPH = 4 / HB;           /* warps per KV head */
 
     extern __shared__ __align__(128) unsigned char dec_smem[];
     __shared__ int32_t  tbl[DEC_TBL];
@@ -922,10 +966,13 @@ decode_attention_kernel(const attn_params_t p)
 
     int             row = p.heads_first ? blockIdx.y : blockIdx.x;
     int             hc = p.heads_first ? blockIdx.x : blockIdx.y;
-    int             kvh = hc / p.chunks;
+    int             kvh = hc / p.chunks * HB;
     int             g0 = (hc % p.chunks) * ROWS;
     int             ng = min(ROWS, p.group - g0);
     int             warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int             wt = warp % WPH * 16;  /* the warp's first token in a
+                                              tile (of KV head kvh + warp
+                                              / WPH) */
     int             t0 = blockIdx.z * p.split_tokens;
     int             b0 = t0 >> p.log2_block;
     int             q0, q1, seq, bend, ctx, t1, ntiles;
@@ -960,8 +1007,8 @@ decode_attention_kernel(const attn_params_t p)
     }
     ctx -= q1 - row - 1;
     t1 = blockIdx.z + 1 == gridDim.z ? ctx : min(ctx, t0 + p.split_tokens);
-    ntiles = t1 > t0 ? (t1 - t0 + DEC_BN - 1) / DEC_BN : 0;
-    if (ntiles == 0 && p.num_splits > 1) {
+    ntiles = t1 > t0 ? (t1 - t0 + TT - 1) / TT : 0;
+    if (HB == 1 && ntiles == 0 && p.num_splits > 1) {
         attn_grid_wait();
         if (p.dec_flags & DEC_F_CLUSTER) {
             float  *ob = (float *) dec_smem;
@@ -979,18 +1026,25 @@ decode_attention_kernel(const attn_params_t p)
         return;
     }
 
-    copy_init<D>(cp, p, kvh);
+    copy_init<D, HB>(cp, p, kvh);
     attn_grid_wait();
-    copy_q<T, D, ROWS>(p, qs, row, kvh, g0, ng);
+    if constexpr (HB > 1) {
+        /* the query heads of KV heads kvh .. kvh + HB - 1, side by side
+           (the launcher fits the warps' 8 rows from (warp / WPH) * group
+           in the buffer's 16) */
+        copy_q<T, D, DEC_ROWS>(p, qs, row, kvh, 0, HB * p.group);
+    } else {
+        copy_q<T, D, ROWS>(p, qs, row, kvh, g0, ng);
+    }
     cp_async_commit();
 #pragma unroll
     for (int j = 0; j < STAGES - 1; j++) {
-        issue_next<D, STAGES>(p, cp, tbl, table, b0, bend, t0, t1, ntiles,
-                              j, qs);
+        issue_next<D, STAGES, HB>(p, cp, tbl, table, b0, bend, t0, t1,
+                                  ntiles, j, qs);
     }
     cp_async_wait<STAGES - 1>();
     __syncthreads();
-    start_state<D, SW>(qf, o, m, l, qs, lane);
+    start_state<D, SW>(qf, o, m, l, qs, lane, warp / WPH * p.group);
     dec_trace(DEC_TR_FIRST);
 
     for (int j = 0; j < ntiles; j++) {
@@ -999,14 +1053,14 @@ decode_attention_kernel(const attn_params_t p)
 
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        issue_next<D, STAGES>(p, cp, tbl, table, b0, bend, t0, t1, ntiles,
-                              j + STAGES - 1, qs);
+        issue_next<D, STAGES, HB>(p, cp, tbl, table, b0, bend, t0, t1,
+                                  ntiles, j + STAGES - 1, qs);
         if (j + 1 < ntiles) {
-            form_tile<T, D, SW, false>(o, m, l, qf, ks, vs, t0 + j * DEC_BN,
-                                       t1, p.scale_log2, warp, lane);
+            form_tile<T, D, SW, false>(o, m, l, qf, ks, vs, t0 + j * TT,
+                                       t1, p.scale_log2, warp, wt, lane);
         } else {
-            form_tile<T, D, SW, true>(o, m, l, qf, ks, vs, t0 + j * DEC_BN,
-                                      t1, p.scale_log2, warp, lane);
+            form_tile<T, D, SW, true>(o, m, l, qf, ks, vs, t0 + j * TT,
+                                      t1, p.scale_log2, warp, wt, lane);
         }
     }
     cp_async_wait<0>();
@@ -1015,9 +1069,13 @@ decode_attention_kernel(const attn_params_t p)
         attn_grid_release();
     }
 
-    finish_block<T, D, SW>(p, o, m, l, (float *) dec_smem, ROWS, row, kvh,
-                           g0, ng, blockIdx.z, warp, lane);
+    finish_block<T, D, SW, HB>(p, o, m, l, (float *) dec_smem, ROWS, row,
+                               kvh, g0, ng, blockIdx.z, warp, lane);
     dec_trace(DEC_TR_FINISH);
+    if (HB > 1) {
+        dec_trace(DEC_TR_END, 0);
+        return;
+    }
     if (p.num_splits > 1 && !(p.dec_flags & DEC_F_CLUSTER)) {
         dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
         dec_trace(DEC_TR_END, last);
@@ -1269,11 +1327,11 @@ decode_persistent_kernel(const attn_params_t p)
         if (jc + 1 < ntc) {
             form_tile<T, D, true, false>(o, m, l, qf, ks, ks + DEC_BN * D * 2,
                                          jc * DEC_BN, t1c, p.scale_log2,
-                                         warp, lane);
+                                         warp, warp * 16, lane);
         } else {
             form_tile<T, D, true, true>(o, m, l, qf, ks, ks + DEC_BN * D * 2,
                                         jc * DEC_BN, t1c, p.scale_log2,
-                                        warp, lane);
+                                        warp, warp * 16, lane);
         }
         if (++jc == ntc) {
             int  row, kvh;
@@ -1299,6 +1357,7 @@ static const char  *decode_form;
 static int          decode_splits;
 static int          decode_persistent;
 static int          decode_cluster;
+static int          decode_heads;
 
 
 /* The launch knobs, read at every call (see the header). */
@@ -1318,6 +1377,7 @@ typedef struct {
     int  persist_blocks;
     int  cluster;
     int  split_stages;
+    int  heads;
 } dec_knobs_t;
 
 
@@ -1354,6 +1414,7 @@ read_knobs(void)
     k.cluster = k.cluster >= 2 && k.cluster <= 8 ? k.cluster
                 : k.cluster < 0 ? -1 : 0;
     k.split_min = k.split_min > 0 ? k.split_min : 256;
+    k.heads = env_or("PAGEDLLM_CUDA_ATTN_HEADS", -1);
     return k;
 }
 
@@ -1567,7 +1628,55 @@ split_deeper(pl_cuda_t *cu, const dec_knobs_t &k, int64_t units)
 }
 
 
-template <typename T, int D, int STAGES, bool SW>
+/*
+ * KV heads per block (decode_attention_kernel's HB) of the swapped form,
+ * where the block's query heads fit in the Q buffer's 16 rows as its
+ * warps read them ((HB - 1) x group + 8) and the batch still fills three
+ * quarters of a wave of blocks or more without splitting: by default 2
+ * for GQA groups (64 and 256 rows of 192 tokens in the 256 bucket,
+ * 32/8: 10-11% and 2.5-4% faster than one head a block; 64 x 2048 x
+ * 32/8: 0.4-0.8% faster in four calls, 1% slower in a fifth) and 4
+ * (else 2) for groups of one at contexts up to DEC_HEADS_CTX (64 and 256
+ * rows of 192 tokens, 32/32: 1.6-2.5% faster); one head a block for
+ * groups of one at longer contexts, where four measured 0.4% slower (32
+ * x 2048 and 256 x 1024; the H200, session 10, docs/BENCHMARKS.md).
+ * PAGEDLLM_CUDA_ATTN_HEADS=n: n (2 or 4) wherever it fits, whatever the
+ * batch; =1: never.  The default also keeps one head a block under a
+ * fixed split count and with the persistent kernel on.
+ */
+#define DEC_HEADS_CTX  256
+
+static int
+heads_per_block(const dec_knobs_t &k, const attn_params_t &p, int rows,
+    int max_ctx, int slots)
+{
+    int64_t  n_kv = p.n_heads / p.group, units = rows * n_kv;
+
+    if (k.heads == 1
+        || (k.heads < 0
+            && (k.splits > 0 || k.persist || k.persist_blocks > 0)))
+    {
+        return 1;
+    }
+    for (int hb = 4; hb >= 2; hb /= 2) {
+        if (n_kv % hb != 0 || (hb - 1) * p.group + DEC_SW_ROWS > DEC_ROWS) {
+            continue;
+        }
+        if (k.heads > 1) {
+            if (hb == k.heads) {
+                return hb;
+            }
+        } else if ((p.group == 1 ? max_ctx <= DEC_HEADS_CTX : hb == 2)
+                   && units / hb * 4 >= (int64_t) slots * 3)
+        {
+            return hb;
+        }
+    }
+    return 1;
+}
+
+
+template <typename T, int D, int STAGES, bool SW, int HB = 1>
 static void
 launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     int rows, int max_ctx)
@@ -1577,7 +1686,8 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     static int           per_sm;
     size_t               smem = (size_t) (DEC_ROWS + STAGES * 2 * DEC_BN)
                                 * D * 2;
-    auto                 kernel = decode_attention_kernel<T, D, STAGES, SW>;
+    auto                 kernel = decode_attention_kernel<T, D, STAGES, SW,
+                                                          HB>;
     int                  n_kv = p.n_heads / p.group;
     int64_t              units;
     cudaLaunchConfig_t   cfg = {};
@@ -1588,12 +1698,25 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     if (per_sm == 0) {
         per_sm = blocks_per_sm(kernel, smem, smem);
     }
+    if constexpr (SW && STAGES == DEC_STAGES && HB == 1) {
+        switch (heads_per_block(k, p, rows, max_ctx,
+                                per_sm * cu->num_sms))
+        {
+        case 4:
+            launch_decode<T, D, STAGES, SW, 4>(cu, k, p0, rows, max_ctx);
+            return;
+        case 2:
+            launch_decode<T, D, STAGES, SW, 2>(cu, k, p0, rows, max_ctx);
+            return;
+        }
+    }
     p.chunks = (p.group + ROWS - 1) / ROWS;
-    p.n_hc = n_kv * p.chunks;
+    p.n_hc = n_kv * p.chunks / HB;
     units = (int64_t) rows * p.n_hc;
-    p.num_splits = choose_splits(k, per_sm * cu->num_sms, units, max_ctx,
-                                 (int64_t) rows * p.n_heads, D);
-    if constexpr (STAGES == DEC_STAGES) {
+    p.num_splits = HB > 1 ? 1
+                   : choose_splits(k, per_sm * cu->num_sms, units, max_ctx,
+                                   (int64_t) rows * p.n_heads, D);
+    if constexpr (STAGES == DEC_STAGES && HB == 1) {
         if (p.num_splits > 1 && k.split_stages == DEC_SPLIT_STAGES
             && p.tc_min_qlen == 0 && split_deeper<T, D, SW>(cu, k, units))
         {
@@ -1628,7 +1751,8 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     decode_splits = p.num_splits;
     decode_cluster = (p.dec_flags & DEC_F_CLUSTER) != 0;
     decode_persistent = 0;
-    if constexpr (SW && STAGES == DEC_STAGES) {
+    decode_heads = HB;
+    if constexpr (SW && STAGES == DEC_STAGES && HB == 1) {
         if (launch_persistent<T, D, STAGES>(cu, k, p, rows, max_ctx, per_sm,
                                             cfg))
         {
@@ -1772,4 +1896,12 @@ extern "C" int
 pl_cuda_decode_cluster(void)
 {
     return decode_cluster;
+}
+
+
+/* KV heads per block of the last launch */
+extern "C" int
+pl_cuda_decode_heads(void)
+{
+    return decode_heads;
 }

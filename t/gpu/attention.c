@@ -34,6 +34,7 @@
  * count ran (with a fixed count, through global partials and the last
  * block); decode_cluster_cases the merge within a thread-block cluster,
  * at cluster sizes 2, 3, 5 and 8 and as the default chooses it;
+ * decode_heads_cases blocks that take two or four KV heads each;
  * decode_persistent_cases the persistent kernel, which walks many rows
  * per block.
  *
@@ -55,6 +56,7 @@ const char *pl_cuda_decode_form(void);
 int pl_cuda_decode_splits(void);
 int pl_cuda_decode_persistent(void);
 int pl_cuda_decode_cluster(void);
+int pl_cuda_decode_heads(void);
 
 typedef struct {
     int  qlen;
@@ -583,6 +585,94 @@ decode_cluster_cases(void)
 }
 
 
+static void long_case(void);
+
+
+/* the last decode launch's blocks each took want KV heads */
+static void
+check_heads(int want, const char *what)
+{
+    is_int(pl_cuda_decode_heads(), want, "decode KV heads a block: %s",
+           what);
+}
+
+
+/*
+ * Blocks of several KV heads (the swapped form's HB: a tile is 64 / HB
+ * tokens of HB heads, warp w computes head w / (4 / HB)), forced with
+ * PAGEDLLM_CUDA_ATTN_HEADS=2 and 4: groups 1 to 8 where their query
+ * heads fit (HB - 1 groups and the last warp's 8 rows in 16), larger
+ * ones on one head a block; head sizes 64 and 128, block sizes 8, 16 and
+ * 32 (tiles of 16 tokens: two blocks, one, half of one); contexts of 1 to
+ * 3000 tokens in one batch, a context bucket past every context, rows of
+ * short query chunks and prefill rows beside (mixed_case), 32k tokens
+ * (the staged table page turns over); a KV head count that HB does not
+ * divide stays on one head a block.  Then the default's choice (enough
+ * (row, KV head) pairs for a wave of blocks: 12 rows of 128 KV heads or
+ * of 64): 4 for groups of one at contexts up to 256, 1 past that; 2
+ * for groups of 4 at any context; 1 for 12 rows of 8 KV heads (it
+ * splits them instead), and 1 under HEADS=1.
+ */
+static void
+decode_heads_cases(void)
+{
+    static const int  groups[] = { 1, 2, 3, 4, 8 };
+    static const int  bss[] = { 8, 16, 32 };
+    /* the default's choice, 12 rows: head size, heads, KV heads, longest
+       context, KV heads a block */
+    static const struct {
+        int          hd, nh, nkv, ctx, want;
+        const char  *what;
+    }                 dflt[] = {
+        { 128, 128, 128, 256, 4, "default, 1536 pairs, contexts to 256" },
+        { 64, 128, 128, 257, 1, "default, 1536 pairs, contexts to 257" },
+        { 128, 256, 64, 256, 2, "default, 768 pairs, group 4, to 256" },
+        { 128, 256, 64, 2000, 2, "default, 768 pairs, group 4, to 2000" },
+        { 128, 8, 8, 2000, 1, "default, 96 pairs" },
+    };
+    char              v[16];
+    size_t            i;
+    int               hb, fits, b;
+
+    for (hb = 2; hb <= 4; hb *= 2) {
+        snprintf(v, sizeof(v), "%d", hb);
+        setenv("PAGEDLLM_CUDA_ATTN_HEADS", v, 1);
+        diag("PAGEDLLM_CUDA_ATTN_HEADS=%s", v);
+        for (i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+            fits = (hb - 1) * groups[i] + 8 <= 16;
+            for (b = 0; b < 3; b++) {
+                decode_case(bss[b], 128, 4 * groups[i], 4, 12, 3000);
+                check_heads(fits ? hb : 1, "head 128");
+            }
+            decode_case(16, 64, 4 * groups[i], 4, 12, 3000);
+            check_heads(fits ? hb : 1, "head 64");
+        }
+        decode_bucket_case(128, 32, 32, 12);
+        check_heads(hb, "context bucket 256, group 1");
+        decode_bucket_case(64, 8, 2, 5);
+        check_heads(hb == 2 ? 2 : 1, "context bucket 256, 2 KV heads");
+        mixed_case(16, 128, 8, 8);
+        check_heads(hb, "mixed batch, group 1");
+        mixed_case(32, 64, 16, 4);
+        check_heads(hb == 2 ? 2 : 1, "mixed batch, group 4");
+        long_case();
+        check_heads(hb == 2 ? 2 : 1, "long contexts, 2 KV heads");
+        decode_case(16, 128, 6, 6, 5, 1000);
+        check_heads(hb == 2 ? 2 : 1, "6 KV heads");
+    }
+    setenv("PAGEDLLM_CUDA_ATTN_HEADS", "1", 1);
+    diag("PAGEDLLM_CUDA_ATTN_HEADS=1");
+    decode_case(16, 128, 128, 128, 12, 256);
+    check_heads(1, "HEADS=1, 1536 (row, KV head) pairs");
+    unsetenv("PAGEDLLM_CUDA_ATTN_HEADS");
+    for (i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++) {
+        decode_case(16, dflt[i].hd, dflt[i].nh, dflt[i].nkv, 12,
+                    dflt[i].ctx);
+        check_heads(dflt[i].want, dflt[i].what);
+    }
+}
+
+
 /* the last decode launch was (1) or was not (0) the persistent kernel */
 static void
 check_persistent(int want, const char *what)
@@ -679,9 +769,6 @@ decode_persistent_cases(void)
  * single sequence in the context bucket (the engine's batch-1 decode)
  * and the long contexts run under each setting.
  */
-static void long_case(void);
-
-
 static void
 decode_knob_cases(void)
 {
@@ -896,6 +983,7 @@ fp16_cases(void)
     decode_bucket_case(64, 8, 2, 5);
     decode_group_cases();
     decode_merge_cases();
+    decode_heads_cases();
     decode_persistent_cases();
     long_case();
     for (i = 0; i < 3; i++) {
@@ -955,6 +1043,7 @@ main(void)
     decode_group_cases();
     decode_merge_cases();
     decode_cluster_cases();
+    decode_heads_cases();
     decode_persistent_cases();
     decode_knob_cases();
     mixed_case(16, 64, 40, 2);
