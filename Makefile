@@ -177,5 +177,6 @@ test-gpu: $(GPU_TESTS) $(if $(wildcard tools/mktinymodel.c),$(TINY))
 
 bench-gpu: $(GPU_BENCHES)
 	$(BUILD)/bench/gpu/attention
+	PAGEDLLM_BENCH_BLOCKS=engine $(BUILD)/bench/gpu/attention decode
 	python3 bench/gpu/attention_torch.py
 	$(BUILD)/bench/gpu/gemv

@@ -19,7 +19,9 @@
  * rotation; PAGEDLLM_BENCH_ROTATE_MB=n: n MiB, one cache at least, to see
  * what a smaller footprint changes).  Each call is timed with events on
  * the backend's stream; the median of the calls is printed.
- * Output lines start with "ours".  Each decode line also gives the time
+ * Output lines start with "ours".  Each decode line names its block
+ * layout (PAGEDLLM_BENCH_BLOCKS, "shuffled" by default; make bench-gpu
+ * runs the decode part again on the engine's) and gives the time
  * of a device-to-device copy that reads and writes as many bytes as the
  * attention reads, timed the same way over the same caches (what one
  * pass over those bytes costs, launch and ramp included).  Built as
@@ -497,9 +499,11 @@ bench_decode(const shape_t *s)
     copy.bytes = set_bytes;
     copy.nsets = nsets;
     csec = bench_time(timed_copy, &copy, 3, REPS);
-    printf("ours decode %dx%dx%d/%d %.1f us %.3f TB/s (%d caches",
+    printf("ours decode %dx%dx%d/%d %.1f us %.3f TB/s (%d caches, blocks %s",
            s->batch, s->ctx, s->heads, s->kv_heads, sec * 1e6,
-           2.0 * set_bytes / sec / 1e12, nsets);
+           2.0 * set_bytes / sec / 1e12, nsets,
+           getenv("PAGEDLLM_BENCH_BLOCKS") != NULL
+           ? getenv("PAGEDLLM_BENCH_BLOCKS") : "shuffled");
     if (s->bucket > s->ctx) {
         printf(", max_context_len %d", s->bucket);
     }
