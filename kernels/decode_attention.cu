@@ -61,16 +61,16 @@
  * a head are merged at the end as the four are with HB = 1.  A thread's
  * copies of a tile are then HB heads' rows of the same tokens, side by
  * side in their slots (one table lookup for them).  For short contexts
- * and GQA groups, where it measured faster (heads_per_block).  Whether
- * the shuffled layout's loss against the engine's comes from the pages
- * a tile touches: with four heads a block a tile of 16 tokens reads one
- * physical block instead of four, but 256 x 1024 x 32/32 read no faster
- * (0.4% slower); blocks shuffled only within aligned groups of 4, 16 or
- * 64 (PAGEDLLM_BENCH_BLOCKS=local:N) read as fast as the engine's
- * layout, so the loss follows how far apart in memory the blocks that
- * are read at one time lie, not how many a tile touches.  Clusters of 2,
- * 4 or 8 blocks along the heads of a row (one GPC for the blocks reading
- * the same physical blocks) were up to 20% slower (session 10).
+ * and GQA groups, where it measured faster (heads_per_block).  It does
+ * not close the shuffled layout's loss against the engine's layout: a
+ * 16-token tile of four heads reads one physical block instead of four,
+ * yet 256 x 1024 x 32/32 read 0.4% slower that way; blocks shuffled
+ * only within aligned groups of 4, 16 or 64 (PAGEDLLM_BENCH_BLOCKS=
+ * local:N) read as fast as the engine's layout, so the loss follows how
+ * far apart in memory the blocks read at one time lie, not how many a
+ * tile touches.  Clusters of 2, 4 or 8 blocks along the heads of a row
+ * (one GPC for the blocks reading the same physical blocks) were up to
+ * 18% slower (session 10).
  *
  * Instructions, not bytes, bounded the kernel (ncu, 1 x 4096: 2 blocks of
  * 4 warps per SM, each warp issuing every 5.8 cycles, about 740
