@@ -602,9 +602,9 @@ check_heads(int want, const char *what)
  * tokens of HB heads, warp w computes head w / (4 / HB)), forced with
  * PAGEDLLM_CUDA_ATTN_HEADS=2 and 4: groups 1 to 8 where their query
  * heads fit (HB - 1 groups and the last warp's 8 rows in 16), larger
- * ones on one head a block; head sizes 64 and 128, block sizes 8, 16 and
- * 32 (tiles of 16 tokens: two blocks, one, half of one); contexts of 1 to
- * 3000 tokens in one batch, a context bucket past every context, rows of
+ * ones on one head a block; head sizes 64 and 128, block sizes 8, 16
+ * and 32 (with HB = 4 a tile of 16 tokens: two blocks, one, half of
+ * one); contexts of 1 to 3000 tokens in one batch, a context bucket past every context, rows of
  * short query chunks and prefill rows beside (mixed_case), 32k tokens
  * (the staged table page turns over); a KV head count that HB does not
  * divide stays on one head a block.  Then the default's choice (enough
