@@ -828,7 +828,7 @@ stage_addr(uint32_t qs, int st)
 
 
 /* Restage the table page (N entries from b0) when the tile of tokens
-   [first, first + DEC_BN) of a context ending at t1 reaches past it: the
+   [first, first + BN) of a context ending at t1 reaches past it: the
    new page starts at the tile's first block.  All threads. */
 template <int N, int BN = DEC_BN>
 static __device__ __forceinline__ void
@@ -1072,17 +1072,13 @@ decode_attention_kernel(const attn_params_t p)
     finish_block<T, D, SW, HB>(p, o, m, l, (float *) dec_smem, ROWS, row,
                                kvh, g0, ng, blockIdx.z, warp, lane);
     dec_trace(DEC_TR_FINISH);
-    if (HB > 1) {
+    if (HB > 1 || p.num_splits == 1) {
         dec_trace(DEC_TR_END, 0);
         return;
     }
-    if (p.num_splits > 1 && !(p.dec_flags & DEC_F_CLUSTER)) {
+    if (!(p.dec_flags & DEC_F_CLUSTER)) {
         dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
         dec_trace(DEC_TR_END, last);
-        return;
-    }
-    if (p.num_splits == 1) {
-        dec_trace(DEC_TR_END, 0);
         return;
     }
 cluster:
