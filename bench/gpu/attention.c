@@ -172,9 +172,9 @@ engine_layout(int batch, int mb, int nsets)
 }
 
 
-/* blocks 0 .. n-1 in shuffled runs of run blocks, each run in order */
+/* blocks 0 .. n-1 in order */
 static int32_t *
-shuffled(int64_t n, int64_t run)
+in_order(int64_t n)
 {
     int32_t  *p = malloc(n * sizeof(int32_t));
     int64_t   i;
@@ -182,9 +182,18 @@ shuffled(int64_t n, int64_t run)
     for (i = 0; i < n; i++) {
         p[i] = (int32_t) i;
     }
-    for (i = n / run - 1; i > 0; i--) {
-        int64_t  j = (int64_t) (next() % (uint64_t) (i + 1)), k;
+    return p;
+}
 
+
+/* shuffle the n / run runs of run entries of p (each run kept in order) */
+static void
+shuffle_runs(int32_t *p, int64_t n, int64_t run)
+{
+    int64_t  i, j, k;
+
+    for (i = n / run - 1; i > 0; i--) {
+        j = (int64_t) (next() % (uint64_t) (i + 1));
         for (k = 0; k < run; k++) {
             int32_t  t = p[i * run + k];
 
@@ -192,30 +201,31 @@ shuffled(int64_t n, int64_t run)
             p[j * run + k] = t;
         }
     }
+}
+
+
+/* blocks 0 .. n-1 in shuffled runs of run blocks, each run in order */
+static int32_t *
+shuffled(int64_t n, int64_t run)
+{
+    int32_t  *p = in_order(n);
+
+    shuffle_runs(p, n, run);
     return p;
 }
 
 
-/* blocks 0 .. n-1, each aligned group of n blocks shuffled in place:
+/* blocks 0 .. n-1, each aligned group of group blocks shuffled in place:
    scattered blocks that share their neighbourhood (a group of 16 blocks of
    128 KiB is one 2 MiB page) */
 static int32_t *
 shuffled_locally(int64_t n, int64_t group)
 {
-    int32_t  *p = malloc(n * sizeof(int32_t));
-    int64_t   g, i;
+    int32_t  *p = in_order(n);
+    int64_t   g;
 
-    for (i = 0; i < n; i++) {
-        p[i] = (int32_t) i;
-    }
     for (g = 0; g + group <= n; g += group) {
-        for (i = group - 1; i > 0; i--) {
-            int64_t  j = (int64_t) (next() % (uint64_t) (i + 1));
-            int32_t  t = p[g + i];
-
-            p[g + i] = p[g + j];
-            p[g + j] = t;
-        }
+        shuffle_runs(p + g, group, 1);
     }
     return p;
 }
