@@ -457,6 +457,18 @@ decode_bucket_case(int hd, int nh, int nkv, int num_seqs)
 }
 
 
+/* knob=n, said in the output */
+static void
+set_knob(const char *knob, int n)
+{
+    char  v[16];
+
+    snprintf(v, sizeof(v), "%d", n);
+    setenv(knob, v, 1);
+    diag("%s=%s", knob, v);
+}
+
+
 /* Each group size on the form that serves it, then (SWAP=0) all of them
    on the 16-row form; 3 and 5 leave part of the swapped form's 8 columns
    as padding, 16 fills the 16-row form's rows. */
@@ -468,8 +480,7 @@ decode_group_cases(void)
 
     for (sw = 1; sw >= 0; sw--) {
         if (!sw) {
-            setenv("PAGEDLLM_CUDA_ATTN_SWAP", "0", 1);
-            diag("PAGEDLLM_CUDA_ATTN_SWAP=0");
+            set_knob("PAGEDLLM_CUDA_ATTN_SWAP", 0);
         }
         for (h = 64; h <= 128; h += 64) {
             for (i = 0; i < n; i++) {
@@ -505,12 +516,9 @@ merge_round(const char *knob, int n, int cluster)
     static const char  *what[] = { "one sequence, group 8",
                                    "twelve sequences", "group 7",
                                    "16-row form" };
-    char                v[16];
     int                 k;
 
-    snprintf(v, sizeof(v), "%d", n);
-    setenv(knob, v, 1);
-    diag("%s=%s", knob, v);
+    set_knob(knob, n);
     for (k = 0; k < 4; k++) {
         decode_case(cases[k][0], cases[k][1], cases[k][2], cases[k][3],
                     cases[k][4], cases[k][5]);
@@ -576,8 +584,7 @@ decode_cluster_cases(void)
         check_splits((256 + st - 1) / st, "cluster, context bucket");
         check_cluster(1, "context bucket");
     }
-    setenv("PAGEDLLM_CUDA_ATTN_CLUSTER", "0", 1);
-    diag("PAGEDLLM_CUDA_ATTN_CLUSTER=0");
+    set_knob("PAGEDLLM_CUDA_ATTN_CLUSTER", 0);
     decode_case(16, 128, 32, 32, 1, 4096);
     check_cluster(0, "off, one sequence, 32 heads");
     unsetenv("PAGEDLLM_CUDA_ATTN_CLUSTER");
@@ -604,10 +611,10 @@ check_heads(int want, const char *what)
  * heads fit (HB - 1 groups and the last warp's 8 rows in 16), larger
  * ones on one head a block; head sizes 64 and 128, block sizes 8, 16
  * and 32 (with HB = 4 a tile of 16 tokens: two blocks, one, half of
- * one); contexts of 1 to 3000 tokens in one batch, a context bucket past every context, rows of
- * short query chunks and prefill rows beside (mixed_case), 32k tokens
- * (the staged table page turns over); a KV head count that HB does not
- * divide stays on one head a block.  Then the default's choice (enough
+ * one); contexts of 1 to 3000 tokens in one batch, a context bucket
+ * past every context, rows of short query chunks and prefill rows
+ * beside (mixed_case), 32k tokens (the staged table page turns over); a
+ * KV head count that HB does not divide stays on one head a block.  Then the default's choice (enough
  * (row, KV head) pairs for a wave of blocks: 12 rows of 128 KV heads or
  * of 64): 4 for groups of one at contexts up to 256, 1 past that; 2
  * for groups of 4 at any context; 1 for 12 rows of 8 KV heads (it
@@ -630,14 +637,11 @@ decode_heads_cases(void)
         { 128, 256, 64, 2000, 2, "default, 768 pairs, group 4, to 2000" },
         { 128, 8, 8, 2000, 1, "default, 96 pairs" },
     };
-    char              v[16];
     size_t            i;
     int               hb, fits, b;
 
     for (hb = 2; hb <= 4; hb *= 2) {
-        snprintf(v, sizeof(v), "%d", hb);
-        setenv("PAGEDLLM_CUDA_ATTN_HEADS", v, 1);
-        diag("PAGEDLLM_CUDA_ATTN_HEADS=%s", v);
+        set_knob("PAGEDLLM_CUDA_ATTN_HEADS", hb);
         for (i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
             fits = (hb - 1) * groups[i] + 8 <= 16;
             for (b = 0; b < 3; b++) {
@@ -660,8 +664,7 @@ decode_heads_cases(void)
         decode_case(16, 128, 6, 6, 5, 1000);
         check_heads(hb == 2 ? 2 : 1, "6 KV heads");
     }
-    setenv("PAGEDLLM_CUDA_ATTN_HEADS", "1", 1);
-    diag("PAGEDLLM_CUDA_ATTN_HEADS=1");
+    set_knob("PAGEDLLM_CUDA_ATTN_HEADS", 1);
     decode_case(16, 128, 128, 128, 12, 256);
     check_heads(1, "HEADS=1, 1536 (row, KV head) pairs");
     unsetenv("PAGEDLLM_CUDA_ATTN_HEADS");
