@@ -26,7 +26,9 @@
  * attention reads, timed the same way over the same caches (what one
  * pass over those bytes costs, launch and ramp included).  Built as
  * bench/gpu/attention-trace, with PAGEDLLM_BENCH_TRACE=1 it also prints
- * where each shape's blocks spend their time (trace_decode).
+ * where each shape's blocks spend their time (trace_decode), and with
+ * PAGEDLLM_BENCH_TRACE_DUMP=file appends each block's record to file
+ * (dump_trace: when each block's loop ended, on which SM).
  * After the five shapes of docs/BENCHMARKS.md come the engine's
  * short-context decode shapes, with max_context_len rounded up to the
  * graph's context bucket as the engine passes it.  "decode" as argv[1]
@@ -331,6 +333,34 @@ print_spread(const char *name, uint64_t *v, int n)
 enum { TR_START, TR_TABLE, TR_FIRST, TR_LOOP, TR_FINISH, TR_END, TR_MERGED,
        TR_SM };
 
+/* PAGEDLLM_BENCH_TRACE_DUMP=file: append each traced block's record to
+   file, a line each: shape, launch number, SM, then its phases in ns
+   from the earliest start (start, table, first, loop, finish, end) */
+static void
+dump_trace(const shape_t *s, const uint64_t *h, const int *id, int n,
+    int words, uint64_t t0)
+{
+    const char  *path = getenv("PAGEDLLM_BENCH_TRACE_DUMP");
+    FILE        *f;
+    int          i, k;
+
+    if (path == NULL || (f = fopen(path, "a")) == NULL) {
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        const uint64_t  *r = h + (size_t) i * 2 * words;
+
+        fprintf(f, "%dx%dx%d/%d %d %d", s->batch, s->ctx, s->heads,
+                s->kv_heads, id[i], (int) r[TR_SM]);
+        for (k = TR_START; k <= TR_END; k++) {
+            fprintf(f, " %llu", (unsigned long long) (r[k] - t0));
+        }
+        fprintf(f, "\n");
+    }
+    fclose(f);
+}
+
+
 /*
  * PAGEDLLM_BENCH_TRACE=1 (bench/gpu/attention-trace): after the timed
  * calls, three more with the decode kernel's phase trace on; of the last
@@ -451,6 +481,7 @@ trace_decode(const shape_t *s, void *out, void *q, void *kc, void *vc,
     }
     printf("; end to next start on an SM: %.2f us (%d)",
            gaps ? gap / gaps / 1e3 : 0.0, gaps);
+    dump_trace(s, h, id, n, words, t0);
     /* the merging blocks' own merge, the others' */
     for (k = 0; k < 2 && merged > 0; k++) {
         int  m = 0;
