@@ -147,11 +147,12 @@
  * multi-wave shapes and no faster on 1 x 4096 (session 9): removed.
  * Also measured and removed (session 11, docs/BENCHMARKS.md): reading
  * each staged table page's blocks in the order of their physical numbers
- * (slower on every shape, 5% on 1 x 4096 and 8 x 16384); the cluster
+ * (in every launch: slower on every shape, by 5% on 1 x 4096 and 8 x
+ * 16384; in one-wave launches only: as slow there); the cluster
  * merge done by rank 0 alone, the others writing their partials into its
  * shared memory (1 x 4096 2.3% slower); and the persistent kernel taking
  * split items from a counter, to even out the SMs' unequal shares of the
- * memory that end a one-wave launch late (20-30% slower where it split).
+ * memory that end a one-wave launch late (8-31% slower where it split).
  */
 
 #include <float.h>
