@@ -1,0 +1,88 @@
+/*
+ * engine_internal: the engine's state, shared by the files that make up
+ * pagedllm-engine's loop: engine.c (the loop, connections, one
+ * iteration, output), engine_start.c (start-up and shutdown) and
+ * engine_requests.c (submissions in: validation, admission, abort).
+ * Nothing outside the engine includes it; engine.h is the public face.
+ */
+
+#ifndef PL_ENGINE_INTERNAL_H
+#define PL_ENGINE_INTERNAL_H
+
+#include "block_manager.h"
+#include "engine.h"
+#include "ipc.h"
+#include "pl_model.h"
+#include "runner.h"
+#include "sampler.h"
+#include "scheduler.h"
+
+#define PL_MAX_EVENTS        64
+#define PL_IDLE_TIMEOUT_MS   200
+#define PL_MAX_QUEUED        65536
+#define PL_MIB               (1024.0 * 1024.0)
+
+_Static_assert(PL_MAX_SEQS == PL_SEQ_GROUP_MAX,
+               "the protocol's n and best_of limit is the group's");
+
+
+typedef struct {
+    pl_engine_config_t         cfg;
+    pl_backend_t              *be;
+    pl_model_t                *model;
+    const pl_model_config_t   *mc;
+    int                        max_model_len;
+    int                        num_blocks;
+
+    pl_block_manager_t         bm;
+    pl_scheduler_t             sched;
+    void                      *host_pool;       /* swapped-out KV blocks */
+    pl_runner_t                runner;
+    pl_sampler_t               sampler;
+    pl_seq_t                 **draws;           /* sampler request i's */
+    int32_t                   *tokens;          /* what it drew */
+    int                        host_row;        /* of host_row_data */
+    const float               *host_row_data;
+    pl_ipc_identity_t          identity;
+
+    int                        lfd;
+    int                        sfd;
+    int                        ep;
+    pl_watch_t                 listen_watch;
+    pl_watch_t                 signal_watch;
+    int                        stop;
+
+    pl_conn_t                 *conns;
+    uint32_t                   next_worker_id;
+    int                        output_stuck;
+
+    uint8_t                   *recbuf;
+    uint32_t                   recbuf_cap;
+    uint64_t                   arrivals;
+    uint64_t                   seed_counter;
+
+    pl_stats_t                 totals;
+} pl_engine_t;
+
+/* engine_start.c */
+int   pl_engine_start(pl_engine_t *e);
+void  pl_engine_shutdown(pl_engine_t *e);
+/* add fd to the loop's epoll set, events delivered with w */
+int   pl_engine_watch(pl_engine_t *e, int fd, uint32_t events, pl_watch_t *w);
+
+/* engine_requests.c */
+/* drain c's submission ring: SUBMIT admitted or rejected, ABORT applied */
+void  pl_engine_drain(pl_engine_t *e, pl_conn_t *c);
+/* end s with a finish reason, or with an error status and message */
+void  pl_engine_finish(pl_engine_t *e, pl_seq_t *s, int reason);
+void  pl_engine_fail(pl_engine_t *e, pl_seq_t *s, uint32_t status,
+                     const char *msg);
+/* take s off its connection's list of sequences */
+void  pl_conn_unlink(pl_conn_t *c, pl_seq_t *s);
+
+/* engine.c */
+/* close a worker's connection, aborting its requests and freeing their
+   blocks */
+void  pl_engine_close(pl_engine_t *e, pl_conn_t *c);
+
+#endif /* PL_ENGINE_INTERNAL_H */

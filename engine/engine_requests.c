@@ -1,0 +1,465 @@
+/*
+ * engine_requests: what comes in through the submission rings.  A SUBMIT
+ * record is checked in full (sampling parameters, limits, room in the
+ * KV cache for its prompt) before it becomes a sequence group in the
+ * scheduler; a bad one is answered with ERROR + FINISH, never trusted.
+ * ABORT ends a request's sequences and frees their blocks at once.  Also
+ * the lifecycle helpers the loop shares: a connection's list of
+ * sequences, finishing, failing and ranking a group.
+ */
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine_internal.h"
+
+
+/* ---- requests ---- */
+
+
+static void
+pl_conn_append(pl_conn_t *c, pl_seq_t *s)
+{
+    s->conn = c;
+    s->conn_prev = c->seqs_tail;
+    s->conn_next = NULL;
+
+    if (c->seqs_tail) {
+        c->seqs_tail->conn_next = s;
+    } else {
+        c->seqs_head = s;
+    }
+    c->seqs_tail = s;
+}
+
+
+void
+pl_conn_unlink(pl_conn_t *c, pl_seq_t *s)
+{
+    if (s->conn_prev) {
+        s->conn_prev->conn_next = s->conn_next;
+    } else {
+        c->seqs_head = s->conn_next;
+    }
+
+    if (s->conn_next) {
+        s->conn_next->conn_prev = s->conn_prev;
+    } else {
+        c->seqs_tail = s->conn_prev;
+    }
+}
+
+
+/* best_of > n: the n members with the highest cumulative logprob (the
+   lower index on ties) become choices 0..n-1. */
+static void
+pl_engine_rank(pl_seq_t *l)
+{
+    pl_seq_t  *m;
+    int        i, j, rank;
+
+    for (i = 0; i < l->n_members; i++) {
+        m = l->members[i];
+        rank = 0;
+        for (j = 0; j < l->n_members; j++) {
+            if (l->members[j]->cum_logprob > m->cum_logprob
+                || (l->members[j]->cum_logprob == m->cum_logprob && j < i))
+            {
+                rank++;
+            }
+        }
+        m->out_index = rank < l->n_return ? rank : -1;
+    }
+}
+
+
+/* End sequence s: out of the scheduler (blocks freed); once its whole
+   group has ended, the request leaves the live index.  Its remaining
+   output and FINISH go out with the next flush. */
+void
+pl_engine_finish(pl_engine_t *e, pl_seq_t *s, int reason)
+{
+    pl_seq_t  *l = s->leader;
+
+    if (s->state != PL_SEQ_FINISHED) {
+        pl_sched_remove(&e->sched, s);
+    }
+
+    if (s->finish_reason != 0) {
+        return;
+    }
+
+    s->finish_reason = reason;
+    if (reason == PL_FINISH_ABORT || reason == PL_FINISH_ERROR) {
+        l->fail_reason = l->fail_reason ? l->fail_reason : reason;
+    }
+
+    if (++l->n_finished == l->n_members) {
+        pl_seq_index_remove(&l->conn->live, l);
+        if (l->best_of > l->n_return && l->fail_reason == 0) {
+            pl_engine_rank(l);
+        }
+    }
+}
+
+
+/* End every member of s's request that is still running with reason. */
+static void
+pl_engine_end_group(pl_engine_t *e, pl_seq_t *s, int reason)
+{
+    pl_seq_t  *l = s->leader;
+    int        i;
+
+    for (i = 0; i < l->n_members; i++) {
+        pl_engine_finish(e, l->members[i], reason);
+    }
+}
+
+
+void
+pl_engine_fail(pl_engine_t *e, pl_seq_t *s, uint32_t status, const char *msg)
+{
+    pl_seq_t  *l = s->leader;
+
+    if (l->error == NULL) {
+        l->error = strdup(msg);
+        l->error_status = status;
+    }
+    pl_engine_end_group(e, s, PL_FINISH_ERROR);
+}
+
+
+/* The SUBMIT's sampling values, or NULL when they are all fine. */
+static const char *
+pl_engine_check_sampling(pl_engine_t *e, const pl_ipc_msg_t *m, char *buf,
+    size_t len)
+{
+    const pl_rec_submit_t  *r = &m->submit;
+    uint32_t                i;
+
+    if (!(r->min_p >= 0 && r->min_p <= 1)) {
+        return "min_p must be in [0, 1]";
+    }
+    if (!isfinite(r->repetition_penalty) || r->repetition_penalty < 0) {
+        return "repetition_penalty must be a finite number > 0";
+    }
+    if (!(r->presence_penalty >= -2 && r->presence_penalty <= 2)) {
+        return "presence_penalty must be in [-2, 2]";
+    }
+    if (!(r->frequency_penalty >= -2 && r->frequency_penalty <= 2)) {
+        return "frequency_penalty must be in [-2, 2]";
+    }
+    if (r->min_tokens > r->max_tokens) {
+        return "min_tokens must not exceed max_tokens";
+    }
+    if (r->logprobs > PL_MAX_LOGPROBS) {
+        snprintf(buf, len, "logprobs must be at most %d", PL_MAX_LOGPROBS);
+        return buf;
+    }
+
+    for (i = 0; i < r->n_logit_bias; i++) {
+        if (m->bias[i].id < 0 || m->bias[i].id >= e->mc->vocab_size) {
+            snprintf(buf, len, "logit_bias token %d is outside the "
+                     "vocabulary", m->bias[i].id);
+            return buf;
+        }
+        if (!(m->bias[i].bias >= -100 && m->bias[i].bias <= 100)) {
+            return "logit_bias values must be in [-100, 100]";
+        }
+    }
+
+    for (i = 0; i < r->n_stop_ids; i++) {
+        if (m->stop_ids[i] < 0 || m->stop_ids[i] >= e->mc->vocab_size) {
+            snprintf(buf, len, "stop token %d is outside the vocabulary",
+                     m->stop_ids[i]);
+            return buf;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* Whether the queue has room and req_id is free on c. */
+static const char *
+pl_engine_check_room(pl_engine_t *e, pl_conn_t *c, uint64_t req_id,
+    char *buf, size_t len, uint32_t *status)
+{
+    if (pl_seq_index_find(&c->live, req_id)) {
+        snprintf(buf, len, "request id %llu is already in flight",
+                 (unsigned long long) req_id);
+        return buf;
+    }
+    if (e->sched.waiting.n >= PL_MAX_QUEUED) {
+        *status = 503;
+        return "the engine's queue is full";
+    }
+
+    return NULL;
+}
+
+
+/* n and best_of (0: the default) within their limits, and the whole
+   group, each member at its longest, within the KV cache (so the oldest
+   group can always finish). */
+static const char *
+pl_engine_check_group(pl_engine_t *e, const pl_rec_submit_t *r, char *buf,
+    size_t len)
+{
+    uint32_t  n = r->n ? r->n : 1;
+    uint32_t  best_of = r->best_of ? r->best_of : n;
+    int       blocks;
+
+    if (n > PL_MAX_SEQS) {
+        snprintf(buf, len, "n must be in [1, %d]", PL_MAX_SEQS);
+        return buf;
+    }
+    if (best_of < n || best_of > PL_MAX_SEQS) {
+        snprintf(buf, len, "best_of must be in [n, %d]", PL_MAX_SEQS);
+        return buf;
+    }
+    if ((int) best_of > e->cfg.max_num_seqs) {
+        snprintf(buf, len, "best_of (or n) %u exceeds the engine's "
+                 "--max-num-seqs %d", best_of, e->cfg.max_num_seqs);
+        return buf;
+    }
+
+    blocks = pl_bm_blocks_for(&e->bm, (int) (r->n_prompt + r->max_tokens));
+    if (best_of > 1 && (int64_t) blocks * best_of > e->num_blocks) {
+        snprintf(buf, len, "%u sequences of %u tokens (prompt plus "
+                 "max_tokens) do not fit the KV cache of %d blocks", best_of,
+                 r->n_prompt + r->max_tokens, e->num_blocks);
+        return buf;
+    }
+
+    return NULL;
+}
+
+
+/* What is wrong with this SUBMIT, or NULL; status gets the HTTP status. */
+static const char *
+pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
+    char *buf, size_t len, uint32_t *status)
+{
+    const pl_rec_submit_t  *r = &m->submit;
+    const char             *why;
+
+    *status = 400;
+
+    if (r->n_prompt == 0) {
+        return "the prompt is empty";
+    }
+    if (r->max_tokens == 0) {
+        return "max_tokens must be at least 1";
+    }
+    if ((uint64_t) r->n_prompt + r->max_tokens
+        > (uint64_t) e->max_model_len)
+    {
+        snprintf(buf, len, "the prompt (%u tokens) plus max_tokens (%u) "
+                 "exceeds the model's context of %d tokens", r->n_prompt,
+                 r->max_tokens, e->max_model_len);
+        return buf;
+    }
+    if (!isfinite(r->temperature) || r->temperature < 0) {
+        return "temperature must be a finite number >= 0";
+    }
+    if (!(r->top_p > 0 && r->top_p <= 1)) {
+        return "top_p must be in (0, 1]";
+    }
+    if (r->top_k < 0) {
+        return "top_k must be >= 0";
+    }
+    if (r->flags & ~(PL_SUBMIT_IGNORE_EOS | PL_SUBMIT_HAS_SEED
+                     | PL_SUBMIT_LOGPROBS))
+    {
+        snprintf(buf, len, "unknown flags 0x%x", r->flags);
+        return buf;
+    }
+
+    why = pl_engine_check_sampling(e, m, buf, len);
+    if (why == NULL) {
+        why = pl_engine_check_group(e, r, buf, len);
+    }
+    if (why) {
+        return why;
+    }
+
+    return pl_engine_check_room(e, c, r->req_id, buf, len, status);
+}
+
+
+/* The SUBMIT's sampling parameters, logit bias and stop ids into s: 0,
+   or -1 when out of memory. */
+static int
+pl_engine_sampling(pl_seq_t *s, const pl_ipc_msg_t *m)
+{
+    const pl_rec_submit_t  *r = &m->submit;
+    pl_sampling_params_t   *p = &s->sampling;
+    size_t                  nb = r->n_logit_bias, ns = r->n_stop_ids;
+
+    *p = (pl_sampling_params_t) {
+        .temperature = r->temperature,
+        .top_p = r->top_p,
+        .top_k = r->top_k,
+        .min_p = r->min_p,
+        .repetition_penalty = r->repetition_penalty,
+        .presence_penalty = r->presence_penalty,
+        .frequency_penalty = r->frequency_penalty,
+        .min_tokens = (int32_t) r->min_tokens,
+        .logprobs = (r->flags & PL_SUBMIT_LOGPROBS)
+                    ? (int32_t) r->logprobs + 1 : 0,
+    };
+
+    if (nb) {
+        p->bias = malloc(nb * sizeof(pl_logit_bias_t));
+        if (p->bias == NULL) {
+            return -1;
+        }
+        memcpy(p->bias, m->bias, nb * sizeof(pl_logit_bias_t));
+        p->n_bias = (uint32_t) nb;
+    }
+
+    if (ns) {
+        p->stop_ids = malloc(ns * sizeof(int32_t));
+        if (p->stop_ids == NULL) {
+            return -1;
+        }
+        memcpy(p->stop_ids, m->stop_ids, ns * sizeof(int32_t));
+        p->n_stop_ids = (uint32_t) ns;
+    }
+
+    return 0;
+}
+
+
+static void
+pl_engine_reject(pl_conn_t *c, uint64_t req_id, uint32_t status,
+    const char *why)
+{
+    pl_seq_t  *s = pl_seq_create(req_id, NULL, 0, 0);
+
+    pl_log(PL_LOG_DEBUG, "worker %u request %llu rejected (%u): %s",
+           c->worker_id, (unsigned long long) req_id, status, why);
+
+    if (s == NULL || (s->error = strdup(why)) == NULL) {
+        c->dead = 1;
+        pl_log(PL_LOG_ERROR, "out of memory: dropping worker %u",
+               c->worker_id);
+        if (s) {
+            pl_seq_free(s);
+        }
+        return;
+    }
+
+    s->error_status = status;
+    s->finish_reason = PL_FINISH_ERROR;
+    s->fail_reason = PL_FINISH_ERROR;
+    s->n_finished = 1;
+    s->state = PL_SEQ_FINISHED;
+    pl_conn_append(c, s);
+}
+
+
+static void
+pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
+{
+    const pl_rec_submit_t  *r = &m->submit;
+    const char             *why;
+    char                    buf[256];
+    uint32_t                status;
+    pl_seq_t               *s;
+
+    why = pl_engine_check_submit(e, c, m, buf, sizeof(buf), &status);
+    if (why) {
+        pl_engine_reject(c, r->req_id, status, why);
+        return;
+    }
+
+    s = pl_seq_create(r->req_id, m->prompt, (int) r->n_prompt,
+                      (int) r->max_tokens);
+    if (s == NULL || pl_engine_sampling(s, m) != 0
+        || pl_seq_index_add(&c->live, s) != 0)
+    {
+        if (s) {
+            pl_seq_free(s);
+        }
+        pl_engine_reject(c, r->req_id, 503, "the engine is out of memory");
+        return;
+    }
+
+    s->ignore_eos = (r->flags & PL_SUBMIT_IGNORE_EOS) != 0;
+    s->seed = (r->flags & PL_SUBMIT_HAS_SEED) ? r->seed : e->seed_counter++;
+    s->arrival = ++e->arrivals;
+    s->n_return = r->n ? (int) r->n : 1;
+    s->best_of = r->best_of ? (int) r->best_of : s->n_return;
+    s->out_index = s->best_of > s->n_return ? -1 : 0;
+
+    pl_conn_append(c, s);
+    pl_sched_add(&e->sched, s);
+
+    e->totals.requests_total++;
+    e->totals.prompt_tokens_total += r->n_prompt;
+
+    pl_log(PL_LOG_DEBUG, "worker %u request %llu: %u prompt tokens, "
+           "max_tokens %u, n %d, best_of %d", c->worker_id,
+           (unsigned long long) r->req_id, r->n_prompt, r->max_tokens,
+           s->n_return, s->best_of);
+}
+
+
+static void
+pl_engine_abort(pl_engine_t *e, pl_conn_t *c, uint64_t req_id)
+{
+    pl_seq_t  *s = pl_seq_index_find(&c->live, req_id);
+
+    if (s == NULL) {
+        pl_log(PL_LOG_DEBUG, "worker %u: abort of %llu, not in flight",
+               c->worker_id, (unsigned long long) req_id);
+        return;
+    }
+
+    pl_engine_end_group(e, s, PL_FINISH_ABORT);
+
+    pl_log(PL_LOG_DEBUG, "worker %u request %llu aborted", c->worker_id,
+           (unsigned long long) req_id);
+}
+
+
+void
+pl_engine_drain(pl_engine_t *e, pl_conn_t *c)
+{
+    pl_ipc_msg_t  m;
+    char          err[256];
+    int           rc;
+
+    while (!c->dead) {
+        rc = pl_ipc_next(c, e->recbuf, e->recbuf_cap,
+                         (uint32_t) e->mc->vocab_size, &m, err, sizeof(err));
+        if (rc == 0) {
+            return;
+        }
+        if (rc < 0) {
+            pl_log(PL_LOG_WARN, "worker %u: %s; dropping the connection",
+                   c->worker_id, err);
+            c->dead = 1;
+            return;
+        }
+
+        if (m.type == PL_REC_SUBMIT) {
+            pl_engine_submit(e, c, &m);
+        } else {
+            pl_engine_abort(e, c, m.abort_id);
+        }
+    }
+}
+
