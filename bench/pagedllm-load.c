@@ -1070,7 +1070,9 @@ run_loop(load_run_t *run)
 
     run->t0 = now();
     run->last_progress = run->t0;
-    run->next_scrape = run->t0;
+    /* the first reading once requests are in flight, not before any */
+    run->next_scrape = run->t0 + LOAD_SCRAPE_EVERY / 2
+                       + (run->nconvs ? run->convs[0].arrival : 0);
 
     while (run->convs_done < run->nconvs) {
         run_start_due(run);
@@ -1111,9 +1113,10 @@ run_loop(load_run_t *run)
         run_reap(run);
     }
 
-    while (run->scrape) {
-        conn_fail(run->scrape, "the run ended");
-        run_reap(run);
+    /* a reading still on its way belongs to no run */
+    if (run->scrape) {
+        conn_free(run->scrape);
+        run->scrape = NULL;
     }
     free(pfd);
 }
