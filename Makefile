@@ -114,6 +114,14 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libpagedllm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# pagedllm-load's pure parts (bench/load/), linked by it and its unit tests
+LOAD_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard bench/load/*.c))
+$(LOAD_OBJS): $(wildcard bench/load/*.h)
+$(BUILD)/bench/pagedllm-load: $(LOAD_OBJS)
+$(BUILD)/t/load_%.t: t/unit/load_%.c t/unit/tap.h $(LOAD_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -It/unit -Ibench -o $@ $< $(LOAD_OBJS) $(LDLIBS)
+
 $(MODULE): config $(wildcard ngx_http_pagedllm_module/*.[ch]) \
            $(wildcard common/*.[ch]) tools/build-module.sh | $(BUILD)/.deps
 	tools/build-module.sh $(BUILD)
