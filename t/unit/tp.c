@@ -34,12 +34,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixture_model.h"
 #include "pl_comm.h"
-#include "pl_model.h"
 #include "safetensors.h"
-#include "tap.h"
 
-#define FIXTURES   "t/fixtures/golden"
+#define FIXTURES   FM_GOLDEN
 #define BS         4
 #define NBLK       96
 #define MAX_TOK    64
@@ -336,16 +335,8 @@ load(const char *dir, pl_backend_t *be, int world, char *err,
     size_t errlen)
 {
     pl_model_options_t  o = { world, PL_MODEL_DTYPE_AUTO };
-    pl_model_t         *m = pl_model_load_opts(dir, be, &o, err, errlen);
 
-    if (m != NULL
-        && (pl_model_prepare(m, MAX_TOK, MAX_SEQ, err, errlen) != 0
-            || pl_model_kv_alloc(m, NBLK, BS, err, errlen) != 0))
-    {
-        pl_model_free(m);
-        return NULL;
-    }
-    return m;
+    return fm_open(dir, be, &o, MAX_TOK, MAX_SEQ, NBLK, BS, err, errlen);
 }
 
 
