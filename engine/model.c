@@ -26,11 +26,6 @@
  *           h = LN(x) when the decoder has a final layer norm, else x
  *   then:   logits = h[logits_rows] . Wlm_head
  *
- * With PAGEDLLM_FUSED=1 or 2, decode batches of the Llama family go
- * through the backend's fused matmul where it has one (llama_layer_fused):
- * x += y lands in the matmul that makes y, the SwiGLU gate in the one that
- * reads it (and with 2 the norm in the one that reads it).
- *
  * where attention(h) = split h . Wqkv + b into q, k, v (RoPE on q and k for
  * Llama) with k and v stored in the cache, paged attention over the cache,
  * then . Wo + b.  The batch comes from the engine's runner
@@ -176,15 +171,6 @@ struct pl_model_s {
     void              **v_cache;
 
     pl_decode_t         dec;
-    int                 fuse;           /* decode batches through
-                                           matmul_fused (Llama, one rank):
-                                           PAGEDLLM_FUSED=0 (the default)
-                                           never, 1 the gate and residual
-                                           adds, 2 the norms too */
-    int                 folded;         /* the layers' norm weights are
-                                           in QKV and gate/up (fold_norms) */
-    int                 head_folded;    /* the final norm's in lm_head */
-    pl_weight_t         ones;           /* folded: the unit norm weight */
 };
 
 
@@ -762,66 +748,6 @@ model_alloc(pl_model_t *m, size_t bytes, const char *what, char *err,
 }
 
 
-/*
- * With PAGEDLLM_FUSED=2, on a backend whose fused decode matmul normalises
- * only with a unit weight (scale_cols present, pl_ops.h), the Llama
- * family's RMSNorm weights move into the matrices that read the norms:
- * attn_norm into the QKV columns, mlp_norm into gate/up, the final norm
- * into lm_head unless it is the embedding table (tied).  The norms then
- * carry a weight of ones, so the unfused path (prefill, larger batches)
- * computes what it did, and the decode GEMV only scales its sums by
- * 1 / rms(x), reading x as it is.  Not the default: on the H200 the
- * CUDA GEMV's norm costs more than the norm kernels it saves (gemv.cu).
- */
-static int
-fold_norms(pl_model_t *m, char *err, size_t errlen)
-{
-    pl_backend_t  *be = m->be;
-    int            hid = m->cfg.hidden_size, l, i;
-    float         *host;
-    void          *ones;
-
-    if (m->fuse != 2 || m->arch.family != PL_FAMILY_LLAMA || m->sh.world != 1
-        || be->scale_cols == NULL || be->matmul_fused == NULL)
-    {
-        return 0;
-    }
-    host = malloc((size_t) hid * sizeof(float));
-    if (host == NULL) {
-        return model_fail(err, errlen, "out of memory");
-    }
-    for (i = 0; i < hid; i++) {
-        host[i] = 1.0f;
-    }
-    ones = model_alloc(m, (size_t) hid * sizeof(float), "the folded norms",
-                       err, errlen);
-    if (ones == NULL) {
-        free(host);
-        return -1;
-    }
-    be->upload(be, ones, host, (size_t) hid * sizeof(float));
-    be->sync(be);
-    free(host);
-    m->ones = (pl_weight_t) { ones, PL_DT_F32, 1, hid };
-    for (l = 0; l < m->cfg.num_layers; l++) {
-        pl_layer_t  *L = &m->layers[l];
-
-        be->scale_cols(be, &L->qkv.w, &L->attn_norm.w);
-        be->scale_cols(be, &L->up.w, &L->mlp_norm.w);
-        L->attn_norm.w.data = ones;
-        L->mlp_norm.w.data = ones;
-    }
-    if (m->lm_head.data != m->embed.data) {
-        be->scale_cols(be, &m->lm_head, &m->norm.w);
-        m->norm.w.data = ones;
-        m->head_folded = 1;
-    }
-    be->sync(be);
-    m->folded = 1;
-    return 0;
-}
-
-
 static int
 load_rope(pl_model_t *m, char *err, size_t errlen)
 {
@@ -1106,16 +1032,13 @@ pl_model_load_shard(const char *dir, pl_backend_t *be, pl_comm_t *comm,
         return NULL;
     }
     m->be = be;
-    m->fuse = getenv("PAGEDLLM_FUSED") != NULL
-              ? atoi(getenv("PAGEDLLM_FUSED")) : 0;
     if (pl_model_config_read(dir, &m->cfg, &m->arch, err, errlen) != 0
         || plan_shard(m, comm, err, errlen) != 0
         || check_backend(m, err, errlen) != 0
         || (m->ckpt = pl_ckpt_open(dir, err, errlen)) == NULL
         || load_weights(m, err, errlen) != 0
         || (m->arch.family == PL_FAMILY_LLAMA
-            && load_rope(m, err, errlen) != 0)
-        || fold_norms(m, err, errlen) != 0)
+            && load_rope(m, err, errlen) != 0))
     {
         pl_model_free(m);
         return NULL;
@@ -1764,81 +1687,6 @@ llama_layer(pl_model_t *m, int l, const pl_batch_t *b)
 }
 
 
-/*
- * The decode path of the Llama family when asked for (PAGEDLLM_FUSED=1 or
- * 2) and the backend fuses (one rank, T <= matmul_fused_max_n): the
- * SwiGLU gate rides on the down projection that reads it and each
- * residual add on the matmul that makes it; with 2 the norms too (on
- * weights folded at load), else they stay kernels of their own
- * (matmul_fused composes them: the backend refuses a norm with a weight).
- * The stream x is kept whole (no pending y).  Off by default: on the H200
- * the 7B step at batch 1 took 4.75 ms this way against 4.49 unfused, and
- * the residual rounded once instead of twice moves batches of up to 8
- * rows further from larger ones than the GEMV's and cuBLAS's summation
- * orders already do: far enough that a request's greedy tokens changed
- * with its batch (t/engine_kv.t on CUDA fails with PAGEDLLM_FUSED=1).
- */
-static int
-use_fused(pl_model_t *m, const pl_batch_t *b)
-{
-    pl_backend_t  *be = m->be;
-
-    return m->fuse && m->arch.family == PL_FAMILY_LLAMA && m->sh.world == 1
-           && be->matmul_fused != NULL && be->add != NULL
-           && b->num_tokens <= be->matmul_fused_max_n;
-}
-
-
-/* out = in(x) . w^T (+ bias) (+ f->add, which is then out), composed from
-   the unfused operations where the backend does not fuse the case */
-static void
-matmul_fused(pl_model_t *m, void *out, const void *x, const pl_weight_t *w,
-    const pl_weight_t *bias, int T, const pl_matmul_fuse_t *f)
-{
-    pl_backend_t  *be = m->be;
-    pl_scratch_t  *s = &m->s;
-
-    if (be->matmul_fused(be, out, x, w, bias, T, f) == 0) {
-        return;
-    }
-    if (f->in == PL_FUSE_IN_RMSNORM) {
-        be->rmsnorm(be, s->h, x, f->norm != NULL ? f->norm : &m->ones, T,
-                    (int) w->cols, f->eps);
-        x = s->h;
-    } else if (f->in == PL_FUSE_IN_SILU_MUL) {
-        be->silu_mul(be, s->act, x, T, (int) w->cols);
-        x = s->act;
-    }
-    if (f->add == NULL) {
-        be->matmul(be, out, x, w, bias, T);
-        return;
-    }
-    be->matmul(be, s->y, x, w, bias, T);
-    be->add(be, out, s->y, T, (int) w->rows);
-}
-
-
-static void
-llama_layer_fused(pl_model_t *m, int l, const pl_batch_t *b)
-{
-    const pl_layer_t  *L = &m->layers[l];
-    pl_scratch_t      *s = &m->s;
-    int                T = b->num_tokens;
-    float              eps = m->cfg.rms_norm_eps;
-    pl_matmul_fuse_t   normed = { PL_FUSE_IN_RMSNORM, NULL, eps, NULL };
-    pl_matmul_fuse_t   added = { PL_FUSE_IN_PLAIN, NULL, 0.0f, s->x };
-
-    normed.norm = m->folded ? NULL : &L->attn_norm.w;
-    matmul_fused(m, s->qkv, s->x, &L->qkv.w, bias_of(&L->qkv), T, &normed);
-    attend(m, l, b);
-    matmul_fused(m, s->x, s->attn, &L->o.w, bias_of(&L->o), T, &added);
-    normed.norm = m->folded ? NULL : &L->mlp_norm.w;
-    matmul_fused(m, s->up, s->x, &L->up.w, NULL, T, &normed);
-    added.in = PL_FUSE_IN_SILU_MUL;
-    matmul_fused(m, s->x, s->up, &L->down.w, NULL, T, &added);
-}
-
-
 /* OPT's feed-forward: out = fc2(relu(fc1(in))) */
 static void
 opt_mlp(pl_model_t *m, const pl_layer_t *L, int T, const void *in, void *out)
@@ -2004,20 +1852,6 @@ run_layers(pl_model_t *m, const pl_batch_t *host, const pl_batch_t *b)
     int                       l;
 
     embed(m, host, b);
-    if (use_fused(m, b)) {
-        pl_matmul_fuse_t  normed = { PL_FUSE_IN_RMSNORM,
-                                     m->head_folded ? NULL : &m->norm.w,
-                                     c->rms_norm_eps, NULL };
-
-        for (l = 0; l < c->num_layers; l++) {
-            llama_layer_fused(m, l, b);
-        }
-        be->gather_rows(be, m->s.rows, m->s.x, b->logits_rows, b->num_seqs,
-                        c->hidden_size);
-        matmul_fused(m, m->s.logits, m->s.rows, &m->lm_head, NULL,
-                     b->num_seqs, &normed);
-        return;
-    }
     for (l = 0; l < c->num_layers; l++) {
         if (m->arch.family == PL_FAMILY_LLAMA) {
             llama_layer(m, l, b);

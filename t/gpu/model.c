@@ -383,14 +383,6 @@ main(void)
     against_cpu(&cpu, dir, &f16, PL_DT_F16,
                 "tiny model loads with --dtype float16: fp16 activations",
                 tables, vocab);
-
-    /* decode with the norms fused on weights folded at load
-       (PAGEDLLM_FUSED=2, engine/model.c fold_norms) */
-    setenv("PAGEDLLM_FUSED", "2", 1);
-    against_cpu(&cpu, dir, NULL, -1,
-                "tiny model loads with the norms folded (PAGEDLLM_FUSED=2)",
-                tables, vocab);
-    unsetenv("PAGEDLLM_FUSED");
     pl_model_free(cpu.m);
     cpu.be->destroy(cpu.be);
     auto_follows_checkpoint("t/fixtures/golden/opt_pre_ln", PL_DT_F16);
