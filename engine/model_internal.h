@@ -14,10 +14,11 @@
  *   model_opt.c      (pl_family_t below)
  *
  * A family is how one kind of decoder layer is loaded and run.  Adding an
- * architecture whose layers match a family's is one line in model_config.c's
- * registry; adding a family is one file that fills a pl_family_t with the
- * operations below (model_opt.c is the smaller example), one line per
- * architecture in that registry, and, when its config.json has fields the
+ * architecture whose layers match a family's is one line in
+ * model_config.c's registry.  Adding a family is one file that fills a
+ * pl_family_t with the operations below (model_llama.c is the shorter
+ * example), its extern line at the end of this header, one line per
+ * architecture in the registry, and, when its config.json has fields the
  * existing readers do not know, a reader in model_config.c.
  */
 
