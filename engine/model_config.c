@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "model_config.h"
+#include "model_internal.h"
 
 #define PL_CFG_MAX_DIM  (1 << 22)
 
@@ -175,21 +176,32 @@ cfg_require_bool(cfg_file_t *f, const char *key, int want)
 }
 
 
+static int read_llama(cfg_file_t *f, pl_model_config_t *cfg,
+    pl_arch_t *arch);
+static int read_opt(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch);
+
+
+/* The registry: one line per architecture, found by config.json's
+   architectures[0] (else its model_type), naming the family that loads
+   and runs it (model_internal.h) and the reader of its config fields. */
 static const struct {
-    const char   *class_name;
-    const char   *model_type;
-    pl_family_t   family;
+    const char          *class_name;
+    const char          *model_type;
+    const pl_family_t   *family;
+    int                (*read)(cfg_file_t *f, pl_model_config_t *cfg,
+                               pl_arch_t *arch);
 } pl_archs[] = {
-    { "LlamaForCausalLM",   "llama",   PL_FAMILY_LLAMA },
-    { "MistralForCausalLM", "mistral", PL_FAMILY_LLAMA },
-    { "Qwen2ForCausalLM",   "qwen2",   PL_FAMILY_LLAMA },
-    { "OPTForCausalLM",     "opt",     PL_FAMILY_OPT },
+    { "LlamaForCausalLM",   "llama",   &pl_family_llama, read_llama },
+    { "MistralForCausalLM", "mistral", &pl_family_llama, read_llama },
+    { "Qwen2ForCausalLM",   "qwen2",   &pl_family_llama, read_llama },
+    { "OPTForCausalLM",     "opt",     &pl_family_opt,   read_opt },
 };
 
 
 /* architectures[0] when given, else model_type */
 static int
-read_arch(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch)
+read_arch(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch,
+    int (**read)(cfg_file_t *, pl_model_config_t *, pl_arch_t *))
 {
     json_t      *archs = json_object_get(f->root, "architectures");
     const char  *name = json_string_value(json_array_get(archs, 0));
@@ -205,6 +217,7 @@ read_arch(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch)
             snprintf(cfg->arch, sizeof(cfg->arch), "%s",
                      pl_archs[i].model_type);
             arch->family = pl_archs[i].family;
+            *read = pl_archs[i].read;
             arch->qkv_bias = strcmp(cfg->arch, "qwen2") == 0;
             return 0;
         }
@@ -602,16 +615,18 @@ read_opt(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch)
 static int
 read_config(cfg_file_t *f, pl_model_config_t *cfg, pl_arch_t *arch)
 {
-    if (read_arch(f, cfg, arch) != 0 || read_dtype(f, cfg, arch) != 0) {
+    int  (*read)(cfg_file_t *, pl_model_config_t *, pl_arch_t *) = NULL;
+
+    if (read_arch(f, cfg, arch, &read) != 0
+        || read_dtype(f, cfg, arch) != 0)
+    {
         return -1;
     }
     if (!cfg_absent(f, "quantization_config")) {
         return cfg_fail(f, "field 'quantization_config' is set: quantized "
                         "checkpoints are not supported");
     }
-    if ((arch->family == PL_FAMILY_OPT ? read_opt(f, cfg, arch)
-                                       : read_llama(f, cfg, arch)) != 0)
-    {
+    if (read(f, cfg, arch) != 0) {
         return -1;
     }
     return read_bos(f, cfg) != 0 || read_eos(f, cfg) != 0 ? -1 : 0;

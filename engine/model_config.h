@@ -26,15 +26,13 @@ typedef struct {
     int             original_max_position_embeddings;  /* llama3 only */
 } pl_rope_scaling_t;
 
-/* The two layer shapes the model implements. */
-typedef enum {
-    PL_FAMILY_LLAMA = 0,        /* Llama, Mistral, Qwen2: RMSNorm, RoPE,
-                                   SwiGLU */
-    PL_FAMILY_OPT               /* OPT: LayerNorm, learned positions, ReLU */
-} pl_family_t;
+/* The layer shapes the model implements, each a table of operations
+   (model_internal.h): Llama (Llama, Mistral, Qwen2: RMSNorm, RoPE, SwiGLU)
+   and OPT (LayerNorm, learned positions, ReLU). */
+typedef struct pl_family_s  pl_family_t;
 
 typedef struct {
-    pl_family_t        family;
+    const pl_family_t *family;
     pl_rope_scaling_t  rope;            /* llama family */
     int                qkv_bias;        /* qwen2: q/k/v projections have
                                            biases */

@@ -1,15 +1,17 @@
 /*
- * model_tp: a tensor-parallel model as world ranks, each a shard loaded by
- * model.c on a backend of its own, driven by one thread per rank.
+ * model_tp: a tensor-parallel model as world ranks, each a shard
+ * (model_shard.h) on a backend of its own, driven by one thread per rank.
+ * It sits above the single-rank model: the shards know only their
+ * communicator, never this file.
  *
  * Rank 0 runs on the caller's thread with the caller's backend; ranks 1..
  * world-1 each own a thread that sleeps until the caller posts a job
  * (open a backend, join the communicator, load, prepare, allocate the KV
- * cache, run a batch, free).  A call of the whole model posts the job,
- * runs rank 0's part itself, and waits for the others: the ranks meet
- * inside the job at the communicator's collectives, so every rank must
- * run every job.  A rank's backend and its CUDA device are only ever used
- * from that rank's thread.
+ * cache, run a batch, profile, free).  A call of the whole model posts
+ * the job, runs rank 0's part itself, and waits for the others: the ranks
+ * meet inside the job at the communicator's collectives, so every rank
+ * must run every job.  A rank's backend and its CUDA device are only ever
+ * used from that rank's thread.
  *
  * Backends and communicators follow rank 0's backend: the CPU gives each
  * further rank a one-thread CPU backend and the CPU communicator (ranks
@@ -37,7 +39,7 @@ struct pl_tp_rank_s {
     pl_backend_t  *be;
     int            own_be;          /* made here, destroyed here */
     pl_comm_t     *comm;
-    pl_model_t    *model;
+    pl_shard_t    *model;
     int            rc;
     char           err[PL_TP_ERR_LEN];
 };
@@ -157,14 +159,12 @@ job_open_backend(pl_tp_rank_t *r, void *arg)
 }
 
 
-
-
 static int
 job_load(pl_tp_rank_t *r, void *arg)
 {
     (void) arg;
-    r->model = pl_model_load_shard(r->tp->dir, r->be, r->comm, r->err,
-                                   sizeof(r->err));
+    r->model = pl_shard_load(r->tp->dir, r->be, r->comm, r->err,
+                             sizeof(r->err));
     return r->model != NULL ? 0 : -1;
 }
 
@@ -173,7 +173,7 @@ static int
 job_free(pl_tp_rank_t *r, void *arg)
 {
     (void) arg;
-    pl_model_free(r->model);
+    pl_shard_free(r->model);
     r->model = NULL;
     if (r->comm != NULL) {
         r->comm->destroy(r->comm);
@@ -199,7 +199,7 @@ job_prepare(pl_tp_rank_t *r, void *arg)
 {
     const pl_tp_sizes_t  *sz = arg;
 
-    return pl_model_prepare(r->model, sz->a, sz->b, r->err, sizeof(r->err));
+    return pl_shard_prepare(r->model, sz->a, sz->b, r->err, sizeof(r->err));
 }
 
 
@@ -208,7 +208,7 @@ job_kv_alloc(pl_tp_rank_t *r, void *arg)
 {
     const pl_tp_sizes_t  *sz = arg;
 
-    return pl_model_kv_alloc(r->model, sz->a, sz->b, r->err,
+    return pl_shard_kv_alloc(r->model, sz->a, sz->b, r->err,
                              sizeof(r->err));
 }
 
@@ -224,7 +224,7 @@ job_forward(pl_tp_rank_t *r, void *arg)
 {
     const pl_tp_forward_t  *f = arg;
 
-    return pl_model_forward(r->model, f->batch, r->rank == 0 ? f->logits
+    return pl_shard_forward(r->model, f->batch, r->rank == 0 ? f->logits
                                                               : NULL,
                             r->err, sizeof(r->err));
 }
@@ -242,7 +242,7 @@ job_kv_copy(pl_tp_rank_t *r, void *arg)
 {
     const pl_tp_copy_t  *c = arg;
 
-    if (pl_model_kv_copy_blocks(r->model, c->src, c->dst, c->n) != 0) {
+    if (pl_shard_kv_copy_blocks(r->model, c->src, c->dst, c->n) != 0) {
         snprintf(r->err, sizeof(r->err), "KV block copy failed");
         return -1;
     }
@@ -264,13 +264,31 @@ job_kv_swap(pl_tp_rank_t *r, void *arg)
 {
     const pl_tp_swap_t  *s = arg;
 
-    if (pl_model_kv_swap_rank(r->model, s->host_pool, r->tp->world, r->rank,
-                              s->from, s->to, s->n, s->direction) != 0)
+    if (pl_shard_kv_swap(r->model, s->host_pool, r->tp->world, r->rank,
+                         s->from, s->to, s->n, s->direction) != 0)
     {
         snprintf(r->err, sizeof(r->err), "KV block swap failed");
         return -1;
     }
     return 0;
+}
+
+
+typedef struct {
+    int                  max_context;
+    pl_model_profile_t  *prof;          /* rank 0's */
+} pl_tp_profile_t;
+
+
+static int
+job_profile(pl_tp_rank_t *r, void *arg)
+{
+    const pl_tp_profile_t  *p = arg;
+    pl_model_profile_t      mine;
+
+    return pl_shard_profile(r->model, p->max_context,
+                            r->rank == 0 ? p->prof : &mine, r->err,
+                            sizeof(r->err));
 }
 
 
@@ -450,7 +468,7 @@ pl_tp_load(const char *dir, pl_backend_t *be, int world, char *err,
 }
 
 
-pl_model_t *
+pl_shard_t *
 pl_tp_rank0(pl_tp_t *tp)
 {
     return tp->ranks[0].model;
@@ -506,6 +524,16 @@ pl_tp_kv_swap(pl_tp_t *tp, void *host_pool, const int32_t *from,
     char          err[PL_TP_ERR_LEN];
 
     return run_all(tp, job_kv_swap, &sw, err, sizeof(err));
+}
+
+
+int
+pl_tp_profile(pl_tp_t *tp, int max_context, pl_model_profile_t *prof,
+    char *err, size_t errlen)
+{
+    pl_tp_profile_t  p = { max_context, prof };
+
+    return run_all(tp, job_profile, &p, err, errlen);
 }
 
 

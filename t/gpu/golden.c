@@ -17,108 +17,16 @@
  * others in bf16) and with --dtype float16.
  */
 
-#include <jansson.h>
 #include <stdio.h>
 
+#include "fixture_model.h"
 #include "pair.h"
-#include "pl_model.h"
 
-#define FIXTURES     "t/fixtures/golden"
-#define NCASE        3
-#define MAX_LEN      64
+#define NCASE        FM_GOLDEN_CASES
+#define MAX_LEN      FM_GOLDEN_LEN
 #define BLOCK        16
 #define SEQ_BLOCKS   (MAX_LEN / BLOCK)
 #define LOGIT_BOUND  3e-2
-
-typedef struct {
-    int32_t  tok[MAX_LEN];
-    int      len;
-    int      prompt_len;
-    long     offset;            /* floats into logits.bin */
-} gcase_t;
-
-typedef struct {
-    gcase_t  cases[NCASE];
-    int      vocab;
-    float   *ref;               /* logits.bin */
-    long     n_ref;
-} golden_t;
-
-
-static float *
-read_floats(const char *path, long *n)
-{
-    FILE   *f = fopen(path, "rb");
-    float  *v = NULL;
-    long    size;
-
-    *n = 0;
-    if (f == NULL) {
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0
-        && fseek(f, 0, SEEK_SET) == 0 && (v = malloc(size)) != NULL
-        && fread(v, 1, size, f) == (size_t) size)
-    {
-        *n = size / (long) sizeof(float);
-    }
-    fclose(f);
-    return v;
-}
-
-
-static int
-read_case(gcase_t *c, json_t *j)
-{
-    json_t  *prompt = json_object_get(j, "prompt");
-    json_t  *greedy = json_object_get(j, "greedy");
-    size_t   np = json_array_size(prompt), ng = json_array_size(greedy), i;
-
-    if (np == 0 || ng == 0 || np + ng > MAX_LEN) {
-        return -1;
-    }
-    for (i = 0; i < np + ng; i++) {
-        c->tok[i] = (int32_t) json_integer_value(
-            i < np ? json_array_get(prompt, i)
-                   : json_array_get(greedy, i - np));
-    }
-    c->prompt_len = (int) np;
-    c->len = (int) (np + ng);
-    c->offset = (long) json_integer_value(json_object_get(j,
-                                                          "logits_offset"));
-    return 0;
-}
-
-
-static int
-read_golden(golden_t *g, const char *dir)
-{
-    char          path[512];
-    json_error_t  jerr;
-    json_t       *root, *cases;
-    int           i, rc = 0;
-
-    snprintf(path, sizeof(path), "%s/golden.json", dir);
-    root = json_load_file(path, 0, &jerr);
-    cases = json_object_get(root, "cases");
-    if (root == NULL || json_array_size(cases) != NCASE) {
-        json_decref(root);
-        return -1;
-    }
-    g->vocab = (int) json_integer_value(json_object_get(root, "vocab_size"));
-    for (i = 0; i < NCASE; i++) {
-        rc |= read_case(&g->cases[i], json_array_get(cases, i));
-    }
-    json_decref(root);
-    snprintf(path, sizeof(path), "%s/logits.bin", dir);
-    g->ref = read_floats(path, &g->n_ref);
-    for (i = 0; rc == 0 && i < NCASE; i++) {
-        rc = g->cases[i].offset + (long) g->cases[i].len * g->vocab
-             > g->n_ref;
-    }
-    return g->ref != NULL && rc == 0 ? 0 : -1;
-}
-
 
 /* top-1 index; lead over the runner-up in units of the row's rms */
 static int
@@ -151,8 +59,8 @@ typedef struct {
 
 /* One iteration: sequence s runs tokens [done[s], upto[s]). */
 static int
-run_step(pl_model_t *m, const golden_t *g, const int *done, const int *upto,
-    const int32_t *tables, float *logits)
+run_step(pl_model_t *m, const fm_golden_t *g, const int *done,
+    const int *upto, const int32_t *tables, float *logits)
 {
     int32_t     ids[NCASE * MAX_LEN], pos[NCASE * MAX_LEN],
                 slots[NCASE * MAX_LEN], qs[NCASE + 1], cl[NCASE],
@@ -198,15 +106,14 @@ run_step(pl_model_t *m, const golden_t *g, const int *done, const int *upto,
 
 /* Compare sequence s's logits at position p with the reference. */
 static void
-check_position(const golden_t *g, int s, int p, const float *got,
+check_position(const fm_golden_t *g, int s, int p, const float *got,
     tally_t *t)
 {
-    const gcase_t  *c = &g->cases[s];
-    const float    *ref = g->ref + c->offset + (long) p * g->vocab;
-    double          e = pair_relerr(got, ref, g->vocab);
-    float           lead_ref, lead_got;
-    int             want = best_of(ref, g->vocab, &lead_ref);
-    int             have = best_of(got, g->vocab, &lead_got);
+    const float  *ref = fm_golden_row(g, &g->cases[s], p);
+    double        e = pair_relerr(got, ref, g->vocab);
+    float         lead_ref, lead_got;
+    int           want = best_of(ref, g->vocab, &lead_ref);
+    int           have = best_of(got, g->vocab, &lead_got);
 
     t->worst = e > t->worst ? e : t->worst;
     t->steps++;
@@ -225,31 +132,27 @@ static void
 test_model(pl_backend_t *be, const char *fixture,
     const pl_model_options_t *opts)
 {
-    char          dir[256], err[256];
-    golden_t      g;
-    pl_model_t   *m;
+    char          err[256];
+    fm_golden_t   g;
+    pl_model_t   *m = NULL;
     int32_t       tables[NCASE * SEQ_BLOCKS];
     int           done[NCASE] = { 0 }, upto[NCASE], s, i;
     float        *logits;
     tally_t       t = { 0.0, 0, 0, 0 };
     char          name[96];
 
-    snprintf(dir, sizeof(dir), FIXTURES "/%s", fixture);
     snprintf(name, sizeof(name), "%s%s", fixture,
              opts->dtype == PL_MODEL_DTYPE_F16 ? " (--dtype float16)" : "");
-    memset(&g, 0, sizeof(g));
     err[0] = '\0';
-    m = pl_model_load_opts(dir, be, opts, err, sizeof(err));
-    if (!ok(read_golden(&g, dir) == 0 && m != NULL
-            && pl_model_prepare(m, NCASE * MAX_LEN, NCASE, err,
-                                sizeof(err)) == 0
-            && pl_model_kv_alloc(m, NCASE * SEQ_BLOCKS, BLOCK, err,
-                                 sizeof(err)) == 0,
-            "%s: fixture reads and the model loads on cuda", name))
+    if (fm_golden_read(&g, fixture) == 0 && g.n_cases == NCASE) {
+        m = fm_open(g.dir, be, opts, NCASE * MAX_LEN, NCASE,
+                    NCASE * SEQ_BLOCKS, BLOCK, err, sizeof(err));
+    }
+    if (!ok(m != NULL, "%s: fixture reads and the model loads on cuda",
+            name))
     {
-        diag("%s", m == NULL || err[0] ? err : "bad fixture");
-        pl_model_free(m);
-        free(g.ref);
+        diag("%s", err[0] ? err : "bad fixture");
+        fm_golden_free(&g);
         return;
     }
     for (i = 0; i < NCASE * SEQ_BLOCKS; i++) {
@@ -284,7 +187,7 @@ test_model(pl_backend_t *be, const char *fixture,
        "transformers' on all %d of %d steps with a clear lead", name,
        t.clear_agree, t.clear);
     free(logits);
-    free(g.ref);
+    fm_golden_free(&g);
     pl_model_free(m);
 }
 

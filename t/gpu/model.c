@@ -19,9 +19,8 @@
 
 #include <stdio.h>
 
-#include "model_tp.h"
+#include "fixture_model.h"
 #include "pair.h"
-#include "pl_model.h"
 
 #define NSEQ        3
 #define BLOCK       16
@@ -78,13 +77,9 @@ open_side(side_t *s, pl_backend_t *be, const char *dir,
     char  err[256];
 
     s->be = be;
-    s->m = opts != NULL ? pl_model_load_opts(dir, be, opts, err, sizeof(err))
-                        : pl_model_load(dir, be, err, sizeof(err));
-    if (s->m == NULL
-        || pl_model_prepare(s->m, 64, NSEQ, err, sizeof(err)) != 0
-        || pl_model_kv_alloc(s->m, NSEQ * MAX_BLOCKS, BLOCK, err,
-                             sizeof(err)) != 0)
-    {
+    s->m = fm_open(dir, be, opts, 64, NSEQ, NSEQ * MAX_BLOCKS, BLOCK, err,
+                   sizeof(err));
+    if (s->m == NULL) {
         diag("%s: %s", be->name, err);
         return -1;
     }
@@ -388,14 +383,6 @@ main(void)
     against_cpu(&cpu, dir, &f16, PL_DT_F16,
                 "tiny model loads with --dtype float16: fp16 activations",
                 tables, vocab);
-
-    /* decode with the norms fused on weights folded at load
-       (PAGEDLLM_FUSED=2, engine/model.c fold_norms) */
-    setenv("PAGEDLLM_FUSED", "2", 1);
-    against_cpu(&cpu, dir, NULL, -1,
-                "tiny model loads with the norms folded (PAGEDLLM_FUSED=2)",
-                tables, vocab);
-    unsetenv("PAGEDLLM_FUSED");
     pl_model_free(cpu.m);
     cpu.be->destroy(cpu.be);
     auto_follows_checkpoint("t/fixtures/golden/opt_pre_ln", PL_DT_F16);

@@ -40,31 +40,14 @@
 
 #include "fixture_model.h"
 
-#define FIXTURES  "t/fixtures/golden"
+#define FIXTURES  FM_GOLDEN
 #define BS        4
 #define NBLK      64
 #define MAX_TOK   96
 #define MAX_SEQ   4
-#define MAX_LEN   64
-#define N_GREEDY  16
+#define MAX_LEN   FM_GOLDEN_LEN
 #define ATOL      1e-3
 #define RTOL      1e-4
-
-typedef struct {
-    int32_t  tok[MAX_LEN];
-    int      len;               /* prompt + greedy */
-    int      prompt_len;
-    long     logits_offset;     /* in floats, into logits.bin */
-} gcase_t;
-
-typedef struct {
-    char      dir[256];
-    int       vocab;
-    gcase_t   cases[3];
-    int       n_cases;
-    float    *logits;           /* logits.bin */
-    long      n_logits;
-} golden_t;
 
 typedef struct {
     int      ctx;               /* tokens already in the cache */
@@ -72,73 +55,6 @@ typedef struct {
 } gseq_t;
 
 static char  tmp[] = "/tmp/pl-golden-XXXXXX";
-
-
-static int
-read_case(gcase_t *c, json_t *j)
-{
-    json_t  *prompt = json_object_get(j, "prompt");
-    json_t  *greedy = json_object_get(j, "greedy");
-    size_t   i, np = json_array_size(prompt), ng = json_array_size(greedy);
-
-    if (np == 0 || ng != N_GREEDY || np + ng > MAX_LEN) {
-        return -1;
-    }
-    for (i = 0; i < np + ng; i++) {
-        c->tok[i] = (int32_t) json_integer_value(
-            i < np ? json_array_get(prompt, i) : json_array_get(greedy,
-                                                                i - np));
-    }
-    c->prompt_len = (int) np;
-    c->len = (int) (np + ng);
-    c->logits_offset = (long) json_integer_value(json_object_get(j,
-                                                 "logits_offset"));
-    return 0;
-}
-
-
-static int
-read_golden(golden_t *g, const char *name)
-{
-    char          path[320];
-    json_error_t  jerr;
-    json_t       *root, *cases;
-    size_t        i, len;
-    int           rc = 0;
-
-    memset(g, 0, sizeof(*g));
-    snprintf(g->dir, sizeof(g->dir), FIXTURES "/%s", name);
-    snprintf(path, sizeof(path), "%s/golden.json", g->dir);
-    root = json_load_file(path, 0, &jerr);
-    cases = json_object_get(root, "cases");
-    g->vocab = (int) json_integer_value(json_object_get(root, "vocab_size"));
-    g->n_cases = (int) json_array_size(cases);
-    if (root == NULL || g->n_cases < 1 || g->n_cases > 3) {
-        json_decref(root);
-        return -1;
-    }
-    for (i = 0; i < (size_t) g->n_cases; i++) {
-        rc |= read_case(&g->cases[i], json_array_get(cases, i));
-    }
-    json_decref(root);
-    snprintf(path, sizeof(path), "%s/logits.bin", g->dir);
-    g->logits = (float *) fm_read_file(path, &len);
-    g->n_logits = (long) (len / sizeof(float));
-    for (i = 0; rc == 0 && i < (size_t) g->n_cases; i++) {
-        const gcase_t  *c = &g->cases[i];
-
-        rc = c->logits_offset + (long) c->len * g->vocab > g->n_logits;
-    }
-    return g->logits != NULL && rc == 0 ? 0 : -1;
-}
-
-
-/* reference logits of case c at position pos */
-static const float *
-ref_row(const golden_t *g, const gcase_t *c, int pos)
-{
-    return g->logits + c->logits_offset + (long) pos * g->vocab;
-}
 
 
 /* largest |got - want| beyond the tolerance's slack, as a fraction of the
@@ -244,7 +160,7 @@ load(const char *dir, pl_backend_t *be)
 /* Prefill the prompt, then decode from our own argmax: tokens must be
    transformers' and every step's logits within tolerance. */
 static void
-test_greedy(pl_model_t *m, const golden_t *g, const gcase_t *c,
+test_greedy(pl_model_t *m, const fm_golden_t *g, const fm_case_t *c,
     const char *name, int k)
 {
     int32_t         seq[MAX_LEN];
@@ -255,12 +171,13 @@ test_greedy(pl_model_t *m, const golden_t *g, const gcase_t *c,
     double          worst = 0, dmax = 0;
 
     memcpy(seq, c->tok, c->prompt_len * sizeof(int32_t));
-    for (step = 0; step < N_GREEDY && rc == 0; step++) {
+    for (step = 0; step < c->len - c->prompt_len && rc == 0; step++) {
         int  pos = c->prompt_len + step - 1;
 
         rc = run(m, &s, toks, &qlen, 1, logits);
-        worst = fmax(worst, excess(logits, ref_row(g, c, pos), g->vocab));
-        dmax = fmax(dmax, max_abs_diff(logits, ref_row(g, c, pos),
+        worst = fmax(worst, excess(logits, fm_golden_row(g, c, pos),
+                                   g->vocab));
+        dmax = fmax(dmax, max_abs_diff(logits, fm_golden_row(g, c, pos),
                                        g->vocab));
         seq[pos + 1] = argmax(logits, g->vocab);
         same &= seq[pos + 1] == c->tok[pos + 1];
@@ -276,8 +193,8 @@ test_greedy(pl_model_t *m, const golden_t *g, const gcase_t *c,
 
 /* The prompt one token at a time: logits of every prompt position. */
 static void
-test_every_position(pl_model_t *m, const golden_t *g, const gcase_t *c,
-    const char *name, int k)
+test_every_position(pl_model_t *m, const fm_golden_t *g,
+    const fm_case_t *c, const char *name, int k)
 {
     const int32_t  *toks[1] = { c->tok };
     gseq_t          s = { 0 };
@@ -287,7 +204,8 @@ test_every_position(pl_model_t *m, const golden_t *g, const gcase_t *c,
 
     for (pos = 0; pos < c->prompt_len && rc == 0; pos++) {
         rc = run(m, &s, toks, &one, 1, logits);
-        worst = fmax(worst, excess(logits, ref_row(g, c, pos), g->vocab));
+        worst = fmax(worst, excess(logits, fm_golden_row(g, c, pos),
+                                   g->vocab));
     }
     ok(rc == 0 && worst <= 1.0, "%s, prompt %d: logits at every prompt "
        "position, fed one token at a time, within tolerance", name, k);
@@ -296,7 +214,7 @@ test_every_position(pl_model_t *m, const golden_t *g, const gcase_t *c,
 
 /* All prompts and their continuations in one batch. */
 static void
-test_batch(pl_model_t *m, const golden_t *g, const char *name)
+test_batch(pl_model_t *m, const fm_golden_t *g, const char *name)
 {
     const int32_t  *toks[MAX_SEQ];
     gseq_t          s[MAX_SEQ] = { { 0 } };
@@ -310,10 +228,11 @@ test_batch(pl_model_t *m, const golden_t *g, const char *name)
     }
     rc = run(m, s, toks, qlen, g->n_cases, logits);
     for (i = 0; rc == 0 && i < g->n_cases; i++) {
-        const gcase_t  *c = &g->cases[i];
+        const fm_case_t  *c = &g->cases[i];
 
         worst = fmax(worst, excess(logits + (long) i * g->vocab,
-                                   ref_row(g, c, c->len - 1), g->vocab));
+                                   fm_golden_row(g, c, c->len - 1),
+                                   g->vocab));
     }
     ok(rc == 0 && worst <= 1.0, "%s: all prompts with their continuations "
        "in one batch give the last positions' logits", name);
@@ -323,13 +242,13 @@ test_batch(pl_model_t *m, const golden_t *g, const char *name)
 static void
 test_model(pl_backend_t *be, const char *name)
 {
-    golden_t     g;
+    fm_golden_t  g;
     pl_model_t  *m;
     int          k;
 
-    if (read_golden(&g, name) != 0 || g.vocab > 4096) {
+    if (fm_golden_read(&g, name) != 0 || g.vocab > 4096) {
         ok(0, "%s: the fixture reads", name);
-        free(g.logits);
+        fm_golden_free(&g);
         return;
     }
     m = load(g.dir, be);
@@ -342,7 +261,7 @@ test_model(pl_backend_t *be, const char *name)
         test_batch(m, &g, name);
     }
     pl_model_free(m);
-    free(g.logits);
+    fm_golden_free(&g);
 }
 
 
@@ -418,7 +337,7 @@ refuse(pl_backend_t *be, const char *dir, const char *fragment,
 
 /* last-position logits of the first golden prompt */
 static int
-prompt_logits(pl_backend_t *be, const char *dir, const gcase_t *c,
+prompt_logits(pl_backend_t *be, const char *dir, const fm_case_t *c,
     float *logits)
 {
     const int32_t  *toks[1] = { c->tok };
@@ -435,11 +354,11 @@ prompt_logits(pl_backend_t *be, const char *dir, const gcase_t *c,
 static void
 test_v4_spelling(pl_backend_t *be)
 {
-    golden_t     g;
+    fm_golden_t  g;
     float        a[4096], b[4096];
     const char  *dir;
 
-    if (read_golden(&g, "llama3_gqa") != 0) {
+    if (fm_golden_read(&g, "llama3_gqa") != 0) {
         ok(0, "llama3_gqa: the fixture reads");
         return;
     }
@@ -459,7 +378,7 @@ test_v4_spelling(pl_backend_t *be)
        && excess(b, a, g.vocab) > 1.0,
        "without its RoPE scaling the same weights give other logits (the "
        "scaling is honoured)");
-    free(g.logits);
+    fm_golden_free(&g);
 }
 
 

@@ -34,12 +34,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixture_model.h"
 #include "pl_comm.h"
-#include "pl_model.h"
 #include "safetensors.h"
-#include "tap.h"
 
-#define FIXTURES   "t/fixtures/golden"
+#define FIXTURES   FM_GOLDEN
 #define BS         4
 #define NBLK       96
 #define MAX_TOK    64
@@ -336,16 +335,8 @@ load(const char *dir, pl_backend_t *be, int world, char *err,
     size_t errlen)
 {
     pl_model_options_t  o = { world, PL_MODEL_DTYPE_AUTO };
-    pl_model_t         *m = pl_model_load_opts(dir, be, &o, err, errlen);
 
-    if (m != NULL
-        && (pl_model_prepare(m, MAX_TOK, MAX_SEQ, err, errlen) != 0
-            || pl_model_kv_alloc(m, NBLK, BS, err, errlen) != 0))
-    {
-        pl_model_free(m);
-        return NULL;
-    }
-    return m;
+    return fm_open(dir, be, &o, MAX_TOK, MAX_SEQ, NBLK, BS, err, errlen);
 }
 
 
@@ -761,6 +752,48 @@ test_default_options(pl_backend_t *be)
 }
 
 
+/* the profiling run on 2 ranks: the whole model's batch, half its
+   temporary cache, and the ranks ready to run the same scenario after */
+static void
+test_profile(pl_backend_t *be)
+{
+    char                err[512] = "";
+    pl_model_t         *whole = load(FIXTURES "/qwen2_bias", be, 1, err,
+                                     sizeof(err));
+    pl_model_t         *m = load(FIXTURES "/qwen2_bias", be, 2, err,
+                                 sizeof(err));
+    pl_model_profile_t  pw, pm;
+
+    if (whole == NULL || m == NULL) {
+        ok(0, "qwen2 loads whole and on 2 ranks: %s", err);
+        pl_model_free(whole);
+        pl_model_free(m);
+        return;
+    }
+    if (!ok(pl_model_profile(whole, BS, 64, &pw, err, sizeof(err)) == 0
+            && pl_model_profile(m, BS, 64, &pm, err, sizeof(err)) == 0,
+            "the profiling run runs whole and on 2 ranks"))
+    {
+        diag("%s", err);
+    }
+    ok(pm.tokens == pw.tokens && pm.seqs == pw.seqs && pm.tokens == MAX_TOK
+       && pm.kv_bytes == pw.kv_bytes / 2 && pm.graph_shapes == 0,
+       "2 ranks profile the whole model's largest batch (%d tokens in %d "
+       "sequences) against half its temporary cache", pm.tokens, pm.seqs);
+    if (pl_model_kv_alloc(whole, NBLK, BS, err, sizeof(err)) == 0
+        && pl_model_kv_alloc(m, NBLK, BS, err, sizeof(err)) == 0
+        && scenario(whole, 256, 42, &whole_run) == 0)
+    {
+        compare(m, 256, "qwen2 after the profiling run", 2);
+    } else {
+        ok(0, "the caches are allocated again after the profiling run: %s",
+           err);
+    }
+    pl_model_free(m);
+    pl_model_free(whole);
+}
+
+
 int
 main(int argc, char **argv)
 {
@@ -784,6 +817,7 @@ main(int argc, char **argv)
     test_refusals(be);
     test_bad_batch(be);
     test_kv_copy(be);
+    test_profile(be);
     test_default_options(be);
 
     be->destroy(be);
