@@ -24,6 +24,27 @@ kept, so the greedy comparison is not decided by rounding noise.
 
     python3 tools/golden/make_golden.py OUTDIR     (writes OUTDIR/<model>/)
 
+Beam mode records transformers' beam search over the committed fixture
+models (it rebuilds nothing: each model is loaded from FIXTURES/<model>/):
+
+    python3 tools/golden/make_golden.py beam OUTDIR [FIXTURES]
+        (FIXTURES defaults to t/fixtures/golden; writes OUTDIR/<model>/beam.json)
+
+For every model, BEAM_CONFIGS' settings of generate(num_beams=k,
+num_return_sequences=n, length_penalty, early_stopping, max_new_tokens,
+do_sample=False) over one prompt each: the returned beams' generated token
+ids, sequences_scores, the cumulative log-probability recomputed from a
+plain forward pass (whose quotient by length ** length_penalty must equal
+the score) and the eos set used.  Besides the model's eos, every case adds
+two stop tokens picked from the model's own likely continuations (one the
+greedy path reaches), so that finished hypotheses and the three
+early_stopping rules all take part.  A case is kept only when its result is
+stable: the same search with every step's log-probabilities perturbed by
+uniform noise of +-NOISE must return the same tokens, so float32 summation
+order cannot decide it.  Each result is also checked against
+reference_beam_search, a plain restatement of the algorithm pagedllm
+implements; a disagreement is printed and fails the run.
+
 Needs torch, transformers and safetensors (the lent GPU machine has them;
 no GPU is used).  t/unit/golden.c reads the result, committed under
 t/fixtures/golden/.
@@ -262,7 +283,240 @@ def make_model(name, spec, seed, root, log):
         log.write("  config.json " + f.read().replace("\n", " ") + "\n")
 
 
+BEAM_CONFIGS = (
+    # k, n, length_penalty, early_stopping, max_new_tokens
+    (2, 1, 1.0, False, 12),
+    (2, 2, 0.5, True, 10),
+    (4, 2, 1.0, "never", 12),
+    (4, 4, 2.0, False, 10),
+    (6, 3, 1.0, True, 8),
+    (6, 6, 0.5, "never", 10),
+    (6, 2, 2.0, "never", 9),
+)
+NOISE = 3e-4
+BEAM_TRIES = 24
+
+
+class Perturb:
+    """A logits processor adding seeded uniform noise to log-probs."""
+
+    def __init__(self, seed):
+        self.g = torch.Generator().manual_seed(seed)
+
+    def __call__(self, input_ids, scores):
+        noise = (torch.rand(scores.shape, generator=self.g) * 2 - 1) * NOISE
+        return scores + noise.to(scores.dtype)
+
+
+def model_eos(model):
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = model.config.eos_token_id
+    return list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+
+
+def cut_at_eos(gen, eos):
+    for i, t in enumerate(gen):
+        if t in eos:
+            return gen[:i + 1]
+    return gen
+
+
+@torch.no_grad()
+def run_beam(model, prompt, eos, cfg, processors=None):
+    k, n, lp, es, new = cfg
+    model.generation_config = GenerationConfig(
+        bos_token_id=model.config.bos_token_id, eos_token_id=eos,
+        pad_token_id=eos[0])
+    gc = GenerationConfig(
+        num_beams=k, num_return_sequences=n, length_penalty=lp,
+        early_stopping=es, do_sample=False, max_new_tokens=new,
+        eos_token_id=eos, pad_token_id=eos[0],
+        bos_token_id=model.config.bos_token_id, output_scores=True,
+        return_dict_in_generate=True)
+    ids = torch.tensor([prompt], dtype=torch.long)
+    kw = {}
+    if processors:
+        kw["logits_processor"] = transformers.LogitsProcessorList(processors)
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                         generation_config=gc, **kw)
+    beams = [cut_at_eos(row[len(prompt):].tolist(), eos)
+             for row in out.sequences]
+    return beams, [float(x) for x in out.sequences_scores]
+
+
+@torch.no_grad()
+def cum_logprob(model, prompt, gen):
+    rows = torch.log_softmax(logits_of(model, prompt + gen), dim=-1)
+    return sum(float(rows[len(prompt) - 1 + i, t]) for i, t in enumerate(gen))
+
+
+@torch.no_grad()
+def reference_beam_search(model, prompt, eos, cfg):
+    """The algorithm pagedllm's engine implements, restated without KV
+    caches: every step each running beam's log-softmax row adds to its
+    cumulative log-prob; of all candidates the best k that end in eos
+    (or reach max_new_tokens) become hypotheses scored cum / (generated
+    length, the new token included) ** length_penalty, only when among
+    the top k overall; the best k others run on.  Done when all k
+    hypothesis slots are full and: early_stopping True; False: the best
+    running cum / generated ** lp is no better than the worst kept
+    hypothesis; "never": the same with max_new_tokens as the length when
+    lp > 0."""
+    k, n, lp, es, new = cfg
+    running = [(0.0, [])]
+    hyps = []
+    for step in range(1, new + 1):
+        cands = []
+        for cum, gen in running:
+            row = torch.log_softmax(logits_of(model, prompt + gen)[-1], -1)
+            vals, idx = torch.topk(row, k + len(eos))
+            for v, t in zip(vals.tolist(), idx.tolist()):
+                cands.append((cum + v, gen + [t]))
+        cands.sort(key=lambda c: -c[0])
+        last = step == new
+        for rank, (cum, gen) in enumerate(cands[:k]):
+            if gen[-1] in eos or last:
+                hyps.append((cum / (step ** lp), gen))
+        hyps.sort(key=lambda h: -h[0])
+        hyps = hyps[:k]
+        running = [c for c in cands if c[1][-1] not in eos][:k]
+        if last:
+            break
+        if len(hyps) == k:
+            if es is True:
+                break
+            length = new if (es == "never" and lp > 0) else step
+            if running[0][0] / (length ** lp) <= hyps[-1][0]:
+                break
+    return [g for _, g in hyps[:n]], [s for s, _ in hyps[:n]]
+
+
+@torch.no_grad()
+def beam_stop_tokens(model, prompt, eos):
+    """Two extra stop tokens: the greedy path's 4th token and the
+    runner-up at the first step, neither an eos already."""
+    ids = list(prompt)
+    for _ in range(4):
+        row = logits_of(model, ids)[-1]
+        ids.append(int(torch.argmax(row)))
+    first = torch.topk(logits_of(model, prompt)[-1], 8).indices.tolist()
+    stops = []
+    for t in [ids[len(prompt) + 3]] + first[1:]:
+        if t not in eos and t not in stops:
+            stops.append(t)
+        if len(stops) == 2:
+            break
+    return stops
+
+
+def beam_case(model, prompt, cfg, log):
+    eos = model_eos(model)
+    stops = beam_stop_tokens(model, prompt, eos)
+    full = eos + stops
+    beams, scores = run_beam(model, prompt, full, cfg)
+    again, _ = run_beam(model, prompt, full, cfg)
+    if again != beams:
+        raise RuntimeError("generate is not deterministic here")
+    for seed in (11, 12, 13):
+        noisy, _ = run_beam(model, prompt, full, cfg, [Perturb(seed)])
+        if noisy != beams:
+            return None
+    ref, ref_scores = reference_beam_search(model, prompt, full, cfg)
+    if ref != beams or any(abs(a - b) > 1e-4 for a, b in
+                           zip(ref_scores, scores)):
+        log.write("  REFERENCE DIFFERS cfg %s prompt %s:\n    hf  %s %s\n"
+                  "    ref %s %s\n" % (cfg, prompt, beams, scores, ref,
+                                        ref_scores))
+        raise RuntimeError("reference_beam_search differs from generate")
+    k, n, lp, es, new = cfg
+    cums = [cum_logprob(model, prompt, g) for g in beams]
+    for c, g, sc in zip(cums, beams, scores):
+        if abs(c / (len(g) ** lp) - sc) > 1e-4 * max(1.0, abs(sc)):
+            raise RuntimeError("score %g is not cum %g / %d ** %g" % (
+                sc, c, len(g), lp))
+    return {"prompt": prompt, "num_beams": k, "num_return_sequences": n,
+            "length_penalty": lp, "early_stopping": es,
+            "max_new_tokens": new, "eos_token_ids": eos,
+            "stop_token_ids": stops, "beams": beams,
+            "scores": [round(x, 7) for x in scores],
+            "cum_logprobs": [round(x, 7) for x in cums],
+            "finished_by_eos": [g[-1] in full for g in beams]}
+
+
+def beam_model(name, fixtures, root, log):
+    src = os.path.join(fixtures, name)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            src, dtype=torch.float32, attn_implementation="eager")
+    except TypeError:
+        model = AutoModelForCausalLM.from_pretrained(
+            src, torch_dtype=torch.float32, attn_implementation="eager")
+    model = model.float().eval()
+    with open(os.path.join(src, "golden.json")) as f:
+        golden = json.load(f)
+    for case in golden["cases"]:
+        row = logits_of(model, case["prompt"])[-1]
+        if int(torch.argmax(row)) != case["greedy"][0]:
+            raise RuntimeError("loaded model disagrees with golden.json")
+    g = torch.Generator().manual_seed(4242)
+    prompts = [c["prompt"] for c in golden["cases"]]
+    cases = []
+    for i, cfg in enumerate(BEAM_CONFIGS):
+        got = None
+        for t in range(BEAM_TRIES):
+            if t < len(prompts):
+                prompt = prompts[(i + t) % len(prompts)]
+            else:
+                length = int(torch.randint(4, 14, (1,), generator=g))
+                prompt = torch.randint(3, VOCAB, (length,),
+                                       generator=g).tolist()
+            got = beam_case(model, prompt, cfg, log)
+            if got is not None:
+                break
+        if got is None:
+            raise RuntimeError("no stable prompt for %s" % (cfg,))
+        cases.append(got)
+        log.write("  %s k=%d n=%d lp=%g es=%s: %s eos-finished %s\n" % (
+            name, cfg[0], cfg[1], cfg[2], cfg[3],
+            [len(b) for b in got["beams"]], got["finished_by_eos"]))
+    os.makedirs(os.path.join(root, name), exist_ok=True)
+    with open(os.path.join(root, name, "beam.json"), "w") as f:
+        json.dump({"model": name, "transformers": transformers.__version__,
+                   "torch": torch.__version__, "noise": NOISE,
+                   "reference": "generate(num_beams, num_return_sequences, "
+                                "length_penalty, early_stopping, "
+                                "do_sample=False), float32 CPU, eager",
+                   "cases": cases}, f, indent=1)
+        f.write("\n")
+    log.write("%s: %d beam cases\n" % (name, len(cases)))
+
+
+def main_beam(argv):
+    root = argv[0] if argv else "golden-beam"
+    fixtures = argv[1] if len(argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "t",
+        "fixtures", "golden")
+    torch.set_num_threads(4)
+    torch.set_grad_enabled(False)
+    os.makedirs(root, exist_ok=True)
+    failed = 0
+    log = sys.stdout
+    log.write("beam: transformers %s, torch %s\n" % (
+        transformers.__version__, torch.__version__))
+    for name in sorted(specs()):
+        try:
+            beam_model(name, fixtures, root, log)
+        except Exception:
+            failed += 1
+            log.write("%s: FAILED\n%s" % (name, traceback.format_exc()))
+        log.flush()
+    return 1 if failed else 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "beam":
+        return main_beam(sys.argv[2:])
     root = sys.argv[1] if len(sys.argv) > 1 else "golden"
     torch.set_num_threads(4)
     torch.set_grad_enabled(False)
