@@ -50,6 +50,12 @@
 #define PL_SUBMIT_IGNORE_EOS  0x1u
 #define PL_SUBMIT_HAS_SEED    0x2u
 #define PL_SUBMIT_LOGPROBS    0x4u  /* send logprobs with every token */
+#define PL_SUBMIT_BEAM_SEARCH 0x8u  /* beam search of width best_of */
+
+/* pl_rec_submit_t.early_stopping (beam search) */
+#define PL_EARLY_STOPPING_FALSE  0
+#define PL_EARLY_STOPPING_TRUE   1
+#define PL_EARLY_STOPPING_NEVER  2
 
 /* pl_rec_tokens_t.flags */
 #define PL_TOKENS_LOGPROBS    0x1u
@@ -142,7 +148,9 @@ typedef struct {
 /*
  * followed by int32_t prompt[n_prompt], pl_bias_pair_t bias[n_logit_bias],
  * int32_t stop_ids[n_stop_ids]; the record is exactly that long (rounded
- * up to 8).  Zero is "off" for every field after seed.
+ * up to 8).  Zero is "off" for every field after seed, except the two
+ * beam search fields, which are read only with PL_SUBMIT_BEAM_SEARCH
+ * (there a length_penalty of 0 is a real value).
  */
 typedef struct {
     uint64_t   req_id;
@@ -163,6 +171,8 @@ typedef struct {
     uint32_t   n_stop_ids;      /* <= PL_MAX_STOP_IDS */
     uint32_t   n;               /* sequences returned; 0 = 1 */
     uint32_t   best_of;         /* sequences generated, >= n; 0 = n */
+    float      length_penalty;  /* beam search: score = cum / len ** it */
+    uint32_t   early_stopping;  /* beam search: PL_EARLY_STOPPING_* */
 } pl_rec_submit_t;
 
 
@@ -205,6 +215,7 @@ typedef struct {
     uint32_t   prompt_tokens;
     uint32_t   completion_tokens;   /* of this sequence */
     uint32_t   index;           /* the sequence; any for ABORT, ERROR */
+    double     cum_logprob;     /* beam search: of the beam's tokens */
 } pl_rec_finish_t;
 
 

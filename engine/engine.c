@@ -36,6 +36,8 @@
  * and freeing its blocks on its own.  The request is over when all have
  * finished.  With best_of > n nothing is sent until then: the n members
  * with the highest cumulative log-probability go out as choices 0..n-1.
+ * Beam search (engine_beam.c) uses the same groups: the members are the
+ * beams, stepping together from their rows instead of drawing.
  *
  * This file holds the loop, the connections, one iteration and the
  * output; start-up and shutdown are in engine_start.c, submissions in
@@ -478,7 +480,7 @@ pl_engine_draw(pl_engine_t *e, const pl_logits_t *logits)
 
 /* Row row of logits on the host; the draws of one row come one after
    the other, so the last row brought down is kept. */
-static const float *
+const float *
 pl_engine_host_row(pl_engine_t *e, const pl_logits_t *logits, int row)
 {
     if (e->host_row != row) {
@@ -594,12 +596,15 @@ pl_engine_iterate(pl_engine_t *e)
     }
 
     /* one draw per sequence whose tokens are all computed, all drawn in
-       one call, then appended in the plan's order */
+       one call, then appended in the plan's order; beam search reads its
+       rows itself */
     pl_sampler_reset(&e->sampler);
     for (i = 0; i < n; i++) {
         s = planned[i];
-        if (s->state == PL_SEQ_FINISHED || s->n_computed < s->n_tokens) {
-            continue;       /* its request failed, or a prompt chunk */
+        if (s->state == PL_SEQ_FINISHED || s->n_computed < s->n_tokens
+            || s->leader->beam != NULL)
+        {
+            continue;       /* failed, a prompt chunk, or a beam */
         }
         pl_engine_queue_row(e, s, i);
     }
@@ -611,6 +616,8 @@ pl_engine_iterate(pl_engine_t *e)
         pl_engine_step(e, e->draws[i], e->tokens[i], &logits,
                        e->sampler.reqs[i].row);
     }
+
+    pl_engine_beam_rows(e, planned, n, &logits);
 }
 
 
@@ -646,7 +653,8 @@ pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
         if (pl_ipc_send_finish(c, s->req_id, index,
                                (uint32_t) s->finish_reason,
                                (uint32_t) s->n_prompt,
-                               (uint32_t) pl_seq_generated(s)) != 0)
+                               (uint32_t) pl_seq_generated(s),
+                               s->leader->beam ? s->cum_logprob : 0) != 0)
         {
             return -1;
         }
@@ -691,7 +699,7 @@ pl_engine_flush_group(pl_conn_t *c, pl_seq_t *l)
     if (l->fail_reason) {
         if (!l->fail_sent
             && pl_ipc_send_finish(c, l->req_id, 0, (uint32_t) l->fail_reason,
-                                  (uint32_t) l->n_prompt, 0) != 0)
+                                  (uint32_t) l->n_prompt, 0, 0) != 0)
         {
             return -1;
         }

@@ -1,8 +1,9 @@
 /*
  * engine_internal: the engine's state, shared by the files that make up
  * pagedllm-engine's loop: engine.c (the loop, connections, one
- * iteration, output), engine_start.c (start-up and shutdown) and
- * engine_requests.c (submissions in: validation, admission, abort).
+ * iteration, output), engine_start.c (start-up and shutdown),
+ * engine_requests.c (submissions in: validation, admission, abort) and
+ * engine_beam.c (beam search's steps on the block tables).
  * Nothing outside the engine includes it; engine.h is the public face.
  */
 
@@ -84,5 +85,18 @@ void  pl_conn_unlink(pl_conn_t *c, pl_seq_t *s);
 /* close a worker's connection, aborting its requests and freeing their
    blocks */
 void  pl_engine_close(pl_engine_t *e, pl_conn_t *c);
+/* row row of this iteration's logits on the host */
+const float *pl_engine_host_row(pl_engine_t *e, const pl_logits_t *logits,
+    int row);
+
+/* engine_beam.c */
+/* s, a new beam-search request (best_of is its width): its search state;
+   0, or -1 when out of memory */
+int   pl_engine_beam_init(pl_engine_t *e, pl_seq_t *s,
+    const pl_rec_submit_t *r);
+/* the iteration's rows of beam-search sequences (planned[i] ran as row
+   i), and a step of every group that has all its rows */
+void  pl_engine_beam_rows(pl_engine_t *e, pl_seq_t *const *planned, int n,
+    const pl_logits_t *logits);
 
 #endif /* PL_ENGINE_INTERNAL_H */

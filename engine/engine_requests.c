@@ -106,7 +106,9 @@ pl_engine_finish(pl_engine_t *e, pl_seq_t *s, int reason)
 
     if (++l->n_finished == l->n_members) {
         pl_seq_index_remove(&l->conn->live, l);
-        if (l->best_of > l->n_return && l->fail_reason == 0) {
+        if (l->best_of > l->n_return && l->fail_reason == 0
+            && l->beam == NULL)
+        {
             pl_engine_rank(l);
         }
     }
@@ -187,6 +189,79 @@ pl_engine_check_sampling(pl_engine_t *e, const pl_ipc_msg_t *m, char *buf,
     }
 
     return NULL;
+}
+
+
+/* The first parameter beam search scores without that r sets, as
+   "NAME is not supported with beam search"; NULL when none. */
+static const char *
+pl_engine_beam_unsupported(const pl_rec_submit_t *r)
+{
+    if (r->min_p != 0) {
+        return "min_p is not supported with beam search";
+    }
+    if (r->repetition_penalty != 0 && r->repetition_penalty != 1) {
+        return "repetition_penalty is not supported with beam search";
+    }
+    if (r->presence_penalty != 0) {
+        return "presence_penalty is not supported with beam search";
+    }
+    if (r->frequency_penalty != 0) {
+        return "frequency_penalty is not supported with beam search";
+    }
+    if (r->n_logit_bias != 0) {
+        return "logit_bias is not supported with beam search";
+    }
+    if (r->flags & PL_SUBMIT_LOGPROBS) {
+        return "logprobs is not supported with beam search";
+    }
+
+    return NULL;
+}
+
+
+/*
+ * Beam search's parameters and what it cannot be combined with (vLLM's
+ * rules: width best_of > 1, greedy scoring, so temperature 0, top_p 1,
+ * top_k off; here also none of the logit processors, which beam search
+ * scores without, nor per-token logprobs); without beam search its two
+ * fields must be at their defaults.  NULL when all is well.
+ */
+static const char *
+pl_engine_check_beam(const pl_rec_submit_t *r)
+{
+    uint32_t  n = r->n ? r->n : 1;
+
+    if (!(r->flags & PL_SUBMIT_BEAM_SEARCH)) {
+        if (r->early_stopping != PL_EARLY_STOPPING_FALSE) {
+            return "early_stopping needs use_beam_search";
+        }
+        if (r->length_penalty != 0 && r->length_penalty != 1) {
+            return "length_penalty needs use_beam_search";
+        }
+        return NULL;
+    }
+
+    if ((r->best_of ? r->best_of : n) < 2) {
+        return "best_of must be greater than 1 when using beam search";
+    }
+    if (r->temperature != 0) {
+        return "temperature must be 0 when using beam search";
+    }
+    if (r->top_p != 1) {
+        return "top_p must be 1 when using beam search";
+    }
+    if (r->top_k != 0) {
+        return "top_k must be -1 when using beam search";
+    }
+    if (!isfinite(r->length_penalty)) {
+        return "length_penalty must be a finite number";
+    }
+    if (r->early_stopping > PL_EARLY_STOPPING_NEVER) {
+        return "early_stopping must be true, false or \"never\"";
+    }
+
+    return pl_engine_beam_unsupported(r);
 }
 
 
@@ -280,13 +355,16 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
         return "top_k must be >= 0";
     }
     if (r->flags & ~(PL_SUBMIT_IGNORE_EOS | PL_SUBMIT_HAS_SEED
-                     | PL_SUBMIT_LOGPROBS))
+                     | PL_SUBMIT_LOGPROBS | PL_SUBMIT_BEAM_SEARCH))
     {
         snprintf(buf, len, "unknown flags 0x%x", r->flags);
         return buf;
     }
 
     why = pl_engine_check_sampling(e, m, buf, len);
+    if (why == NULL) {
+        why = pl_engine_check_beam(r);
+    }
     if (why == NULL) {
         why = pl_engine_check_group(e, r, buf, len);
     }
@@ -404,6 +482,14 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
     s->best_of = r->best_of ? (int) r->best_of : s->n_return;
     s->out_index = s->best_of > s->n_return ? -1 : 0;
 
+    if ((r->flags & PL_SUBMIT_BEAM_SEARCH) && pl_engine_beam_init(e, s, r) != 0)
+    {
+        pl_seq_index_remove(&c->live, s);
+        pl_seq_free(s);
+        pl_engine_reject(c, r->req_id, 503, "the engine is out of memory");
+        return;
+    }
+
     pl_conn_append(c, s);
     pl_sched_add(&e->sched, s);
 
@@ -411,9 +497,9 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
     e->totals.prompt_tokens_total += r->n_prompt;
 
     pl_log(PL_LOG_DEBUG, "worker %u request %llu: %u prompt tokens, "
-           "max_tokens %u, n %d, best_of %d", c->worker_id,
+           "max_tokens %u, n %d, best_of %d%s", c->worker_id,
            (unsigned long long) r->req_id, r->n_prompt, r->max_tokens,
-           s->n_return, s->best_of);
+           s->n_return, s->best_of, s->beam ? ", beam search" : "");
 }
 
 

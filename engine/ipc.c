@@ -562,10 +562,11 @@ pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
 
 int
 pl_ipc_send_finish(pl_conn_t *c, uint64_t req_id, uint32_t index,
-    uint32_t reason, uint32_t prompt_tokens, uint32_t completion_tokens)
+    uint32_t reason, uint32_t prompt_tokens, uint32_t completion_tokens,
+    double cum_logprob)
 {
     pl_rec_finish_t  r = { req_id, reason, prompt_tokens, completion_tokens,
-                           index };
+                           index, cum_logprob };
 
     return pl_ipc_write(c, PL_REC_FINISH, &r, sizeof(r), NULL, 0);
 }

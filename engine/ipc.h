@@ -129,11 +129,13 @@ int        pl_ipc_next(pl_conn_t *c, void *buf, uint32_t cap,
 
 /* Completion records; 0, or -1 when the ring is full now.  index is the
    request's sequence (choice) they are about; lp (NULL: none) holds the
-   n tokens' log-probabilities with n_top best each. */
+   n tokens' log-probabilities with n_top best each; FINISH carries the
+   sequence's cumulative log-probability (beam search; 0 otherwise). */
 int        pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
     const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top);
 int        pl_ipc_send_finish(pl_conn_t *c, uint64_t req_id, uint32_t index,
-    uint32_t reason, uint32_t prompt_tokens, uint32_t completion_tokens);
+    uint32_t reason, uint32_t prompt_tokens, uint32_t completion_tokens,
+    double cum_logprob);
 int        pl_ipc_send_error(pl_conn_t *c, uint64_t req_id, uint32_t status,
     const char *msg);
 

@@ -381,12 +381,12 @@ pl_sched_chunks(pl_scheduler_t *sc)
     int        want;
 
     for (s = sc->running.head; s; s = s->next) {
+        if (pl_seq_uncomputed(s) <= 1) {
+            continue;       /* decoding, or a beam waiting for its group */
+        }
         want = pl_sched_budget_for(sc, s);
         if (want <= 0) {
             return;
-        }
-        if (pl_seq_uncomputed(s) <= 1) {
-            continue;
         }
         if (pl_sched_running(sc, s, want, 1) == 0) {
             return;
@@ -427,7 +427,7 @@ pl_sched_resume(pl_scheduler_t *sc)
 
         if (sc->running.n + sc->fork_seats + pl_sched_seats(s, n)
             > sc->max_num_seqs
-            || pl_sched_budget_for(sc, s) <= 0
+            || sc->n_tokens >= sc->max_num_batched_tokens
             || need > pl_bm_num_free(sc->bm)
             || pl_bm_swap_in(sc->bm, tables, n) != 0)
         {

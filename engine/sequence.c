@@ -95,7 +95,7 @@ pl_seq_fork(const pl_seq_t *leader, int index)
     s->arrival = leader->arrival;
     s->conn = leader->conn;
     s->index = index;
-    s->out_index = leader->best_of > leader->n_return ? -1 : index;
+    s->out_index = leader->out_index < 0 ? -1 : index;
     s->leader = (pl_seq_t *) leader;
     s->members[0] = s;
     s->sampling = *p;
@@ -123,6 +123,7 @@ pl_seq_free(pl_seq_t *s)
     free(s->sampling.bias);
     free(s->sampling.stop_ids);
     free(s->logprobs);
+    pl_beam_free(s->beam);
     free(s);
 }
 

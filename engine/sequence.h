@@ -9,7 +9,9 @@
  * one the worker's list and the index know, and it holds the group; the
  * others are forked from it once its prompt has been run (parallel
  * sampling n, best_of), share its prompt's blocks and each sample and
- * finish on their own.
+ * finish on their own.  In beam search the members are the beams: they
+ * step together, and each step may hand a member's place to a fork of
+ * another (engine_beam.c).
  */
 
 #ifndef PL_SEQUENCE_H
@@ -17,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "beam.h"
 #include "block_manager.h"
 #include "sampler.h"
 
@@ -73,6 +76,7 @@ struct pl_seq_s {
     int                    fail_reason;   /* ABORT or ERROR of the request */
     int                    fail_sent;
     uint64_t               seed;          /* member i draws from (seed, i) */
+    pl_beam_t             *beam;          /* beam search state, or NULL */
 
     pl_seq_t              *prev;          /* scheduler queue */
     pl_seq_t              *next;
