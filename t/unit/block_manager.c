@@ -6,7 +6,10 @@
  * property test that replays every logged block move onto a shadow KV
  * cache and checks, after every operation, reference counts, the
  * free/evictable lists, the prefix cache and the KV content of every
- * computed token of every live sequence.
+ * computed token of every live sequence; the same checks after every step
+ * of randomized beam-search groups (fork the surviving beams, free the
+ * pruned, append with copy-on-write, preempt by swap or recompute, end or
+ * abort), which must end with no block held.
  */
 
 #include "tap.h"
@@ -822,6 +825,341 @@ test_property(void)
 }
 
 
+/* ---- randomized beam-search groups ---- */
+
+#define B_GROUPS   3
+#define B_WIDTH    4
+#define B_OPS      20000
+
+typedef enum { BG_NONE = 0, BG_DEVICE, BG_HOST, BG_RECOMPUTE } bg_state_t;
+
+typedef struct {
+    bg_state_t  state;
+    int         n;                  /* beams */
+    int         beam[B_WIDTH];      /* their ps[] slots */
+} bgroup_t;
+
+static bgroup_t  bg[B_GROUPS];
+
+
+/* A slot no sequence holds, or -1. */
+static int
+beam_slot(void)
+{
+    int  i;
+
+    for (i = 0; i < P_SEQS; i++) {
+        if (!ps[i].live) {
+            return i;
+        }
+    }
+
+    return -1;
+}
+
+
+/* Compute every token of beam slot i not computed yet; 1 if a write hit
+   a block another table could read, -1 when blocks are short. */
+static int
+beam_compute(pl_block_manager_t *bm, int i)
+{
+    pseq_t  *s = &ps[i];
+    int      p, bad = 0;
+    int32_t  b;
+
+    if (pl_bm_prepare_write(bm, &s->t, s->computed, s->n) != 0) {
+        return -1;
+    }
+    replay_moves(bm);
+
+    for (p = s->computed; p < s->n; p++) {
+        b = s->t.ids[p / P_BS];
+        bad |= pl_bm_refcount(bm, b) != 1 || bm->cached[b]
+               || readable_by_other(i, b);
+        kv[pl_bm_slot(bm, &s->t, p)] = s->fp[p];
+    }
+    s->computed = s->n;
+    pl_bm_register(bm, &s->t, s->tok, s->computed);
+
+    return bad;
+}
+
+
+/* The request ends or is aborted: every beam's table released. */
+static void
+beam_end(pl_block_manager_t *bm, bgroup_t *g)
+{
+    int  j;
+
+    for (j = 0; j < g->n; j++) {
+        op_free(bm, g->beam[j]);
+    }
+    g->n = 0;
+    g->state = BG_NONE;
+}
+
+
+/* Preempt g whole: swap out, or (host pool short, or by lot) recompute. */
+static void
+beam_preempt(pl_block_manager_t *bm, bgroup_t *g)
+{
+    pl_block_table_t  *t[B_WIDTH];
+    int                j;
+
+    for (j = 0; j < g->n; j++) {
+        t[j] = &ps[g->beam[j]].t;
+    }
+    if (rnd(2) && pl_bm_swap_out(bm, t, g->n) == 0) {
+        replay_moves(bm);
+        g->state = BG_HOST;
+        return;
+    }
+    for (j = 0; j < g->n; j++) {
+        pl_bm_free_table(bm, t[j]);
+        ps[g->beam[j]].computed = 0;
+    }
+    g->state = BG_RECOMPUTE;
+}
+
+
+/* A new request: one beam, its prompt admitted and computed. */
+static int
+beam_start(pl_block_manager_t *bm, bgroup_t *g)
+{
+    int      i = beam_slot(), n = 1 + (int) rnd(20), j, reused, bad;
+    pseq_t  *s;
+
+    if (i < 0) {
+        return 0;
+    }
+    s = &ps[i];
+    for (j = 0; j < n; j++) {
+        set_token(s, j, (int32_t) rnd(3));
+    }
+    s->n = n;
+    reused = pl_bm_admit(bm, &s->t, s->tok, n, 1);
+    if (reused < 0) {
+        return 0;
+    }
+    s->live = 1;
+    s->computed = reused;
+    g->n = 1;
+    g->beam[0] = i;
+    g->state = BG_DEVICE;
+
+    bad = beam_compute(bm, i);
+    if (bad < 0) {
+        beam_preempt(bm, g);
+        return 0;
+    }
+
+    return bad;
+}
+
+
+/* Swap g back in, or admit and recompute every beam. */
+static int
+beam_resume(pl_block_manager_t *bm, bgroup_t *g)
+{
+    pl_block_table_t  *t[B_WIDTH];
+    int                j, bad = 0, r;
+    pseq_t            *s;
+
+    if (g->state == BG_HOST) {
+        for (j = 0; j < g->n; j++) {
+            t[j] = &ps[g->beam[j]].t;
+        }
+        if (pl_bm_swap_in(bm, t, g->n) == 0) {
+            replay_moves(bm);
+            g->state = BG_DEVICE;
+        }
+        return 0;
+    }
+
+    for (j = 0; j < g->n; j++) {
+        s = &ps[g->beam[j]];
+        if (s->t.n == 0) {
+            r = pl_bm_admit(bm, &s->t, s->tok, s->n, 1);
+            if (r < 0) {
+                beam_preempt(bm, g);
+                return bad;
+            }
+            s->computed = r;
+        }
+        r = beam_compute(bm, g->beam[j]);
+        if (r < 0) {
+            beam_preempt(bm, g);
+            return bad;
+        }
+        bad |= r;
+    }
+    g->state = BG_DEVICE;
+
+    return bad;
+}
+
+
+/* x (a free slot, or a pruned beam's) becomes a fork of beam p. */
+static int
+beam_fork(pl_block_manager_t *bm, int x, int p)
+{
+    if (pl_bm_fork(bm, &ps[p].t, &ps[x].t) != 0) {
+        return -1;
+    }
+    memcpy(ps[x].tok, ps[p].tok, sizeof(ps[x].tok));
+    memcpy(ps[x].fp, ps[p].fp, sizeof(ps[x].fp));
+    ps[x].n = ps[p].n;
+    ps[x].computed = ps[p].computed;
+    ps[x].live = 1;
+
+    return 0;
+}
+
+
+/*
+ * One beam-search step of g, as engine_beam.c takes it: the next beams'
+ * parents drawn from a few of the live beams, the pruned ones' tables
+ * released at once, the first child of a parent keeps its sequence,
+ * every further one forks the parent's table into a pruned beam's slot
+ * (or a new one); then each appends a token and computes it (a shared
+ * last block copied on write).  Blocks short: the group is preempted.
+ */
+static int
+beam_step(pl_block_manager_t *bm, bgroup_t *g)
+{
+    int  parent[B_WIDTH], kids[B_WIDTH] = { 0 }, kept[B_WIDTH] = { 0 };
+    int  pruned[B_WIDTH], to[B_WIDTH], width = 2 + (int) rnd(3);
+    int  n_pruned = 0, j, x, r, bad = 0, n_next;
+
+    n_next = g->n > width ? g->n : width;
+    for (j = 0; j < n_next; j++) {
+        parent[j] = (int) rnd((unsigned) (g->n < 2 ? g->n : 2));
+        kids[parent[j]]++;
+    }
+    if (ps[g->beam[0]].n >= P_MAXLEN - 1) {
+        beam_end(bm, g);
+        return 0;
+    }
+
+    for (j = 0; j < g->n; j++) {
+        if (kids[j] == 0) {
+            pl_bm_free_table(bm, &ps[g->beam[j]].t);
+            pruned[n_pruned++] = g->beam[j];
+        }
+    }
+
+    for (j = 0; j < n_next; j++) {
+        if (!kept[parent[j]]) {
+            kept[parent[j]] = 1;
+            to[j] = g->beam[parent[j]];
+            continue;
+        }
+        x = n_pruned > 0 ? pruned[--n_pruned] : beam_slot();
+        if (x < 0 || beam_fork(bm, x, g->beam[parent[j]]) != 0) {
+            return -1;
+        }
+        to[j] = x;
+    }
+    for (j = 0; j < n_pruned; j++) {
+        op_free(bm, pruned[j]);
+    }
+
+    for (j = 0; j < n_next; j++) {
+        set_token(&ps[to[j]], ps[to[j]].n, (int32_t) rnd(3));
+        ps[to[j]].n++;
+        g->beam[j] = to[j];
+    }
+    g->n = n_next;
+
+    for (j = 0; j < n_next; j++) {
+        r = beam_compute(bm, to[j]);
+        if (r < 0) {
+            beam_preempt(bm, g);
+            return bad;
+        }
+        bad |= r;
+    }
+
+    return bad;
+}
+
+
+static void
+test_beam_groups(void)
+{
+    pl_block_manager_t  bm;
+    bgroup_t           *g;
+    int                 op, r, i, bad = 0, bad_write = 0, first_bad = -1;
+    int                 steps = 0, preempted = 0, ended = 0;
+
+    memset(ps, 0, sizeof(ps));
+    memset(bg, 0, sizeof(bg));
+    pl_bm_init(&bm, P_BLOCKS, P_BS);
+    pl_bm_enable_caching(&bm);
+    pl_bm_init_host(&bm, P_HOST);
+
+    for (op = 0; op < B_OPS; op++) {
+        g = &bg[rnd(B_GROUPS)];
+        r = (int) rnd(100);
+
+        if (g->state == BG_NONE) {
+            r = beam_start(&bm, g);
+        } else if (g->state != BG_DEVICE) {
+            r = beam_resume(&bm, g);
+        } else if (r < 80) {
+            r = beam_step(&bm, g);
+            steps++;
+        } else if (r < 90) {
+            beam_preempt(&bm, g);
+            preempted++;
+            r = 0;
+        } else {
+            beam_end(&bm, g);
+            ended++;
+            r = 0;
+        }
+        if (r < 0) {
+            bad |= 1 << 7;
+            diag("out of memory or slots at op %d", op);
+            break;
+        }
+        bad_write |= r;
+
+        r = check_all(&bm);
+        if (r && first_bad < 0) {
+            first_bad = op;
+            diag("invariant bits 0x%x broken at op %d", r, op);
+        }
+        bad |= r;
+    }
+
+    is_int(bad, 0, "%d random beam-group operations (%d steps, %d "
+           "preemptions, %d ends): refcounts equal the tables holding each "
+           "block, every free block in exactly one list, every beam's KV "
+           "intact (first failure at %d)", B_OPS, steps, preempted, ended,
+           first_bad);
+    is_int(bad_write, 0, "no beam ever wrote a block another table lists: "
+           "shared last blocks were copied first");
+    ok(bm.counters.cow_copies > 100 && bm.counters.swapped_out > 100,
+       "the run copied last blocks on write (%llu) and swapped groups "
+       "(%llu blocks)", (unsigned long long) bm.counters.cow_copies,
+       (unsigned long long) bm.counters.swapped_out);
+
+    for (i = 0; i < B_GROUPS; i++) {
+        beam_end(&bm, &bg[i]);
+    }
+    for (i = 0; i < P_SEQS; i++) {
+        pl_block_table_release(&ps[i].t);
+    }
+    is_int(pl_bm_num_used(&bm), 0, "no block leaks once every request "
+           "ended, was aborted or preempted");
+    is_int(pl_bm_num_host_used(&bm), 0, "nor a host block");
+    is_int(check_all(&bm), 0, "and the lists are consistent when empty");
+
+    pl_bm_destroy(&bm);
+}
+
+
 int
 main(void)
 {
@@ -839,6 +1177,7 @@ main(void)
     test_contiguous();
     test_swap();
     test_property();
+    test_beam_groups();
 
     return done_testing();
 }
