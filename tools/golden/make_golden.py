@@ -41,7 +41,8 @@ greedy path reaches), so that finished hypotheses and the three
 early_stopping rules all take part.  A case is kept only when its result is
 stable: the same search with every step's log-probabilities perturbed by
 uniform noise of +-NOISE must return the same tokens, so float32 summation
-order cannot decide it.  Each result is also checked against
+order cannot decide it; stable_noise records the largest noise it also
+withstands (for backends computing in bf16).  Each result is also checked against
 reference_beam_search, a plain restatement of the algorithm pagedllm
 implements; a disagreement is printed and fails the run.
 
@@ -297,15 +298,34 @@ NOISE = 3e-4
 BEAM_TRIES = 24
 
 
+NOISE_LEVELS = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+
+
 class Perturb:
     """A logits processor adding seeded uniform noise to log-probs."""
 
-    def __init__(self, seed):
+    def __init__(self, seed, amplitude=NOISE):
         self.g = torch.Generator().manual_seed(seed)
+        self.amplitude = amplitude
 
     def __call__(self, input_ids, scores):
-        noise = (torch.rand(scores.shape, generator=self.g) * 2 - 1) * NOISE
-        return scores + noise.to(scores.dtype)
+        noise = (torch.rand(scores.shape, generator=self.g) * 2 - 1)
+        return scores + (noise * self.amplitude).to(scores.dtype)
+
+
+def stable_noise(model, prompt, eos, cfg, beams):
+    """The largest of NOISE_LEVELS at which (and below which) three
+    perturbed searches all return beams; NOISE when none: how much
+    error in the log-probs (a bf16 backend's, say) the case tolerates."""
+    best = NOISE
+    for level in NOISE_LEVELS:
+        for seed in (21, 22, 23):
+            noisy, _ = run_beam(model, prompt, eos, cfg,
+                                [Perturb(seed, level)])
+            if noisy != beams:
+                return best
+        best = level
+    return best
 
 
 def model_eos(model):
@@ -441,7 +461,8 @@ def beam_case(model, prompt, cfg, log):
             "stop_token_ids": stops, "beams": beams,
             "scores": [round(x, 7) for x in scores],
             "cum_logprobs": [round(x, 7) for x in cums],
-            "finished_by_eos": [g[-1] in full for g in beams]}
+            "finished_by_eos": [g[-1] in full for g in beams],
+            "stable_noise": stable_noise(model, prompt, full, cfg, beams)}
 
 
 def beam_model(name, fixtures, root, log):
