@@ -149,21 +149,21 @@ fw_connect(void)
 
 
 /*
- * Start BUILD/pagedllm-engine on the tiny model, listening on the test's
- * socket with one thread, plus args (NULL-terminated).  0 once its socket
- * answers; -1 when it exited (its wait status into *status, when not
- * NULL) or never listened.
+ * Start BUILD/pagedllm-engine on model (a folder), listening on the
+ * test's socket with one thread, plus args (NULL-terminated).  0 once its
+ * socket answers; -1 when it exited (its wait status into *status, when
+ * not NULL) or never listened.
  */
 static inline int
-fw_engine_start(const char *build, const char *const *args, int *status)
+fw_engine_start_model(const char *build, const char *model,
+    const char *const *args, int *status)
 {
-    char         engine[512], model[512];
+    char         engine[512];
     const char  *argv[FW_MAX_ARGS];
     uint64_t     until = fw_now_ms() + FW_START_MS;
     int          n = 0, fd, st;
 
     snprintf(engine, sizeof(engine), "%s/pagedllm-engine", build);
-    snprintf(model, sizeof(model), "%s/models/tiny", build);
 
     argv[n++] = engine;
     argv[n++] = "--model";
@@ -200,6 +200,18 @@ fw_engine_start(const char *build, const char *const *args, int *status)
     }
 
     return -1;
+}
+
+
+/* fw_engine_start_model on the build folder's tiny model. */
+static inline int
+fw_engine_start(const char *build, const char *const *args, int *status)
+{
+    char  model[512];
+
+    snprintf(model, sizeof(model), "%s/models/tiny", build);
+
+    return fw_engine_start_model(build, model, args, status);
 }
 
 
