@@ -462,13 +462,14 @@ pow2_at_least(int v, int lo, int hi)
 static void
 check_shape(int n_heads, int n_kv_heads, int head_dim, int block_size)
 {
+    const char  *sizes;
+
     if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > 256) {
         pl_cuda_fail("attention", "head_dim must be a multiple of 8 "
                      "up to 256");
     }
-    if (log2_exact(block_size) < 0 || block_size > 1024) {
-        pl_cuda_fail("attention", "block_size must be a power of two "
-                     "up to 1024");
+    if (!pl_block_size_ok("cuda", block_size, &sizes)) {
+        pl_cuda_fail("attention block_size", sizes);
     }
     if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) {
         pl_cuda_fail("attention", "n_heads must be a multiple of "
