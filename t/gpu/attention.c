@@ -473,7 +473,7 @@ decode_bucket_case(int hd, int nh, int nkv, int num_seqs)
 
 /* knob=n, said in the output */
 static void
-set_knob(const char *knob, int n)
+knob_set_int(const char *knob, int n)
 {
     char  v[16];
 
@@ -527,7 +527,7 @@ merge_round(const char *knob, int n, int cluster)
                                    "16-row form" };
     int                 k;
 
-    set_knob(knob, n);
+    knob_set_int(knob, n);
     for (k = 0; k < 4; k++) {
         decode_case(cases[k][0], cases[k][1], cases[k][2], cases[k][3],
                     cases[k][4], cases[k][5]);
@@ -593,7 +593,7 @@ decode_cluster_cases(void)
         check_splits((256 + st - 1) / st, "cluster, context bucket");
         check_cluster(1, "context bucket");
     }
-    set_knob("PAGEDLLM_CUDA_ATTN_CLUSTER", 0);
+    knob_set_int("PAGEDLLM_CUDA_ATTN_CLUSTER", 0);
     decode_case(16, 128, 32, 32, 1, 4096);
     check_cluster(0, "off, one sequence, 32 heads");
     knob_unset("PAGEDLLM_CUDA_ATTN_CLUSTER");
@@ -649,7 +649,7 @@ decode_heads_cases(void)
     int               hb, fits, b;
 
     for (hb = 2; hb <= 4; hb *= 2) {
-        set_knob("PAGEDLLM_CUDA_ATTN_HEADS", hb);
+        knob_set_int("PAGEDLLM_CUDA_ATTN_HEADS", hb);
         for (i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
             fits = (hb - 1) * groups[i] + 8 <= 16;
             for (b = 0; b < 3; b++) {
@@ -672,7 +672,7 @@ decode_heads_cases(void)
         decode_case(16, 128, 6, 6, 5, 1000);
         check_heads(hb == 2 ? 2 : 1, "6 KV heads");
     }
-    set_knob("PAGEDLLM_CUDA_ATTN_HEADS", 1);
+    knob_set_int("PAGEDLLM_CUDA_ATTN_HEADS", 1);
     decode_case(16, 128, 128, 128, 12, 256);
     check_heads(1, "HEADS=1, 1536 (row, KV head) pairs");
     knob_unset("PAGEDLLM_CUDA_ATTN_HEADS");
