@@ -7,10 +7,10 @@
 #     sh tools/gpu-run.sh [sweep] [profile]
 #
 # "sweep" also runs the decode benchmark under each setting of the
-# decode kernel's knobs (pipeline depth, splits, grid order, programmatic
-# dependent launch) and prints one line of TB/s per setting, then runs
-# graphs.t and attention.t under the new launch paths; "profile" runs the
-# decode benchmark and the prefill one under ncu.
+# decode kernel's knobs (splits, cluster merge, KV heads a block, grid
+# order) and prints one line of TB/s per setting, then runs graphs.t with
+# the decode grid rows first; "profile" runs the decode benchmark and the
+# prefill one under ncu.
 # The machine has no network: tools/gpu-deps.sh unpacks the jansson
 # packages carried in .gpu-debs/ there (carry ".gpu-debs").
 set -u
@@ -73,14 +73,10 @@ fi
 make BUILD=$B -j"$JOBS" bench-gpu > "$OUT/bench.log" 2>&1 || status=1
 if [ $SWEEP = 1 ]; then
     # the decode benchmark under each setting of the decode kernel's
-    # knobs (PAGEDLLM_CUDA_ATTN_<name>=<value>, kernels/
-    # decode_attention.cu); the first line is the defaults
-    for v in "" "STAGES=2" "STAGES=4" "SPLIT_MIN=64" "SPLIT_MIN=128" \
-             "FENCE=1" "L2PF=1" "L2PF=1 STAGES=2" "FENCE=1 SPLIT_MIN=128" \
-             "SPLITS=12" "SPLITS=16" "STAGES=2 SPLITS=16" \
-             "STAGES=2 SPLITS=24" "ORDER=0" "PDL=0" "SWAP=0" \
-             "SHORT_CTX=512 SHORT_STAGES=2" "SHORT_CTX=512 SHORT_STAGES=4" \
-             "PERSIST=1" "PERSIST=1 PERSIST_CTX=256"; do
+    # knobs (PAGEDLLM_CUDA_ATTN_<name>=<value>, kernels/pl_cuda.cuh);
+    # the first line is the defaults
+    for v in "" "SPLIT_MIN=64" "SPLIT_MIN=128" "SPLITS=12" "SPLITS=16" \
+             "CLUSTER=0" "HEADS=1" "ORDER=0"; do
         echo "# ${v:-defaults}" >> "$OUT/sweep.log"
         env $(for kv in $v; do echo "PAGEDLLM_CUDA_ATTN_$kv"; done) \
             $B/bench/gpu/attention decode >> "$OUT/sweep.log" 2>&1
@@ -101,17 +97,10 @@ if [ $SWEEP = 1 ]; then
     # where the blocks' time goes (bench/gpu/attention-trace)
     PAGEDLLM_BENCH_TRACE=1 $B/bench/gpu/attention-trace decode \
         | grep '^trace' > "$OUT/trace.log" 2>&1
-    # the new launch paths inside CUDA graphs and under the knobs the
-    # test does not set itself
-    PAGEDLLM_BUILD=$(pwd)/$B PAGEDLLM_CUDA_ATTN_PDL=2 \
-        PAGEDLLM_CUDA_ATTN_ORDER=1 $B/t/gpu/graphs.t \
+    # the decode grid rows first inside CUDA graphs
+    PAGEDLLM_BUILD=$(pwd)/$B PAGEDLLM_CUDA_ATTN_ORDER=0 $B/t/gpu/graphs.t \
         > "$OUT/sweep-tests.log" 2>&1
-    echo "# graphs.t with PDL=2 ORDER=1: exit $?" >> "$OUT/sweep-tests.log"
-    PAGEDLLM_BUILD=$(pwd)/$B PAGEDLLM_CUDA_ATTN_PDL=2 \
-        PAGEDLLM_CUDA_ATTN_ORDER=1 PAGEDLLM_CUDA_ATTN_STAGES=2 \
-        $B/t/gpu/attention.t >> "$OUT/sweep-tests.log" 2>&1
-    echo "# attention.t with PDL=2 ORDER=1 STAGES=2: exit $?" \
-        >> "$OUT/sweep-tests.log"
+    echo "# graphs.t with ORDER=0: exit $?" >> "$OUT/sweep-tests.log"
 fi
 if [ $PROFILE = 1 ] && command -v ncu >/dev/null 2>&1; then
     for skip in 3 175; do
@@ -121,12 +110,11 @@ if [ $PROFILE = 1 ] && command -v ncu >/dev/null 2>&1; then
             --section MemoryWorkloadAnalysis $B/bench/gpu/attention decode \
             >> "$OUT/ncu.log" 2>&1
     done
-    # the prefill kernel (4th launch: after the warm-up) on the default
-    # variant and with each of its overrides; sections first, then stall
+    # the prefill kernel (4th launch: after the warm-up) with TMA and with
+    # cp.async loads; sections first, then stall
     # reasons and tensor-pipe use as raw metrics (a separate call, so a
     # metric this ncu lacks costs only that part)
-    for v in "" PAGEDLLM_CUDA_PREFILL_LOADS=wait \
-            PAGEDLLM_CUDA_PREFILL_PINGPONG=off PAGEDLLM_CUDA_PREFILL_STAGES=2; do
+    for v in "" PAGEDLLM_CUDA_PREFILL_LOADS=cpasync; do
         echo "# prefill ${v:-default}" >> "$OUT/ncu-prefill.log"
         env $v timeout 120 ncu --clock-control none \
             -k regex:prefill_attention --launch-skip 3 --launch-count 1 \
