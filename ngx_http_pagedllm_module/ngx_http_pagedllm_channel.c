@@ -1206,7 +1206,7 @@ ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch, uint32_t len)
         || rec.n_top > PL_MAX_LOGPROBS
         || ((rec.flags & PL_TOKENS_LOGPROBS) != 0)
            != ((ctx->params.flags & PL_SUBMIT_LOGPROBS) != 0)
-        || ngx_http_pagedllm_on_tokens(ctx, rec.index, (int32_t *) p, rec.n,
+        || ctx->events->tokens(ctx, rec.index, (int32_t *) p, rec.n,
                (rec.flags & PL_TOKENS_LOGPROBS)
                ? (float *) (p + rec.n * sizeof(int32_t)) : NULL,
                (pl_top_logprob_t *) (p + rec.n * (sizeof(int32_t)
@@ -1242,7 +1242,7 @@ ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
     }
 
     if ((rec.reason == PL_FINISH_STOP || rec.reason == PL_FINISH_LENGTH)
-        && ngx_http_pagedllm_on_finish(ctx, rec.index, rec.reason) == NGX_OK)
+        && ctx->events->finish(ctx, rec.index, rec.reason) == NGX_OK)
     {
         /* one choice ended; the request, once all have (or it was cut) */
         if (ctx->finished && ctx->state == NGX_HTTP_PAGEDLLM_RUNNING) {
@@ -1293,10 +1293,8 @@ ngx_http_pagedllm_error(ngx_http_pagedllm_channel_t *ch, uint32_t len)
     status = (rec.status >= 400 && rec.status <= 599)
              ? rec.status : NGX_HTTP_INTERNAL_SERVER_ERROR;
 
-    ngx_http_pagedllm_on_error(ctx, status,
-                               ch->rec + sizeof(pl_rec_error_t),
-                               ngx_min(rec.len,
-                                       len - sizeof(pl_rec_error_t)));
+    ctx->events->error(ctx, status, ch->rec + sizeof(pl_rec_error_t),
+                       ngx_min(rec.len, len - sizeof(pl_rec_error_t)));
     ngx_http_pagedllm_mark(ch, ctx);
 }
 
@@ -1327,7 +1325,7 @@ ngx_http_pagedllm_flush_dirty(ngx_http_pagedllm_channel_t *ch)
         ctx->dirty = 0;
         c = ctx->request->connection;
 
-        ngx_http_pagedllm_flush(ctx);
+        ctx->events->flush(ctx);
         ngx_http_run_posted_requests(c);
     }
 }

@@ -51,6 +51,14 @@ static ngx_int_t ngx_http_pagedllm_start(ngx_http_request_t *r,
 static ngx_int_t ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_engine_t *engine);
+static ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index, const int32_t *ids, ngx_uint_t n, const float *lp,
+    const pl_top_logprob_t *top, ngx_uint_t n_top);
+static ngx_int_t ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index, uint32_t reason);
+static void ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t status, u_char *msg, size_t len);
+static void ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_choice_end(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch);
 static ngx_int_t ngx_http_pagedllm_text_reserve(ngx_http_pagedllm_ctx_t *ctx,
@@ -97,6 +105,14 @@ static ngx_int_t ngx_http_pagedllm_not_allowed(ngx_http_request_t *r,
     ngx_str_t *allow);
 static ngx_int_t ngx_http_pagedllm_add_header(ngx_http_request_t *r,
     const char *name, ngx_str_t *value);
+
+
+static const ngx_http_pagedllm_events_t  ngx_http_pagedllm_events = {
+    ngx_http_pagedllm_on_tokens,
+    ngx_http_pagedllm_on_finish,
+    ngx_http_pagedllm_on_error,
+    ngx_http_pagedllm_flush
+};
 
 
 ngx_int_t
@@ -257,6 +273,7 @@ ngx_http_pagedllm_create_ctx(ngx_http_request_t *r,
 
     ctx->request = r;
     ctx->resume = resume;
+    ctx->events = &ngx_http_pagedllm_events;
     ctx->timer.handler = ngx_http_pagedllm_timeout;
     ctx->timer.data = ctx;
     ctx->timer.log = r->connection->log;
@@ -495,9 +512,11 @@ ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx,
         return NGX_ERROR;
     }
 
+    ctx->tokenizer = engine->tokenizer;
+
     for (i = 0; i < ctx->params.n; i++) {
         ctx->choices[i].index = i;
-        pl_detok_init(&ctx->choices[i].detok, engine->tokenizer, 1);
+        pl_detok_init(&ctx->choices[i].detok, ctx->tokenizer, 1);
     }
 
     ctx->n_top = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
@@ -630,7 +649,7 @@ ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r)
 }
 
 
-ngx_int_t
+static ngx_int_t
 ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
     const int32_t *ids, ngx_uint_t n, const float *lp,
     const pl_top_logprob_t *top, ngx_uint_t n_top)
@@ -703,7 +722,7 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
  * already cut at a stop string keeps that ending.  NGX_ERROR when the
  * index names no choice.
  */
-ngx_int_t
+static ngx_int_t
 ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
     uint32_t reason)
 {
@@ -853,7 +872,7 @@ ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
-void
+static void
 ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t status,
     u_char *msg, size_t len)
 {
@@ -909,7 +928,7 @@ ngx_http_pagedllm_text_reserve(ngx_http_pagedllm_ctx_t *ctx,
 
 
 /* Called once per drain for every request the drain touched. */
-void
+static void
 ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx)
 {
     ngx_http_pagedllm_loc_conf_t  *plcf;

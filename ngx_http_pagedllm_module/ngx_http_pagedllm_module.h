@@ -8,8 +8,13 @@
  *   ngx_http_pagedllm_channel.c  the worker's engine connection: attach,
  *                                rings, doorbell, request table, re-attach
  *   ngx_http_pagedllm_handler.c  request handlers, streaming, cleanup
- *   ngx_http_pagedllm_openai.c   OpenAI JSON in (validation) and out
+ *   ngx_http_pagedllm_request.c  OpenAI JSON in: validation, tokenizing
+ *   ngx_http_pagedllm_response.c OpenAI JSON and SSE out, errors
  *   ngx_http_pagedllm_metrics.c  Prometheus metrics, HTTP outcome counters
+ *
+ * Calls go one way: the handler calls the channel, the request parser
+ * and the response writer; the channel calls a request back only through
+ * the events its context carries (set by the handler).
  */
 
 
@@ -113,6 +118,26 @@ typedef enum {
 
 typedef void (*ngx_http_pagedllm_resume_pt)(ngx_http_request_t *r);
 
+typedef struct ngx_http_pagedllm_ctx_s  ngx_http_pagedllm_ctx_t;
+
+
+/* What the channel hands a running request while it drains the completion
+   ring: its tokens, a choice's end, the engine's error; then flush, once
+   per drain for every request the drain touched. */
+typedef struct {
+    ngx_int_t                   (*tokens)(ngx_http_pagedllm_ctx_t *ctx,
+                                    ngx_uint_t index, const int32_t *ids,
+                                    ngx_uint_t n, const float *lp,
+                                    const pl_top_logprob_t *top,
+                                    ngx_uint_t n_top);
+    ngx_int_t                   (*finish)(ngx_http_pagedllm_ctx_t *ctx,
+                                    ngx_uint_t index, uint32_t reason);
+    void                        (*error)(ngx_http_pagedllm_ctx_t *ctx,
+                                    ngx_uint_t status, u_char *msg,
+                                    size_t len);
+    void                        (*flush)(ngx_http_pagedllm_ctx_t *ctx);
+} ngx_http_pagedllm_events_t;
+
 
 /* One choice (one of the request's n sequences) and its output. */
 typedef struct {
@@ -141,11 +166,12 @@ typedef struct {
 } ngx_http_pagedllm_choice_t;
 
 
-typedef struct {
+struct ngx_http_pagedllm_ctx_s {
     ngx_rbtree_node_t             node;          /* key: request id */
     ngx_queue_t                   queue;         /* parked or dirty list */
     ngx_http_request_t           *request;
     ngx_http_pagedllm_resume_pt   resume;
+    const ngx_http_pagedllm_events_t  *events;
     ngx_http_pagedllm_state_e     state;
     ngx_uint_t                    generation;    /* attach it ran on */
     ngx_event_t                   timer;         /* engine silence limit */
@@ -154,6 +180,7 @@ typedef struct {
     ngx_str_t                     id;            /* "cmpl-..." */
     ngx_str_t                     model;
     time_t                        created;
+    const pl_tokenizer_t         *tokenizer;     /* what it was parsed with */
 
     /* the request: STOP once every choice has ended normally (each
        choice has its own reason), ERROR when it failed */
@@ -171,7 +198,7 @@ typedef struct {
     unsigned                      dirty:1;
     unsigned                      finished:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
-} ngx_http_pagedllm_ctx_t;
+};
 
 
 extern ngx_module_t  ngx_http_pagedllm_module;
@@ -197,21 +224,13 @@ ngx_int_t ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
 ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
 
-/* handler: called by the channel while it drains the completion ring */
-ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t index, const int32_t *ids, ngx_uint_t n, const float *lp,
-    const pl_top_logprob_t *top, ngx_uint_t n_top);
-ngx_int_t ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t index, uint32_t reason);
-void ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t status, u_char *msg, size_t len);
-void ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx);
-
-/* openai */
+/* request */
 ngx_int_t ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
     u_char *body, size_t len, ngx_http_pagedllm_engine_t *engine,
     ngx_uint_t chat, ngx_http_pagedllm_params_t *params,
     ngx_http_pagedllm_error_t *err);
+
+/* response */
 void ngx_http_pagedllm_error_set(ngx_http_pagedllm_error_t *err,
     ngx_uint_t status, const char *param, const char *fmt, ...);
 ngx_buf_t *ngx_http_pagedllm_error_json(ngx_pool_t *pool,
