@@ -293,6 +293,12 @@ ngx_http_pagedllm_cleanup(void *data)
         ngx_del_timer(&ctx->timer);
     }
 
+    if (ctx->state == NGX_HTTP_PAGEDLLM_RUNNING) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                       "pagedllm: request %uL aborted",
+                       (uint64_t) ctx->node.key);
+    }
+
     ngx_http_pagedllm_channel_cancel(ctx);
 }
 
@@ -465,6 +471,11 @@ ngx_http_pagedllm_completions(ngx_http_request_t *r)
         return;
     }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "pagedllm: parsed and tokenized, %ui prompt tokens, "
+                   "max_tokens %uD", ctx->params.n_prompt,
+                   ctx->params.max_tokens);
+
     ctx->model.len = engine->model.len;
     ctx->model.data = ngx_pstrdup(r->pool, &engine->model);
     if (ctx->model.data == NULL) {
@@ -490,6 +501,10 @@ ngx_http_pagedllm_completions(ngx_http_request_t *r)
                                   "the engine is not attached"));
         return;
     }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "pagedllm: request %uL submitted",
+                   (uint64_t) ctx->node.key);
 
     rc = ngx_http_pagedllm_start(r, ctx);
 
@@ -673,6 +688,13 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
 
     if (ch->finished) {
         return NGX_OK;              /* cut at a stop string: ignored */
+    }
+
+    if (!ctx->first_token) {
+        ctx->first_token = 1;
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                       "pagedllm: request %uL first token",
+                       (uint64_t) ctx->node.key);
     }
 
     if ((lp && n_top != ctx->n_top)
@@ -934,6 +956,10 @@ ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx)
     ngx_http_pagedllm_loc_conf_t  *plcf;
 
     if (ctx->finished) {
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                       "pagedllm: request %uL finished, reason %uD",
+                       (uint64_t) ctx->node.key, ctx->finish_reason);
+
         if (ctx->timer.timer_set) {
             ngx_del_timer(&ctx->timer);
         }

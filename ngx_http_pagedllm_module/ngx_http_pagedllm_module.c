@@ -144,7 +144,8 @@ ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_pagedllm_main_conf_t *pmcf = conf;
 
     ngx_str_t           *value;
-    struct sockaddr_un   sun;
+    ngx_url_t            u;
+    struct sockaddr_un  *sun;
 
     if (pmcf->engine.data) {
         return "is duplicate";
@@ -152,29 +153,32 @@ ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    if (value[1].len <= 5
-        || ngx_strncmp(value[1].data, "unix:", 5) != 0)
-    {
+    ngx_memzero(&u, sizeof(ngx_url_t));
+    u.url = value[1];
+    u.no_resolve = 1;
+
+    if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s in \"%V\"",
+                           u.err ? u.err : "invalid address", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (u.family != AF_UNIX || u.naddrs != 1) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"%V\" must be \"unix:PATH\"", &value[1]);
         return NGX_CONF_ERROR;
     }
 
-    if (value[1].len - 5 >= sizeof(sun.sun_path)) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "engine socket path \"%V\" is too long",
-                           &value[1]);
-        return NGX_CONF_ERROR;
-    }
+    sun = (struct sockaddr_un *) u.addrs[0].sockaddr;
 
-    pmcf->engine.len = value[1].len - 5;
+    pmcf->engine.len = ngx_strlen(sun->sun_path);
     pmcf->engine.data = ngx_pnalloc(cf->pool, pmcf->engine.len + 1);
     if (pmcf->engine.data == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    ngx_memcpy(pmcf->engine.data, value[1].data + 5, pmcf->engine.len);
-    pmcf->engine.data[pmcf->engine.len] = '\0';
+    ngx_cpystrn(pmcf->engine.data, (u_char *) sun->sun_path,
+                pmcf->engine.len + 1);
 
     return NGX_CONF_OK;
 }

@@ -31,6 +31,8 @@
 #include "pl_tokenizer.h"
 #include "pl_chat.h"
 
+#include <jansson.h>
+
 
 #define NGX_HTTP_PAGEDLLM_ERR_LEN      512
 #define NGX_HTTP_PAGEDLLM_MAX_STOP     4
@@ -196,6 +198,7 @@ struct ngx_http_pagedllm_ctx_s {
     ngx_chain_t                  *busy;
 
     unsigned                      dirty:1;
+    unsigned                      first_token:1;
     unsigned                      finished:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
 };
@@ -231,6 +234,7 @@ ngx_int_t ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
     ngx_http_pagedllm_error_t *err);
 
 /* response */
+json_t *ngx_http_pagedllm_json_pool(ngx_pool_t *pool, json_t *j);
 void ngx_http_pagedllm_error_set(ngx_http_pagedllm_error_t *err,
     ngx_uint_t status, const char *param, const char *fmt, ...);
 ngx_buf_t *ngx_http_pagedllm_error_json(ngx_pool_t *pool,

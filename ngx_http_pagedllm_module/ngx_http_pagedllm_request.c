@@ -21,9 +21,10 @@
 #define NGX_HTTP_PAGEDLLM_MARKER_LEN  3
 
 
-typedef ngx_int_t (*ngx_http_pagedllm_field_pt)(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+typedef struct ngx_http_pagedllm_parse_s  ngx_http_pagedllm_parse_t;
+
+typedef ngx_int_t (*ngx_http_pagedllm_field_pt)(ngx_http_pagedllm_parse_t *ps,
+    json_t *v);
 
 
 /* A request field.  offset and post serve the generic parsers: where in
@@ -35,6 +36,17 @@ typedef struct {
     size_t                        offset;
     void                         *post;
 } ngx_http_pagedllm_field_t;
+
+
+/* One request being parsed: the field at hand names itself in errors and
+   tells the generic parsers where its value goes. */
+struct ngx_http_pagedllm_parse_s {
+    ngx_http_pagedllm_field_t    *field;
+    ngx_http_pagedllm_params_t   *params;
+    ngx_http_pagedllm_engine_t   *engine;
+    ngx_pool_t                   *pool;
+    ngx_http_pagedllm_error_t    *err;
+};
 
 
 typedef struct {
@@ -60,10 +72,8 @@ static u_char *ngx_http_pagedllm_sanitize(ngx_pool_t *pool, u_char *body,
 static ngx_int_t ngx_http_pagedllm_find_marker(json_t *root,
     ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_has_marker(json_t *v);
-static ngx_int_t ngx_http_pagedllm_fields(json_t *root,
-    ngx_http_pagedllm_field_t *own, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_fields(ngx_http_pagedllm_parse_t *ps,
+    json_t *root, ngx_http_pagedllm_field_t *own);
 static ngx_http_pagedllm_field_t *ngx_http_pagedllm_find_field(
     ngx_http_pagedllm_field_t *known, const char *key);
 static ngx_int_t ngx_http_pagedllm_required(json_t *root,
@@ -73,72 +83,48 @@ static ngx_int_t ngx_http_pagedllm_check_length(
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
     ngx_http_pagedllm_error_t *err);
 
-static ngx_int_t ngx_http_pagedllm_f_model(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_prompt(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_prompt_text(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_prompt_ids(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_token_ids(json_t *v, const char *what,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool, int32_t **out,
-    ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_tokens(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_float(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_count(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_flag(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_top_k(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_seed(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_stream(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_stream_options(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_user(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_unsupported(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_logprobs(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_logit_bias(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_stop(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_stop_token_ids(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
-static ngx_int_t ngx_http_pagedllm_f_messages(json_t *v,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_f_model(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_prompt(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_prompt_text(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_prompt_ids(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps,
+    json_t *v, const char *what, int32_t **out);
+static ngx_int_t ngx_http_pagedllm_f_tokens(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_float(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_count(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_flag(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_top_k(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_seed(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_stream(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_stream_options(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_user(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_unsupported(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_logprobs(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_logit_bias(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_stop(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_stop_token_ids(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_messages(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static void ngx_http_pagedllm_defaults(json_t *root,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine);
-
-
-/* The field being parsed, for error messages and the generic parsers. */
-static ngx_http_pagedllm_field_t  *ngx_http_pagedllm_field;
 
 
 static ngx_http_pagedllm_range_t  ngx_http_pagedllm_temperature =
@@ -244,9 +230,10 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
     size_t len, ngx_http_pagedllm_engine_t *engine, ngx_uint_t chat,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err)
 {
-    json_t                   *root;
-    ngx_int_t                 rc;
-    ngx_http_pagedllm_api_t  *api;
+    json_t                     *root;
+    ngx_int_t                   rc;
+    ngx_http_pagedllm_api_t    *api;
+    ngx_http_pagedllm_parse_t   ps;
 
     ngx_memzero(p, sizeof(ngx_http_pagedllm_params_t));
     p->chat = chat;
@@ -262,20 +249,22 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_pagedllm_fields(root, api->fields, p, engine, r->pool, err);
+    ps.field = NULL;
+    ps.params = p;
+    ps.engine = engine;
+    ps.pool = r->pool;
+    ps.err = err;
+
+    rc = ngx_http_pagedllm_fields(&ps, root, api->fields);
     if (rc == NGX_OK) {
         rc = ngx_http_pagedllm_required(root, p, err);
     }
 
-    if (rc == NGX_OK) {
-        ngx_http_pagedllm_defaults(root, p, engine);
-    }
-
-    json_decref(root);
-
     if (rc != NGX_OK) {
         return NGX_ERROR;
     }
+
+    ngx_http_pagedllm_defaults(root, p, engine);
 
     return ngx_http_pagedllm_check_length(p, engine, err);
 }
@@ -309,17 +298,21 @@ ngx_http_pagedllm_load(ngx_pool_t *pool, u_char *body, size_t len,
         return NULL;
     }
 
+    if (ngx_http_pagedllm_json_pool(pool, root) == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NULL;
+    }
+
     if (!json_is_object(root)) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL,
                                     "The request body must be a JSON "
                                     "object");
-        json_decref(root);
         return NULL;
     }
 
     if (bad_utf8) {
         ngx_http_pagedllm_find_marker(root, err);
-        json_decref(root);
         return NULL;
     }
 
@@ -423,9 +416,8 @@ ngx_http_pagedllm_has_marker(json_t *v)
 
 
 static ngx_int_t
-ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_field_t *own,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_fields(ngx_http_pagedllm_parse_t *ps, json_t *root,
+    ngx_http_pagedllm_field_t *own)
 {
     json_t                     *v;
     const char                 *key;
@@ -441,15 +433,15 @@ ngx_http_pagedllm_fields(json_t *root, ngx_http_pagedllm_field_t *own,
         }
 
         if (f == NULL) {
-            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, key,
+            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, key,
                                         "Unrecognized request argument "
                                         "supplied: %s", key);
             return NGX_ERROR;
         }
 
-        ngx_http_pagedllm_field = f;
+        ps->field = f;
 
-        if (f->parse(v, p, engine, pool, err) != NGX_OK) {
+        if (f->parse(ps, v) != NGX_OK) {
             return NGX_ERROR;
         }
     }
@@ -608,27 +600,27 @@ ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_type_error(ngx_http_pagedllm_error_t *err, const char *what)
+ngx_http_pagedllm_type_error(ngx_http_pagedllm_parse_t *ps, const char *what)
 {
-    ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                ngx_http_pagedllm_field->name,
-                                "'%s' must be %s",
-                                ngx_http_pagedllm_field->name, what);
+    ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST,
+                                ps->field->name, "'%s' must be %s",
+                                ps->field->name, what);
     return NGX_ERROR;
 }
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_model(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_model(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
+    ngx_http_pagedllm_engine_t  *engine = ps->engine;
+    ngx_http_pagedllm_error_t   *err = ps->err;
+
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
     if (!json_is_string(v)) {
-        return ngx_http_pagedllm_type_error(err, "a string");
+        return ngx_http_pagedllm_type_error(ps, "a string");
     }
 
     if (json_string_length(v) != engine->model.len
@@ -647,18 +639,17 @@ ngx_http_pagedllm_f_model(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_prompt(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_prompt(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    json_t  *first;
+    json_t                     *first;
+    ngx_http_pagedllm_error_t  *err = ps->err;
 
     if (json_is_string(v)) {
-        return ngx_http_pagedllm_prompt_text(v, p, engine, pool, err);
+        return ngx_http_pagedllm_prompt_text(ps, v);
     }
 
     if (!json_is_array(v) || json_array_size(v) == 0) {
-        return ngx_http_pagedllm_type_error(err,
+        return ngx_http_pagedllm_type_error(ps,
                    "a string, an array of token ids, or a one-element "
                    "array of either");
     }
@@ -666,7 +657,7 @@ ngx_http_pagedllm_f_prompt(json_t *v, ngx_http_pagedllm_params_t *p,
     first = json_array_get(v, 0);
 
     if (json_is_integer(first)) {
-        return ngx_http_pagedllm_prompt_ids(v, p, engine, pool, err);
+        return ngx_http_pagedllm_prompt_ids(ps, v);
     }
 
     if (json_array_size(v) > 1
@@ -679,27 +670,29 @@ ngx_http_pagedllm_f_prompt(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     if (json_is_string(first)) {
-        return ngx_http_pagedllm_prompt_text(first, p, engine, pool, err);
+        return ngx_http_pagedllm_prompt_text(ps, first);
     }
 
     if (json_is_array(first) && json_array_size(first) > 0) {
-        return ngx_http_pagedllm_prompt_ids(first, p, engine, pool, err);
+        return ngx_http_pagedllm_prompt_ids(ps, first);
     }
 
-    return ngx_http_pagedllm_type_error(err,
+    return ngx_http_pagedllm_type_error(ps,
                "a string, an array of token ids, or a one-element array "
                "of either");
 }
 
 
 static ngx_int_t
-ngx_http_pagedllm_prompt_text(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_prompt_text(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    int          n;
-    size_t       len, cap;
-    const char  *s;
+    int                          n;
+    size_t                       len, cap;
+    const char                  *s;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_engine_t  *engine = ps->engine;
+    ngx_pool_t                  *pool = ps->pool;
+    ngx_http_pagedllm_error_t   *err = ps->err;
 
     s = json_string_value(v);
     len = json_string_length(v);
@@ -740,13 +733,13 @@ ngx_http_pagedllm_prompt_text(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_prompt_ids(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_prompt_ids(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    if (ngx_http_pagedllm_token_ids(v, "a string, an array of token ids, or "
-                                    "a one-element array of either",
-                                    engine, pool, &p->prompt, err)
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    if (ngx_http_pagedllm_token_ids(ps, v, "a string, an array of token ids, "
+                                    "or a one-element array of either",
+                                    &p->prompt)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -761,9 +754,8 @@ ngx_http_pagedllm_prompt_ids(json_t *v, ngx_http_pagedllm_params_t *p,
 /* The ids of an array checked against the vocabulary; what: the field's
    type, for the error an element that is no integer gets. */
 static ngx_int_t
-ngx_http_pagedllm_token_ids(json_t *v, const char *what,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool, int32_t **out,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps, json_t *v,
+    const char *what, int32_t **out)
 {
     size_t       i;
     json_t      *e;
@@ -771,27 +763,27 @@ ngx_http_pagedllm_token_ids(json_t *v, const char *what,
     json_int_t   id;
     const char  *name;
 
-    ids = ngx_palloc(pool, json_array_size(v) * sizeof(int32_t) + 1);
+    ids = ngx_palloc(ps->pool, json_array_size(v) * sizeof(int32_t) + 1);
     if (ids == NULL) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                     NULL, "out of memory");
         return NGX_ERROR;
     }
 
-    name = ngx_http_pagedllm_field->name;
+    name = ps->field->name;
 
     json_array_foreach(v, i, e) {
         if (!json_is_integer(e)) {
-            return ngx_http_pagedllm_type_error(err, what);
+            return ngx_http_pagedllm_type_error(ps, what);
         }
 
         id = json_integer_value(e);
 
-        if (id < 0 || id >= (json_int_t) engine->vocab_size) {
-            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
+        if (id < 0 || id >= (json_int_t) ps->engine->vocab_size) {
+            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
                                         "Token id %L in '%s' is out of "
                                         "vocabulary (0..%uD)", (int64_t) id,
-                                        name, engine->vocab_size - 1);
+                                        name, ps->engine->vocab_size - 1);
             return NGX_ERROR;
         }
 
@@ -806,22 +798,22 @@ ngx_http_pagedllm_token_ids(json_t *v, const char *what,
 
 /* An integer in [lo, hi]. */
 static ngx_int_t
-ngx_http_pagedllm_integer(json_t *v, json_int_t lo, json_int_t hi,
-    json_int_t *out, ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_integer(ngx_http_pagedllm_parse_t *ps, json_t *v,
+    json_int_t lo, json_int_t hi, json_int_t *out)
 {
     json_int_t  n;
 
     if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(err, "an integer");
+        return ngx_http_pagedllm_type_error(ps, "an integer");
     }
 
     n = json_integer_value(v);
 
     if (n < lo || n > hi) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ngx_http_pagedllm_field->name,
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST,
+                                    ps->field->name,
                                     "'%s' must be between %L and %L, got %L",
-                                    ngx_http_pagedllm_field->name,
+                                    ps->field->name,
                                     (int64_t) lo, (int64_t) hi, (int64_t) n);
         return NGX_ERROR;
     }
@@ -834,35 +826,34 @@ ngx_http_pagedllm_integer(json_t *v, json_int_t lo, json_int_t hi,
 
 /* Where the field being parsed goes in the parameters. */
 static void *
-ngx_http_pagedllm_slot(ngx_http_pagedllm_params_t *p)
+ngx_http_pagedllm_slot(ngx_http_pagedllm_parse_t *ps)
 {
-    return (u_char *) p + ngx_http_pagedllm_field->offset;
+    return (u_char *) ps->params + ps->field->offset;
 }
 
 
 /* max_tokens, max_completion_tokens, min_tokens: from the least value
    post points to up to the model's context */
 static ngx_int_t
-ngx_http_pagedllm_f_tokens(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_tokens(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    json_int_t   n, *lo;
-    uint32_t    *tokens;
+    json_int_t                   n, *lo;
+    uint32_t                    *tokens;
+    ngx_http_pagedllm_engine_t  *engine = ps->engine;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
-    lo = ngx_http_pagedllm_field->post;
+    lo = ps->field->post;
 
-    if (ngx_http_pagedllm_integer(v, *lo, engine->max_model_len, &n, err)
+    if (ngx_http_pagedllm_integer(ps, v, *lo, engine->max_model_len, &n)
         != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    tokens = ngx_http_pagedllm_slot(p);
+    tokens = ngx_http_pagedllm_slot(ps);
     *tokens = (uint32_t) n;
 
     return NGX_OK;
@@ -871,35 +862,34 @@ ngx_http_pagedllm_f_tokens(json_t *v, ngx_http_pagedllm_params_t *p,
 
 /* A number within the range post points to, kept as a float. */
 static ngx_int_t
-ngx_http_pagedllm_f_float(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_float(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
     float                      *out;
     double                      d;
     ngx_http_pagedllm_range_t  *r;
+    ngx_http_pagedllm_error_t  *err = ps->err;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
     if (!json_is_number(v)) {
-        return ngx_http_pagedllm_type_error(err, "a number");
+        return ngx_http_pagedllm_type_error(ps, "a number");
     }
 
-    r = ngx_http_pagedllm_field->post;
+    r = ps->field->post;
     d = json_number_value(v);
 
     if (!(d <= r->hi) || (r->open_lo ? !(d > r->lo) : !(d >= r->lo))) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ngx_http_pagedllm_field->name,
+                                    ps->field->name,
                                     "'%s' must be in %s%.1f, %.1f], got %.3f",
-                                    ngx_http_pagedllm_field->name,
+                                    ps->field->name,
                                     r->open_lo ? "(" : "[", r->lo, r->hi, d);
         return NGX_ERROR;
     }
 
-    out = ngx_http_pagedllm_slot(p);
+    out = ngx_http_pagedllm_slot(ps);
     *out = (float) d;
 
     return NGX_OK;
@@ -907,18 +897,19 @@ ngx_http_pagedllm_f_float(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_top_k(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_top_k(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    json_int_t  k;
+    json_int_t                   k;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_engine_t  *engine = ps->engine;
+    ngx_http_pagedllm_error_t   *err = ps->err;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
     if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(err, "an integer");
+        return ngx_http_pagedllm_type_error(ps, "an integer");
     }
 
     k = json_integer_value(v);
@@ -938,16 +929,16 @@ ngx_http_pagedllm_f_top_k(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_seed(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_seed(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
     if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(err, "an integer");
+        return ngx_http_pagedllm_type_error(ps, "an integer");
     }
 
     p->seed = (uint64_t) json_integer_value(v);
@@ -960,30 +951,29 @@ ngx_http_pagedllm_f_seed(json_t *v, ngx_http_pagedllm_params_t *p,
 /* n and best_of: how many sequences, 1..PL_MAX_SEQS; best_of is checked
    against n (and stream) once every field is read */
 static ngx_int_t
-ngx_http_pagedllm_f_count(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_count(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    uint32_t  *count;
+    uint32_t                   *count;
+    ngx_http_pagedllm_error_t  *err = ps->err;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
     if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(err, "an integer");
+        return ngx_http_pagedllm_type_error(ps, "an integer");
     }
 
     if (json_integer_value(v) < 1 || json_integer_value(v) > PL_MAX_SEQS) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ngx_http_pagedllm_field->name,
+                                    ps->field->name,
                                     "'%s' must be an integer from 1 to %d",
-                                    ngx_http_pagedllm_field->name,
+                                    ps->field->name,
                                     PL_MAX_SEQS);
         return NGX_ERROR;
     }
 
-    count = ngx_http_pagedllm_slot(p);
+    count = ngx_http_pagedllm_slot(ps);
     *count = (uint32_t) json_integer_value(v);
 
     return NGX_OK;
@@ -991,8 +981,8 @@ ngx_http_pagedllm_f_count(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_bool(json_t *v, ngx_uint_t *out,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_bool(ngx_http_pagedllm_parse_t *ps, json_t *v,
+    ngx_uint_t *out)
 {
     if (json_is_null(v)) {
         *out = 0;
@@ -1000,7 +990,7 @@ ngx_http_pagedllm_bool(json_t *v, ngx_uint_t *out,
     }
 
     if (!json_is_boolean(v)) {
-        return ngx_http_pagedllm_type_error(err, "a boolean");
+        return ngx_http_pagedllm_type_error(ps, "a boolean");
     }
 
     *out = json_is_true(v);
@@ -1010,13 +1000,12 @@ ngx_http_pagedllm_bool(json_t *v, ngx_uint_t *out,
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_stream(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_stream(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    ngx_uint_t  b;
+    ngx_uint_t                   b;
+    ngx_http_pagedllm_params_t  *p = ps->params;
 
-    if (ngx_http_pagedllm_bool(v, &b, err) != NGX_OK) {
+    if (ngx_http_pagedllm_bool(ps, v, &b) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -1027,20 +1016,20 @@ ngx_http_pagedllm_f_stream(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_stream_options(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_stream_options(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    json_t      *e;
-    ngx_uint_t   b;
-    const char  *key;
+    json_t                      *e;
+    ngx_uint_t                   b;
+    const char                  *key;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_error_t   *err = ps->err;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
     if (!json_is_object(v)) {
-        return ngx_http_pagedllm_type_error(err, "an object");
+        return ngx_http_pagedllm_type_error(ps, "an object");
     }
 
     json_object_foreach(v, key, e) {
@@ -1052,7 +1041,7 @@ ngx_http_pagedllm_f_stream_options(json_t *v, ngx_http_pagedllm_params_t *p,
             return NGX_ERROR;
         }
 
-        if (ngx_http_pagedllm_bool(e, &b, err) != NGX_OK) {
+        if (ngx_http_pagedllm_bool(ps, e, &b) != NGX_OK) {
             return NGX_ERROR;
         }
 
@@ -1065,18 +1054,17 @@ ngx_http_pagedllm_f_stream_options(json_t *v, ngx_http_pagedllm_params_t *p,
 
 /* A boolean that, true, sets the PL_SUBMIT_* flag post points to. */
 static ngx_int_t
-ngx_http_pagedllm_f_flag(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_flag(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    uint32_t    *flag;
-    ngx_uint_t   b;
+    uint32_t                    *flag;
+    ngx_uint_t                   b;
+    ngx_http_pagedllm_params_t  *p = ps->params;
 
-    if (ngx_http_pagedllm_bool(v, &b, err) != NGX_OK) {
+    if (ngx_http_pagedllm_bool(ps, v, &b) != NGX_OK) {
         return NGX_ERROR;
     }
 
-    flag = ngx_http_pagedllm_field->post;
+    flag = ps->field->post;
 
     if (b) {
         p->flags |= *flag;
@@ -1087,12 +1075,10 @@ ngx_http_pagedllm_f_flag(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_user(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_user(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
     if (!json_is_null(v) && !json_is_string(v)) {
-        return ngx_http_pagedllm_type_error(err, "a string");
+        return ngx_http_pagedllm_type_error(ps, "a string");
     }
 
     return NGX_OK;
@@ -1103,12 +1089,10 @@ ngx_http_pagedllm_f_user(json_t *v, ngx_http_pagedllm_params_t *p,
    the value the field's post spells in JSON (what OpenAI does without the
    feature, e.g. a response_format of {"type": "text"}). */
 static ngx_int_t
-ngx_http_pagedllm_f_unsupported(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_unsupported(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    json_t  *neutral;
-    int      same;
+    json_t                     *neutral;
+    ngx_http_pagedllm_error_t  *err = ps->err;
 
     if (json_is_null(v) || json_is_false(v)
         || (json_is_string(v) && json_string_length(v) == 0)
@@ -1118,21 +1102,19 @@ ngx_http_pagedllm_f_unsupported(json_t *v, ngx_http_pagedllm_params_t *p,
         return NGX_OK;
     }
 
-    if (ngx_http_pagedllm_field->post != NULL) {
-        neutral = json_loads(ngx_http_pagedllm_field->post,
-                             JSON_DECODE_ANY, NULL);
-        same = neutral != NULL && json_equal(v, neutral);
-        json_decref(neutral);
+    if (ps->field->post != NULL) {
+        neutral = ngx_http_pagedllm_json_pool(ps->pool,
+                      json_loads(ps->field->post, JSON_DECODE_ANY, NULL));
 
-        if (same) {
+        if (neutral != NULL && json_equal(v, neutral)) {
             return NGX_OK;
         }
     }
 
     ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                ngx_http_pagedllm_field->name,
+                                ps->field->name,
                                 "'%s' is not supported",
-                                ngx_http_pagedllm_field->name);
+                                ps->field->name);
     return NGX_ERROR;
 }
 
@@ -1140,23 +1122,22 @@ ngx_http_pagedllm_f_unsupported(json_t *v, ngx_http_pagedllm_params_t *p,
 /* completions' logprobs and chat's top_logprobs: the top entries wanted
    per token, 0..PL_MAX_LOGPROBS; post: a flag the field sets too, if any */
 static ngx_int_t
-ngx_http_pagedllm_f_logprobs(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_logprobs(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    uint32_t    *flag;
-    json_int_t   n;
+    uint32_t                    *flag;
+    json_int_t                   n;
+    ngx_http_pagedllm_params_t  *p = ps->params;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
-    if (ngx_http_pagedllm_integer(v, 0, PL_MAX_LOGPROBS, &n, err) != NGX_OK) {
+    if (ngx_http_pagedllm_integer(ps, v, 0, PL_MAX_LOGPROBS, &n) != NGX_OK) {
         return NGX_ERROR;
     }
 
     p->logprobs = (uint32_t) n;
-    flag = ngx_http_pagedllm_field->post;
+    flag = ps->field->post;
 
     if (flag) {
         p->flags |= *flag;
@@ -1193,20 +1174,22 @@ ngx_http_pagedllm_id_key(const char *key, ngx_http_pagedllm_engine_t *engine,
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_logit_bias(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_logit_bias(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    double       d;
-    json_t      *e;
-    const char  *key;
+    double                       d;
+    json_t                      *e;
+    const char                  *key;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_engine_t  *engine = ps->engine;
+    ngx_pool_t                  *pool = ps->pool;
+    ngx_http_pagedllm_error_t   *err = ps->err;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
     if (!json_is_object(v)) {
-        return ngx_http_pagedllm_type_error(err, "an object of token ids "
+        return ngx_http_pagedllm_type_error(ps, "an object of token ids "
                                             "to numbers");
     }
 
@@ -1238,7 +1221,7 @@ ngx_http_pagedllm_f_logit_bias(json_t *v, ngx_http_pagedllm_params_t *p,
         }
 
         if (!json_is_number(e)) {
-            return ngx_http_pagedllm_type_error(err, "an object of token ids "
+            return ngx_http_pagedllm_type_error(ps, "an object of token ids "
                                                 "to numbers");
         }
 
@@ -1252,13 +1235,15 @@ ngx_http_pagedllm_f_logit_bias(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_stop_string(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_stop_string(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_error_t   *err = ps->err;
+
     size_t  len;
 
     if (!json_is_string(v)) {
-        return ngx_http_pagedllm_type_error(err, "a string or an array of "
+        return ngx_http_pagedllm_type_error(ps, "a string or an array of "
                                             "up to 4 strings");
     }
 
@@ -1271,7 +1256,7 @@ ngx_http_pagedllm_stop_string(json_t *v, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
-    p->stop[p->n_stop].data = ngx_pnalloc(pool, len);
+    p->stop[p->n_stop].data = ngx_pnalloc(ps->pool, len);
     if (p->stop[p->n_stop].data == NULL) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                     NULL, "out of memory");
@@ -1287,19 +1272,18 @@ ngx_http_pagedllm_stop_string(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_stop(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_stop(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    size_t   i;
-    json_t  *e;
+    size_t                      i;
+    json_t                     *e;
+    ngx_http_pagedllm_error_t  *err = ps->err;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
     if (!json_is_array(v)) {
-        return ngx_http_pagedllm_stop_string(v, p, pool, err);
+        return ngx_http_pagedllm_stop_string(ps, v);
     }
 
     if (json_array_size(v) > NGX_HTTP_PAGEDLLM_MAX_STOP) {
@@ -1310,7 +1294,7 @@ ngx_http_pagedllm_f_stop(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     json_array_foreach(v, i, e) {
-        if (ngx_http_pagedllm_stop_string(e, p, pool, err) != NGX_OK) {
+        if (ngx_http_pagedllm_stop_string(ps, e) != NGX_OK) {
             return NGX_ERROR;
         }
     }
@@ -1320,16 +1304,17 @@ ngx_http_pagedllm_f_stop(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 static ngx_int_t
-ngx_http_pagedllm_f_stop_token_ids(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_stop_token_ids(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_error_t   *err = ps->err;
+
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
     if (!json_is_array(v)) {
-        return ngx_http_pagedllm_type_error(err, "an array of token ids");
+        return ngx_http_pagedllm_type_error(ps, "an array of token ids");
     }
 
     if (json_array_size(v) > PL_MAX_STOP_IDS) {
@@ -1340,8 +1325,8 @@ ngx_http_pagedllm_f_stop_token_ids(json_t *v, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
-    if (ngx_http_pagedllm_token_ids(v, "an array of token ids", engine, pool,
-                                    &p->stop_ids, err)
+    if (ngx_http_pagedllm_token_ids(ps, v, "an array of token ids",
+                                    &p->stop_ids)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -1354,16 +1339,17 @@ ngx_http_pagedllm_f_stop_token_ids(json_t *v, ngx_http_pagedllm_params_t *p,
 
 
 /* The text of a message's content: a string, or an array of text parts
-   joined by newlines (as vLLM does); NULL when it is neither. */
+   joined by newlines (as vLLM does, a string the pool owns); NULL when it
+   is neither. */
 static json_t *
 ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
 {
-    u_char       *buf, *b;
-    size_t        i, len;
-    json_t       *part, *type, *text;
+    u_char  *buf, *b;
+    size_t   i, len;
+    json_t  *part, *type, *text;
 
     if (json_is_string(c)) {
-        return json_incref(c);
+        return c;
     }
 
     if (!json_is_array(c)) {
@@ -1401,7 +1387,8 @@ ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
         b = ngx_cpymem(b, json_string_value(text), json_string_length(text));
     }
 
-    return json_stringn((char *) buf, b - buf);
+    return ngx_http_pagedllm_json_pool(pool,
+                                       json_stringn((char *) buf, b - buf));
 }
 
 
@@ -1475,7 +1462,6 @@ ngx_http_pagedllm_message(json_t *m, ngx_http_pagedllm_engine_t *engine,
     content = ngx_http_pagedllm_content(json_object_get(m, "content"), pool);
 
     if (content == NULL || (name && !json_is_string(name))) {
-        json_decref(content);
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
                                     "a message's 'content' must be a string "
                                     "or an array of text parts, its 'name' "
@@ -1487,18 +1473,21 @@ ngx_http_pagedllm_message(json_t *m, ngx_http_pagedllm_engine_t *engine,
         || (name && ngx_http_pagedllm_no_specials(name, engine, err)
                     != NGX_OK))
     {
-        json_decref(content);
         return NULL;
     }
 
     /* OpenAI's newer name for the system message: chat templates know
        only "system" */
     out = ngx_strcmp(r, "developer") == 0
-          ? json_pack("{s:s,s:o}", "role", "system", "content", content)
-          : json_pack("{s:O,s:o}", "role", role, "content", content);
+          ? json_pack("{s:s,s:O}", "role", "system", "content", content)
+          : json_pack("{s:O,s:O}", "role", role, "content", content);
 
-    if (out && name) {
-        json_object_set(out, "name", name);
+    out = ngx_http_pagedllm_json_pool(pool, out);
+
+    if (out == NULL || (name && json_object_set(out, "name", name) != 0)) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NULL;
     }
 
     return out;
@@ -1508,14 +1497,16 @@ ngx_http_pagedllm_message(json_t *m, ngx_http_pagedllm_engine_t *engine,
 /* The conversation rendered by the model's chat template and tokenized;
    special tokens in the rendered text are the template's own. */
 static ngx_int_t
-ngx_http_pagedllm_f_messages(json_t *v, ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_pool_t *pool,
-    ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    int      n;
-    char    *text, rerr[256];
-    size_t   i, len, cap;
-    json_t  *msgs, *m, *one;
+    int                          n;
+    char                        *text, rerr[256];
+    size_t                       i, len, cap;
+    json_t                      *msgs, *m, *one;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_engine_t  *engine = ps->engine;
+    ngx_pool_t                  *pool = ps->pool;
+    ngx_http_pagedllm_error_t   *err = ps->err;
 
     if (engine->chat == NULL) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL, "%s",
@@ -1524,31 +1515,35 @@ ngx_http_pagedllm_f_messages(json_t *v, ngx_http_pagedllm_params_t *p,
     }
 
     if (!json_is_array(v) || json_array_size(v) == 0) {
-        return ngx_http_pagedllm_type_error(err, "a non-empty array of "
+        return ngx_http_pagedllm_type_error(ps, "a non-empty array of "
                                             "messages");
     }
 
-    msgs = json_array();
+    msgs = ngx_http_pagedllm_json_pool(pool, json_array());
     if (msgs == NULL) {
-        return ngx_http_pagedllm_type_error(err, "an array");
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
     }
 
     json_array_foreach(v, i, m) {
-        one = json_is_object(m) ? ngx_http_pagedllm_message(m, engine, pool,
-                                                            err)
-                                : NULL;
+        if (!json_is_object(m)) {
+            return ngx_http_pagedllm_type_error(ps, "an array of objects");
+        }
+
+        one = ngx_http_pagedllm_message(m, engine, pool, err);
         if (one == NULL) {
-            if (!json_is_object(m)) {
-                ngx_http_pagedllm_type_error(err, "an array of objects");
-            }
-            json_decref(msgs);
             return NGX_ERROR;
         }
-        json_array_append_new(msgs, one);
+
+        if (json_array_append(msgs, one) != 0) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                        NULL, "out of memory");
+            return NGX_ERROR;
+        }
     }
 
     text = pl_chat_render(engine->chat, msgs, 1, NULL, rerr, sizeof(rerr));
-    json_decref(msgs);
 
     if (text == NULL) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",

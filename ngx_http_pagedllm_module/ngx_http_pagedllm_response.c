@@ -12,7 +12,10 @@
 #include <math.h>
 
 
-typedef json_t *(*ngx_http_pagedllm_logprobs_pt)(
+#define NGX_HTTP_PAGEDLLM_TOKEN_TEXT  256
+
+
+typedef json_t *(*ngx_http_pagedllm_logprobs_pt)(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t first, ngx_uint_t n);
 
@@ -30,17 +33,21 @@ typedef struct {
 } ngx_http_pagedllm_api_t;
 
 
-static json_t *ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n);
-static json_t *ngx_http_pagedllm_chat_logprobs_obj(
+static void ngx_http_pagedllm_json_cleanup(void *data);
+static size_t ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok,
+    int32_t id, char *buf);
+static json_t *ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t first, ngx_uint_t n);
+static json_t *ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t first, ngx_uint_t n);
 static u_char *ngx_http_pagedllm_sse_choice(u_char *p,
     ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index);
 static u_char *ngx_http_pagedllm_sse_end(u_char *p, ngx_str_t *logprobs,
     uint32_t finish_reason);
-static json_t *ngx_http_pagedllm_choice_json(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_choice_t *ch);
+static json_t *ngx_http_pagedllm_choice_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
 static ngx_uint_t ngx_http_pagedllm_completion_tokens(
     ngx_http_pagedllm_ctx_t *ctx);
 
@@ -60,6 +67,41 @@ static ngx_http_pagedllm_api_t  ngx_http_pagedllm_apis[] = {
       ngx_string("\"delta\":{\"content\":\""), ngx_string("\"}"),
       "message", 1, ngx_http_pagedllm_chat_logprobs_obj }
 };
+
+
+/*
+ * A JSON value the pool owns: released when the pool is destroyed.  Every
+ * document this module builds or parses has its root owned this way; the
+ * values inside belong to their container.  NULL when j is NULL or no
+ * cleanup could be added (j is then released at once).
+ */
+json_t *
+ngx_http_pagedllm_json_pool(ngx_pool_t *pool, json_t *j)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    if (j == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        json_decref(j);
+        return NULL;
+    }
+
+    cln->handler = ngx_http_pagedllm_json_cleanup;
+    cln->data = j;
+
+    return j;
+}
+
+
+static void
+ngx_http_pagedllm_json_cleanup(void *data)
+{
+    json_decref(data);
+}
 
 
 void
@@ -106,7 +148,8 @@ ngx_http_pagedllm_error_json(ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
                                          : json_null(),
                   "code", err->code ? json_string(err->code) : json_null());
 
-    return ngx_http_pagedllm_json_buf(pool, j);
+    return ngx_http_pagedllm_json_buf(pool,
+                                      ngx_http_pagedllm_json_pool(pool, j));
 }
 
 
@@ -202,25 +245,23 @@ ngx_http_pagedllm_sse_end(u_char *p, ngx_str_t *logprobs,
 }
 
 
-/* A token's text on its own, always valid UTF-8 (U+FFFD for a part of a
-   character), special tokens included. */
-static json_t *
-ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok, int32_t id)
+/* A token's text on its own into buf (2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT
+   bytes), always valid UTF-8 (U+FFFD for a part of a character), special
+   tokens included; its length. */
+static size_t
+ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok, int32_t id,
+    char *buf)
 {
     long        n, m;
-    char        buf[2 * 256];
     pl_detok_t  d;
 
     pl_detok_init(&d, tok, 0);
 
-    n = pl_detok_push(&d, id, buf, 256);
-    m = pl_detok_flush(&d, buf + (n > 0 ? n : 0), 256);
+    n = pl_detok_push(&d, id, buf, NGX_HTTP_PAGEDLLM_TOKEN_TEXT);
+    m = pl_detok_flush(&d, buf + (n > 0 ? n : 0),
+                       NGX_HTTP_PAGEDLLM_TOKEN_TEXT);
 
-    if (n < 0 || m < 0) {
-        return json_string("");
-    }
-
-    return json_stringn(buf, n + m);
+    return (n < 0 || m < 0) ? 0 : (size_t) (n + m);
 }
 
 
@@ -233,16 +274,19 @@ ngx_http_pagedllm_lp_value(float lp)
 
 /* OpenAI's completions logprobs of pieces [first, first + n). */
 static json_t *
-ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
+ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n)
 {
-    json_t            *j, *tokens, *lps, *tops, *offsets, *top, *key;
+    char               key[2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
+    json_t            *j, *tokens, *lps, *tops, *offsets, *top;
+    size_t             len;
     uint32_t           start, end;
     ngx_uint_t         i, k;
     pl_top_logprob_t  *t;
 
-    j = json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs",
-                  "top_logprobs", "text_offset");
+    j = ngx_http_pagedllm_json_pool(pool,
+            json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs",
+                      "top_logprobs", "text_offset"));
     if (j == NULL) {
         return NULL;
     }
@@ -255,33 +299,33 @@ ngx_http_pagedllm_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
     for (i = first; i < first + n; i++) {
         start = i ? ch->piece_end[i - 1] : 0;
         end = ch->piece_end[i];
-
-        json_array_append_new(tokens,
-                              json_stringn((char *) ch->text + start,
-                                           end - start));
-        json_array_append_new(lps,
-                  json_real(ngx_http_pagedllm_lp_value(ch->piece_lp[i])));
-        json_array_append_new(offsets,
-            json_integer(ch->chars_sent
-                         + ngx_http_pagedllm_utf8_chars(ch->text, start)));
-
         top = json_object();
+
+        if (json_array_append_new(tokens,
+                json_stringn((char *) ch->text + start, end - start))
+            || json_array_append_new(lps,
+                   json_real(ngx_http_pagedllm_lp_value(ch->piece_lp[i])))
+            || json_array_append_new(offsets,
+                   json_integer(ch->chars_sent
+                                + ngx_http_pagedllm_utf8_chars(ch->text,
+                                                               start)))
+            || json_array_append_new(tops, top))
+        {
+            return NULL;
+        }
 
         for (k = 0; k < ctx->n_top; k++) {
             t = &ch->piece_top[i * ctx->n_top + k];
-            key = ngx_http_pagedllm_token_text(ctx->tokenizer, t->id);
+            len = ngx_http_pagedllm_token_text(ctx->tokenizer, t->id, key);
 
-            if (key && top && json_object_get(top, json_string_value(key))
-                              == NULL)
+            if (json_object_getn(top, key, len) == NULL
+                && json_object_setn_new(top, key, len,
+                       json_real(ngx_http_pagedllm_lp_value(t->logprob)))
+                   != 0)
             {
-                json_object_set_new(top, json_string_value(key),
-                     json_real(ngx_http_pagedllm_lp_value(t->logprob)));
+                return NULL;
             }
-
-            json_decref(key);
         }
-
-        json_array_append_new(tops, top);
     }
 
     return j;
@@ -304,106 +348,117 @@ ngx_http_pagedllm_utf8_chars(u_char *p, size_t n)
 }
 
 
-/* {"token", "logprob", "bytes"} of one token text */
+/* {"token", "logprob", "bytes"} of one token's text */
 static json_t *
-ngx_http_pagedllm_chat_entry(json_t *text, float lp)
+ngx_http_pagedllm_chat_entry(u_char *text, size_t len, float lp)
 {
-    size_t       i, len;
-    json_t      *bytes;
-    const char  *s;
+    size_t   i;
+    json_t  *bytes;
 
-    s = json_string_value(text);
-    len = json_string_length(text);
     bytes = json_array();
 
     for (i = 0; bytes && i < len; i++) {
-        json_array_append_new(bytes, json_integer((u_char) s[i]));
+        json_array_append_new(bytes, json_integer(text[i]));
     }
 
-    return json_pack("{s:o,s:f,s:o}", "token", text,
+    return json_pack("{s:s%,s:f,s:o}", "token", (char *) text, len,
                      "logprob", ngx_http_pagedllm_lp_value(lp),
-                     "bytes", bytes ? bytes : json_null());
+                     "bytes", bytes);
 }
 
 
 /* OpenAI's chat logprobs of pieces [first, first + n). */
 static json_t *
-ngx_http_pagedllm_chat_logprobs_obj(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n)
+ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t first, ngx_uint_t n)
 {
-    json_t            *content, *e, *top;
+    char               key[2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
+    json_t            *j, *content, *e, *top;
+    size_t             len;
     uint32_t           start, end;
     ngx_uint_t         i, k;
     pl_top_logprob_t  *t;
 
-    content = json_array();
-    if (content == NULL) {
+    j = ngx_http_pagedllm_json_pool(pool, json_pack("{s:[]}", "content"));
+    if (j == NULL) {
         return NULL;
     }
+
+    content = json_object_get(j, "content");
 
     for (i = first; i < first + n; i++) {
         start = i ? ch->piece_end[i - 1] : 0;
         end = ch->piece_end[i];
 
-        e = ngx_http_pagedllm_chat_entry(
-                json_stringn((char *) ch->text + start, end - start),
-                ch->piece_lp[i]);
+        e = ngx_http_pagedllm_chat_entry(ch->text + start, end - start,
+                                         ch->piece_lp[i]);
         top = json_array();
 
-        for (k = 0; top && k < ctx->n_top; k++) {
-            t = &ch->piece_top[i * ctx->n_top + k];
-            json_array_append_new(top, ngx_http_pagedllm_chat_entry(
-                ngx_http_pagedllm_token_text(ctx->tokenizer, t->id),
-                t->logprob));
-        }
-
-        if (e == NULL || top == NULL) {
-            json_decref(e);
-            json_decref(top);
-            json_decref(content);
+        if (json_array_append_new(content, e) != 0
+            || json_object_set_new(e, "top_logprobs", top) != 0)
+        {
             return NULL;
         }
 
-        json_object_set_new(e, "top_logprobs", top);
-        json_array_append_new(content, e);
+        for (k = 0; k < ctx->n_top; k++) {
+            t = &ch->piece_top[i * ctx->n_top + k];
+            len = ngx_http_pagedllm_token_text(ctx->tokenizer, t->id, key);
+
+            if (json_array_append_new(top,
+                    ngx_http_pagedllm_chat_entry((u_char *) key, len,
+                                                 t->logprob))
+                != 0)
+            {
+                return NULL;
+            }
+        }
     }
 
-    return json_pack("{s:o}", "content", content);
+    return j;
 }
 
 
+/* The logprobs of pieces [first, first + n) as JSON text in the request's
+   pool; the document is built in a pool of its own, gone once dumped (a
+   streamed request makes one per token). */
 ngx_int_t
 ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n,
     ngx_str_t *out)
 {
-    char    *s;
-    json_t  *j;
+    char        *s;
+    json_t      *j;
+    ngx_int_t    rc;
+    ngx_pool_t  *pool;
 
-    j = ngx_http_pagedllm_apis[ctx->params.chat].logprobs(ctx, ch, first, n);
-    if (j == NULL) {
+    pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE,
+                           ctx->request->connection->log);
+    if (pool == NULL) {
         return NGX_ERROR;
     }
 
-    s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
+    rc = NGX_ERROR;
 
-    if (s == NULL) {
-        return NGX_ERROR;
-    }
+    j = ngx_http_pagedllm_apis[ctx->params.chat].logprobs(pool, ctx, ch,
+                                                          first, n);
+    s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 
-    out->len = ngx_strlen(s);
-    out->data = ngx_pnalloc(ctx->request->pool, out->len);
+    if (s != NULL) {
+        out->len = ngx_strlen(s);
+        out->data = ngx_pnalloc(ctx->request->pool, out->len);
 
-    if (out->data == NULL) {
+        if (out->data != NULL) {
+            ngx_memcpy(out->data, s, out->len);
+            rc = NGX_OK;
+        }
+
         free(s);
-        return NGX_ERROR;
     }
 
-    ngx_memcpy(out->data, s, out->len);
-    free(s);
+    ngx_destroy_pool(pool);
 
-    return NGX_OK;
+    return rc;
 }
 
 
@@ -454,7 +509,7 @@ ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 
 
 static json_t *
-ngx_http_pagedllm_choice_json(ngx_http_pagedllm_ctx_t *ctx,
+ngx_http_pagedllm_choice_json(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch)
 {
     json_t                   *text, *lp;
@@ -462,25 +517,20 @@ ngx_http_pagedllm_choice_json(ngx_http_pagedllm_ctx_t *ctx,
 
     api = &ngx_http_pagedllm_apis[ctx->params.chat];
 
+    lp = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
+         ? api->logprobs(pool, ctx, ch, 0, ch->npieces) : json_null();
+
+    if (lp == NULL) {
+        return NULL;
+    }
+
     text = json_stringn((char *) ch->text, ch->text_len);
 
-    if (text && api->message) {
+    if (api->message) {
         text = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
     }
 
-    if (text == NULL) {
-        return NULL;
-    }
-
-    lp = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
-         ? api->logprobs(ctx, ch, 0, ch->npieces) : json_null();
-
-    if (lp == NULL) {
-        json_decref(text);
-        return NULL;
-    }
-
-    return json_pack("{s:I,s:o,s:o,s:s}", "index", (json_int_t) ch->index,
+    return json_pack("{s:I,s:o,s:O,s:s}", "index", (json_int_t) ch->index,
                      api->text_key, text, "logprobs", lp,
                      "finish_reason",
                      ngx_http_pagedllm_reason(ch->finish_reason));
@@ -490,37 +540,41 @@ ngx_http_pagedllm_choice_json(ngx_http_pagedllm_ctx_t *ctx,
 ngx_buf_t *
 ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
 {
-    json_t      *j, *choices, *choice;
+    json_t      *j, *choices;
     ngx_uint_t   i, tokens;
+    ngx_pool_t  *pool;
 
-    choices = json_array();
-    if (choices == NULL) {
+    pool = ctx->request->pool;
+    tokens = ngx_http_pagedllm_completion_tokens(ctx);
+
+    j = ngx_http_pagedllm_json_pool(pool,
+            json_pack("{s:s%,s:s,s:I,s:s%,s:[],s:{s:I,s:I,s:I}}",
+                "id", ctx->id.data, ctx->id.len,
+                "object", ngx_http_pagedllm_apis[ctx->params.chat].object,
+                "created", (json_int_t) ctx->created,
+                "model", ctx->model.data, ctx->model.len,
+                "choices",
+                "usage",
+                    "prompt_tokens", (json_int_t) ctx->params.n_prompt,
+                    "completion_tokens", (json_int_t) tokens,
+                    "total_tokens",
+                    (json_int_t) (ctx->params.n_prompt + tokens)));
+    if (j == NULL) {
         return NULL;
     }
 
+    choices = json_object_get(j, "choices");
+
     for (i = 0; i < ctx->params.n; i++) {
-        choice = ngx_http_pagedllm_choice_json(ctx, &ctx->choices[i]);
-        if (choice == NULL || json_array_append_new(choices, choice) != 0) {
-            json_decref(choices);
+        if (json_array_append_new(choices,
+                ngx_http_pagedllm_choice_json(pool, ctx, &ctx->choices[i]))
+            != 0)
+        {
             return NULL;
         }
     }
 
-    tokens = ngx_http_pagedllm_completion_tokens(ctx);
-
-    j = json_pack("{s:s%,s:s,s:I,s:s%,s:o,s:{s:I,s:I,s:I}}",
-                  "id", ctx->id.data, ctx->id.len,
-                  "object", ngx_http_pagedllm_apis[ctx->params.chat].object,
-                  "created", (json_int_t) ctx->created,
-                  "model", ctx->model.data, ctx->model.len,
-                  "choices", choices,
-                  "usage",
-                      "prompt_tokens", (json_int_t) ctx->params.n_prompt,
-                      "completion_tokens", (json_int_t) tokens,
-                      "total_tokens",
-                      (json_int_t) (ctx->params.n_prompt + tokens));
-
-    return ngx_http_pagedllm_json_buf(ctx->request->pool, j);
+    return ngx_http_pagedllm_json_buf(pool, j);
 }
 
 
@@ -539,11 +593,12 @@ ngx_http_pagedllm_models_json(ngx_pool_t *pool,
                   "owned_by", "pagedllm",
                   "max_model_len", (json_int_t) engine->max_model_len);
 
-    if (j != NULL && !one) {
+    if (!one) {
         j = json_pack("{s:s,s:[o]}", "object", "list", "data", j);
     }
 
-    return ngx_http_pagedllm_json_buf(pool, j);
+    return ngx_http_pagedllm_json_buf(pool,
+                                      ngx_http_pagedllm_json_pool(pool, j));
 }
 
 
@@ -555,7 +610,8 @@ ngx_http_pagedllm_status_json(ngx_pool_t *pool,
 
     if (engine == NULL) {
         j = json_pack("{s:s}", "engine", "detached");
-        return ngx_http_pagedllm_json_buf(pool, j);
+        return ngx_http_pagedllm_json_buf(pool,
+                                          ngx_http_pagedllm_json_pool(pool, j));
     }
 
     j = json_pack("{s:s,s:s%,s:s,s:I,s:{s:I,s:I,s:I},"
@@ -581,8 +637,10 @@ ngx_http_pagedllm_status_json(ngx_pool_t *pool,
                   (json_int_t) s->generation_tokens_total,
                   "preemptions_total", (json_int_t) s->preemptions_total);
 
-    if (j != NULL
-        && json_object_update_new(j,
+    j = ngx_http_pagedllm_json_pool(pool, j);
+
+    if (j == NULL
+        || json_object_update_new(j,
                json_pack("{s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I}}",
                    "swap_blocks",
                        "total", (json_int_t) s->swap_blocks_total,
@@ -598,14 +656,14 @@ ngx_http_pagedllm_status_json(ngx_pool_t *pool,
                        "in", (json_int_t) s->blocks_swapped_in))
            != 0)
     {
-        json_decref(j);
-        j = NULL;
+        return NULL;
     }
 
     return ngx_http_pagedllm_json_buf(pool, j);
 }
 
 
+/* j's text and a newline in a buffer of the pool; j stays its owner's */
 static ngx_buf_t *
 ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j)
 {
@@ -618,7 +676,6 @@ ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j)
     }
 
     s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
 
     if (s == NULL) {
         return NULL;
