@@ -7,6 +7,8 @@
  *   ngx_http_pagedllm_module.c   directives, configuration, process init
  *   ngx_http_pagedllm_channel.c  the worker's engine connection: attach,
  *                                rings, doorbell, request table, re-attach
+ *   ngx_http_pagedllm_tokenizer.c the engine's tokenizer, loaded on a
+ *                                thread, reference-counted
  *   ngx_http_pagedllm_handler.c  request handlers, streaming, cleanup
  *   ngx_http_pagedllm_request.c  OpenAI JSON in: validation, tokenizing
  *   ngx_http_pagedllm_response.c OpenAI JSON and SSE out, errors
@@ -14,7 +16,9 @@
  *
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through
- * the events its context carries (set by the handler).
+ * the events its context carries (set by the handler).  Work that may take
+ * milliseconds (loading the tokenizer, tokenizing a long prompt) runs on
+ * the thread pool of pagedllm_thread_pool, never in the event loop.
  */
 
 
@@ -44,6 +48,10 @@ typedef struct {
     ngx_msec_t                    attach_timeout;
     ngx_msec_t                    reattach_interval;
     ngx_shm_zone_t               *metrics;       /* HTTP outcome counters */
+    ngx_str_t                     thread_pool_name;
+#if (NGX_THREADS)
+    ngx_thread_pool_t            *thread_pool;
+#endif
 } ngx_http_pagedllm_main_conf_t;
 
 
@@ -54,26 +62,51 @@ typedef struct {
 } ngx_http_pagedllm_loc_conf_t;
 
 
+/*
+ * The text side of the engine's model: its tokenizer, chat template and
+ * the text of its special tokens.  Reference-counted, in the event loop
+ * only: the channel holds one reference while it serves it, a request one
+ * from parsing to its end, a thread task one while it runs; a re-attach
+ * that loads another tokenizer leaves the old one to whoever still holds
+ * it, and the last release frees it.
+ */
+typedef struct {
+    pl_tokenizer_t               *tokenizer;
+    pl_chat_t                    *chat;          /* NULL: chat_error says */
+    char                          chat_error[NGX_HTTP_PAGEDLLM_ERR_LEN];
+    ngx_str_t                    *specials;      /* special tokens' text */
+    ngx_uint_t                    n_specials;
+    char                          path[PL_PATH_LEN];
+    uint64_t                      hash;          /* of tokenizer.json */
+    ngx_uint_t                    refs;
+} ngx_http_pagedllm_tok_t;
+
+
 /* What the attached engine serves; valid while attached. */
 typedef struct {
     ngx_str_t                     model;
     uint32_t                      vocab_size;
     uint32_t                      max_model_len;
     uint32_t                      max_prompt;    /* fits one SUBMIT record */
-    pl_tokenizer_t               *tokenizer;
     float                         default_temperature;  /* < 0: unset */
     float                         default_top_p;
     int32_t                       default_top_k;
-    pl_chat_t                    *chat;          /* NULL: chat_error says */
-    const char                   *chat_error;
-    ngx_str_t                    *specials;      /* special tokens' text */
-    ngx_uint_t                    n_specials;
+    ngx_http_pagedllm_tok_t      *tok;
 } ngx_http_pagedllm_engine_t;
+
+
+typedef void (*ngx_http_pagedllm_work_pt)(void *data, ngx_log_t *log);
+typedef void (*ngx_http_pagedllm_done_pt)(void *data);
 
 
 typedef struct {
     int32_t                      *prompt;
     ngx_uint_t                    n_prompt;
+    /* left to tokenize when the prompt came as text: the text, or the
+       conversation for the chat template */
+    u_char                       *text;
+    size_t                        text_len;
+    json_t                       *messages;
     uint32_t                      max_tokens;
     uint32_t                      n;             /* choices, 1..16 */
     uint32_t                      best_of;       /* 0: n */
@@ -110,9 +143,25 @@ typedef struct {
 } ngx_http_pagedllm_error_t;
 
 
+/*
+ * Tokenizing a prompt given as text, on a thread or inline: only the
+ * reference-counted tokenizer and what the job holds are touched.  ids are
+ * malloc()ed; whoever takes the result frees them.
+ */
+typedef struct {
+    ngx_http_pagedllm_tok_t      *tok;
+    ngx_http_pagedllm_params_t   *params;        /* text or messages */
+    int32_t                      *ids;
+    ngx_uint_t                    n_ids;
+    ngx_int_t                     rc;
+    ngx_http_pagedllm_error_t     err;
+} ngx_http_pagedllm_tokenize_t;
+
+
 typedef enum {
     NGX_HTTP_PAGEDLLM_NEW = 0,
     NGX_HTTP_PAGEDLLM_PARKED,        /* waiting for the engine to attach */
+    NGX_HTTP_PAGEDLLM_TOKENIZING,    /* its prompt on the thread pool */
     NGX_HTTP_PAGEDLLM_RUNNING,       /* submitted, in the request table */
     NGX_HTTP_PAGEDLLM_DONE           /* finished, failed or aborted */
 } ngx_http_pagedllm_state_e;
@@ -182,7 +231,8 @@ struct ngx_http_pagedllm_ctx_s {
     ngx_str_t                     id;            /* "cmpl-..." */
     ngx_str_t                     model;
     time_t                        created;
-    const pl_tokenizer_t         *tokenizer;     /* what it was parsed with */
+    ngx_http_pagedllm_tok_t      *tok;           /* held: parsed with it */
+    ngx_http_pagedllm_tokenize_t  job;
 
     /* the request: STOP once every choice has ended normally (each
        choice has its own reason), ERROR when it failed */
@@ -206,6 +256,17 @@ struct ngx_http_pagedllm_ctx_s {
 
 extern ngx_module_t  ngx_http_pagedllm_module;
 
+
+/* module */
+ngx_int_t ngx_http_pagedllm_thread_run(ngx_pool_t *pool, ngx_log_t *log,
+    ngx_http_pagedllm_work_pt work, ngx_http_pagedllm_done_pt done,
+    void *data);
+
+/* tokenizer */
+ngx_http_pagedllm_tok_t *ngx_http_pagedllm_tok_load(const char *path,
+    uint64_t hash, ngx_log_t *log, u_char *err, size_t len);
+void ngx_http_pagedllm_tok_hold(ngx_http_pagedllm_tok_t *tok);
+void ngx_http_pagedllm_tok_release(ngx_http_pagedllm_tok_t *tok);
 
 /* channel */
 ngx_int_t ngx_http_pagedllm_channel_init(ngx_cycle_t *cycle,
@@ -232,6 +293,10 @@ ngx_int_t ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
     u_char *body, size_t len, ngx_http_pagedllm_engine_t *engine,
     ngx_uint_t chat, ngx_http_pagedllm_params_t *params,
     ngx_http_pagedllm_error_t *err);
+void ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job,
+    ngx_log_t *log);
+ngx_int_t ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err);
 
 /* response */
 json_t *ngx_http_pagedllm_json_pool(ngx_pool_t *pool, json_t *j);

@@ -8,7 +8,8 @@
  * not support that asks for something is refused by name rather than
  * ignored.  A string prompt, or a conversation rendered by the model's
  * chat template, is tokenized here, in the worker, with the engine's
- * tokenizer.
+ * tokenizer, by ngx_http_pagedllm_tokenize(): it is thread-safe, so that
+ * the handler can run a long prompt's on the thread pool.
  */
 
 
@@ -79,9 +80,6 @@ static ngx_http_pagedllm_field_t *ngx_http_pagedllm_find_field(
 static ngx_int_t ngx_http_pagedllm_required(json_t *root,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err);
 static ngx_uint_t ngx_http_pagedllm_given(json_t *root, const char *name);
-static ngx_int_t ngx_http_pagedllm_check_length(
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
-    ngx_http_pagedllm_error_t *err);
 
 static ngx_int_t ngx_http_pagedllm_f_model(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
@@ -266,7 +264,7 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
 
     ngx_http_pagedllm_defaults(root, p, engine);
 
-    return ngx_http_pagedllm_check_length(p, engine, err);
+    return NGX_OK;
 }
 
 
@@ -473,7 +471,7 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
 {
     const char  *name;
 
-    if (p->prompt == NULL) {
+    if (p->prompt == NULL && p->text == NULL && p->messages == NULL) {
         name = ngx_http_pagedllm_apis[p->chat].prompt;
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
                                     "'%s' is a required property", name);
@@ -556,7 +554,8 @@ ngx_http_pagedllm_defaults(json_t *root, ngx_http_pagedllm_params_t *p,
 }
 
 
-static ngx_int_t
+/* Once tokenized: the prompt and max_tokens within the model's context. */
+ngx_int_t
 ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err)
 {
@@ -686,47 +685,20 @@ ngx_http_pagedllm_f_prompt(ngx_http_pagedllm_parse_t *ps, json_t *v)
 static ngx_int_t
 ngx_http_pagedllm_prompt_text(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    int                          n;
-    size_t                       len, cap;
-    const char                  *s;
-    ngx_http_pagedllm_params_t  *p = ps->params;
-    ngx_http_pagedllm_engine_t  *engine = ps->engine;
-    ngx_pool_t                  *pool = ps->pool;
-    ngx_http_pagedllm_error_t   *err = ps->err;
+    size_t       len;
+    const char  *s;
 
     s = json_string_value(v);
     len = json_string_length(v);
 
     if (!pl_utf8_valid(s, len)) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, "prompt",
                                     "'prompt' is not valid UTF-8");
         return NGX_ERROR;
     }
 
-    cap = len + PL_TOKENIZER_EXTRA;
-    p->prompt = ngx_palloc(pool, cap * sizeof(int32_t));
-    if (p->prompt == NULL) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                    NULL, "out of memory");
-        return NGX_ERROR;
-    }
-
-    n = pl_tokenizer_encode(engine->tokenizer, s, len, 1, 0, p->prompt, cap);
-
-    if (n < 0) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
-                                    n == -1 ? "'prompt' is not valid UTF-8"
-                                            : "'prompt' cannot be tokenized");
-        return NGX_ERROR;
-    }
-
-    if (n == 0) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
-                                    "'prompt' must not be empty");
-        return NGX_ERROR;
-    }
-
-    p->n_prompt = n;
+    ps->params->text = (u_char *) s;
+    ps->params->text_len = len;
 
     return NGX_OK;
 }
@@ -1406,15 +1378,16 @@ ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_engine_t *engine,
     s = json_string_value(v);
     len = json_string_length(v);
 
-    for (i = 0; i < engine->n_specials; i++) {
-        if (memmem(s, len, engine->specials[i].data, engine->specials[i].len)
+    for (i = 0; i < engine->tok->n_specials; i++) {
+        if (memmem(s, len, engine->tok->specials[i].data,
+                   engine->tok->specials[i].len)
             != NULL)
         {
             ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                         "messages",
                                         "'messages' may not contain the "
                                         "special token text \"%V\"",
-                                        &engine->specials[i]);
+                                        &engine->tok->specials[i]);
             return NGX_ERROR;
         }
     }
@@ -1499,18 +1472,15 @@ ngx_http_pagedllm_message(json_t *m, ngx_http_pagedllm_engine_t *engine,
 static ngx_int_t
 ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    int                          n;
-    char                        *text, rerr[256];
-    size_t                       i, len, cap;
+    size_t                       i;
     json_t                      *msgs, *m, *one;
     ngx_http_pagedllm_params_t  *p = ps->params;
     ngx_http_pagedllm_engine_t  *engine = ps->engine;
-    ngx_pool_t                  *pool = ps->pool;
     ngx_http_pagedllm_error_t   *err = ps->err;
 
-    if (engine->chat == NULL) {
+    if (engine->tok->chat == NULL) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL, "%s",
-                                    engine->chat_error);
+                                    engine->tok->chat_error);
         return NGX_ERROR;
     }
 
@@ -1519,7 +1489,7 @@ ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
                                             "messages");
     }
 
-    msgs = ngx_http_pagedllm_json_pool(pool, json_array());
+    msgs = ngx_http_pagedllm_json_pool(ps->pool, json_array());
     if (msgs == NULL) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                     NULL, "out of memory");
@@ -1531,7 +1501,7 @@ ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
             return ngx_http_pagedllm_type_error(ps, "an array of objects");
         }
 
-        one = ngx_http_pagedllm_message(m, engine, pool, err);
+        one = ngx_http_pagedllm_message(m, engine, ps->pool, err);
         if (one == NULL) {
             return NGX_ERROR;
         }
@@ -1541,32 +1511,73 @@ ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
                                         NULL, "out of memory");
             return NGX_ERROR;
         }
+
+        p->text_len += json_string_length(json_object_get(one, "content"));
     }
 
-    text = pl_chat_render(engine->chat, msgs, 1, NULL, rerr, sizeof(rerr));
-
-    if (text == NULL) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
-                                    "The chat template failed: %s", rerr);
-        return NGX_ERROR;
-    }
-
-    len = ngx_strlen(text);
-    cap = len + PL_TOKENIZER_EXTRA;
-
-    p->prompt = ngx_palloc(pool, cap * sizeof(int32_t));
-    n = p->prompt ? pl_tokenizer_encode(engine->tokenizer, text, len, 0, 1,
-                                        p->prompt, cap)
-                  : -2;
-    free(text);
-
-    if (n <= 0) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
-                                    "'messages' cannot be tokenized");
-        return NGX_ERROR;
-    }
-
-    p->n_prompt = n;
+    p->messages = msgs;
 
     return NGX_OK;
+}
+
+
+/*
+ * The job's prompt text, or its conversation rendered by the chat template
+ * (whose special tokens are its own), tokenized.  Runs on a thread: it
+ * touches only the job, its parameters and the held tokenizer.
+ */
+void
+ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
+{
+    int                          n, chat;
+    char                        *text, rerr[256];
+    size_t                       len, cap;
+    const char                  *name;
+    ngx_http_pagedllm_params_t  *p = job->params;
+
+    chat = (p->messages != NULL);
+    name = chat ? "messages" : "prompt";
+    job->rc = NGX_ERROR;
+
+    if (chat) {
+        text = pl_chat_render(job->tok->chat, p->messages, 1, NULL, rerr,
+                              sizeof(rerr));
+        if (text == NULL) {
+            ngx_http_pagedllm_error_set(&job->err, NGX_HTTP_BAD_REQUEST,
+                                        name, "The chat template failed: %s",
+                                        rerr);
+            return;
+        }
+
+        len = ngx_strlen(text);
+
+    } else {
+        text = (char *) p->text;
+        len = p->text_len;
+    }
+
+    cap = len + PL_TOKENIZER_EXTRA;
+
+    job->ids = ngx_alloc(cap * sizeof(int32_t), log);
+    n = job->ids ? pl_tokenizer_encode(job->tok->tokenizer, text, len, !chat,
+                                       chat, job->ids, cap)
+                 : -3;
+
+    if (chat) {
+        free(text);
+    }
+
+    if (n <= 0) {
+        ngx_http_pagedllm_error_set(&job->err,
+                                    n == -3 ? NGX_HTTP_INTERNAL_SERVER_ERROR
+                                            : NGX_HTTP_BAD_REQUEST,
+                                    name,
+                                    n == 0 ? "'%s' must not be empty"
+                                    : n == -1 ? "'%s' is not valid UTF-8"
+                                    : "'%s' cannot be tokenized", name);
+        return;
+    }
+
+    job->n_ids = n;
+    job->rc = NGX_OK;
 }

@@ -316,7 +316,7 @@ ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
 
         for (k = 0; k < ctx->n_top; k++) {
             t = &ch->piece_top[i * ctx->n_top + k];
-            len = ngx_http_pagedllm_token_text(ctx->tokenizer, t->id, key);
+            len = ngx_http_pagedllm_token_text(ctx->tok->tokenizer, t->id, key);
 
             if (json_object_getn(top, key, len) == NULL
                 && json_object_setn_new(top, key, len,
@@ -403,7 +403,7 @@ ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
 
         for (k = 0; k < ctx->n_top; k++) {
             t = &ch->piece_top[i * ctx->n_top + k];
-            len = ngx_http_pagedllm_token_text(ctx->tokenizer, t->id, key);
+            len = ngx_http_pagedllm_token_text(ctx->tok->tokenizer, t->id, key);
 
             if (json_array_append_new(top,
                     ngx_http_pagedllm_chat_entry((u_char *) key, len,
