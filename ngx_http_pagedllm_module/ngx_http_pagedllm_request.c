@@ -14,8 +14,10 @@
 
 
 #include "ngx_http_pagedllm_module.h"
+#include "pl_params.h"
 
 #include <jansson.h>
+#include <math.h>
 
 
 #define NGX_HTTP_PAGEDLLM_MARKER      "\xef\xbf\xbe"   /* U+FFFE */
@@ -28,13 +30,14 @@ typedef ngx_int_t (*ngx_http_pagedllm_field_pt)(ngx_http_pagedllm_parse_t *ps,
     json_t *v);
 
 
-/* A request field.  offset and post serve the generic parsers: where in
-   the parameters the value goes, and its range, least value or flag (for
-   an unsupported field: the JSON of the value that asks for nothing). */
+/* A request field.  param: the row of PL_PARAMS a sampling parameter
+   takes its type, range and default from (-1 for other fields); post: a
+   PL_SUBMIT_* flag the field sets, or for an unsupported field the JSON of
+   the value that asks for nothing. */
 typedef struct {
     const char                   *name;
     ngx_http_pagedllm_field_pt    parse;
-    size_t                        offset;
+    ngx_int_t                     param;
     void                         *post;
 } ngx_http_pagedllm_field_t;
 
@@ -50,19 +53,13 @@ struct ngx_http_pagedllm_parse_s {
 };
 
 
-typedef struct {
-    double                        lo;
-    double                        hi;
-    ngx_uint_t                    open_lo;       /* (lo, hi], else [lo, hi] */
-} ngx_http_pagedllm_range_t;
-
-
 /* What differs between /v1/completions and /v1/chat/completions on the
    way in; indexed by params.chat. */
 typedef struct {
     ngx_http_pagedllm_field_t    *fields;        /* its own */
     const char                   *prompt;        /* the prompt's field */
-    uint32_t                      max_tokens;    /* default; 0: what fits */
+    ngx_uint_t                    fill;          /* max_tokens left out:
+                                                    what fits */
 } ngx_http_pagedllm_api_t;
 
 
@@ -91,16 +88,12 @@ static ngx_int_t ngx_http_pagedllm_prompt_ids(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps,
     json_t *v, const char *what, int32_t **out);
-static ngx_int_t ngx_http_pagedllm_f_tokens(
-    ngx_http_pagedllm_parse_t *ps, json_t *v);
-static ngx_int_t ngx_http_pagedllm_f_float(
-    ngx_http_pagedllm_parse_t *ps, json_t *v);
-static ngx_int_t ngx_http_pagedllm_f_count(
-    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_flag(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
-static ngx_int_t ngx_http_pagedllm_f_top_k(
+static ngx_int_t ngx_http_pagedllm_f_param(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static void ngx_http_pagedllm_param_set(ngx_http_pagedllm_params_t *p,
+    pl_param_id_t id, double v);
 static ngx_int_t ngx_http_pagedllm_f_seed(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stream(
@@ -110,8 +103,6 @@ static ngx_int_t ngx_http_pagedllm_f_stream_options(
 static ngx_int_t ngx_http_pagedllm_f_user(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_unsupported(
-    ngx_http_pagedllm_parse_t *ps, json_t *v);
-static ngx_int_t ngx_http_pagedllm_f_logprobs(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_logit_bias(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
@@ -125,17 +116,16 @@ static void ngx_http_pagedllm_defaults(json_t *root,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine);
 
 
-static ngx_http_pagedllm_range_t  ngx_http_pagedllm_temperature =
-    { 0.0, 2.0, 0 };
-static ngx_http_pagedllm_range_t  ngx_http_pagedllm_top_p = { 0.0, 1.0, 1 };
-static ngx_http_pagedllm_range_t  ngx_http_pagedllm_min_p = { 0.0, 1.0, 0 };
-static ngx_http_pagedllm_range_t  ngx_http_pagedllm_repetition =
-    { 0.0, 100.0, 1 };
-static ngx_http_pagedllm_range_t  ngx_http_pagedllm_penalty =
-    { -2.0, 2.0, 0 };
+/* where each row of PL_PARAMS goes in the parameters */
+#define NGX_HTTP_PAGEDLLM_OFFSET(name, ...)                                  \
+    offsetof(ngx_http_pagedllm_params_t, name),
 
-static json_int_t  ngx_http_pagedllm_at_least_0 = 0;
-static json_int_t  ngx_http_pagedllm_at_least_1 = 1;
+static size_t  ngx_http_pagedllm_param_offsets[] = {
+    PL_PARAMS(NGX_HTTP_PAGEDLLM_OFFSET)
+};
+
+#define NGX_HTTP_PAGEDLLM_PARAM(name)                                        \
+    ngx_http_pagedllm_f_param, PL_P_##name
 
 static uint32_t  ngx_http_pagedllm_ignore_eos = PL_SUBMIT_IGNORE_EOS;
 static uint32_t  ngx_http_pagedllm_want_logprobs = PL_SUBMIT_LOGPROBS;
@@ -143,83 +133,65 @@ static uint32_t  ngx_http_pagedllm_want_logprobs = PL_SUBMIT_LOGPROBS;
 
 /* The fields both endpoints take, after the endpoint's own. */
 static ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
-    { "model", ngx_http_pagedllm_f_model, 0, NULL },
-    { "max_tokens", ngx_http_pagedllm_f_tokens,
-      offsetof(ngx_http_pagedllm_params_t, max_tokens),
-      &ngx_http_pagedllm_at_least_1 },
-    { "temperature", ngx_http_pagedllm_f_float,
-      offsetof(ngx_http_pagedllm_params_t, temperature),
-      &ngx_http_pagedllm_temperature },
-    { "top_p", ngx_http_pagedllm_f_float,
-      offsetof(ngx_http_pagedllm_params_t, top_p),
-      &ngx_http_pagedllm_top_p },
-    { "top_k", ngx_http_pagedllm_f_top_k, 0, NULL },
-    { "seed", ngx_http_pagedllm_f_seed, 0, NULL },
-    { "n", ngx_http_pagedllm_f_count,
-      offsetof(ngx_http_pagedllm_params_t, n), NULL },
-    { "stream", ngx_http_pagedllm_f_stream, 0, NULL },
-    { "stream_options", ngx_http_pagedllm_f_stream_options, 0, NULL },
-    { "ignore_eos", ngx_http_pagedllm_f_flag, 0,
+    { "model", ngx_http_pagedllm_f_model, -1, NULL },
+    { "max_tokens", NGX_HTTP_PAGEDLLM_PARAM(max_tokens), NULL },
+    { "temperature", NGX_HTTP_PAGEDLLM_PARAM(temperature), NULL },
+    { "top_p", NGX_HTTP_PAGEDLLM_PARAM(top_p), NULL },
+    { "top_k", NGX_HTTP_PAGEDLLM_PARAM(top_k), NULL },
+    { "seed", ngx_http_pagedllm_f_seed, -1, NULL },
+    { "n", NGX_HTTP_PAGEDLLM_PARAM(n), NULL },
+    { "stream", ngx_http_pagedllm_f_stream, -1, NULL },
+    { "stream_options", ngx_http_pagedllm_f_stream_options, -1, NULL },
+    { "ignore_eos", ngx_http_pagedllm_f_flag, -1,
       &ngx_http_pagedllm_ignore_eos },
-    { "user", ngx_http_pagedllm_f_user, 0, NULL },
-    { "stop", ngx_http_pagedllm_f_stop, 0, NULL },
-    { "logit_bias", ngx_http_pagedllm_f_logit_bias, 0, NULL },
-    { "presence_penalty", ngx_http_pagedllm_f_float,
-      offsetof(ngx_http_pagedllm_params_t, presence_penalty),
-      &ngx_http_pagedllm_penalty },
-    { "frequency_penalty", ngx_http_pagedllm_f_float,
-      offsetof(ngx_http_pagedllm_params_t, frequency_penalty),
-      &ngx_http_pagedllm_penalty },
-    { "min_p", ngx_http_pagedllm_f_float,
-      offsetof(ngx_http_pagedllm_params_t, min_p),
-      &ngx_http_pagedllm_min_p },
-    { "repetition_penalty", ngx_http_pagedllm_f_float,
-      offsetof(ngx_http_pagedllm_params_t, repetition_penalty),
-      &ngx_http_pagedllm_repetition },
-    { "min_tokens", ngx_http_pagedllm_f_tokens,
-      offsetof(ngx_http_pagedllm_params_t, min_tokens),
-      &ngx_http_pagedllm_at_least_0 },
-    { "stop_token_ids", ngx_http_pagedllm_f_stop_token_ids, 0, NULL },
-    { NULL, NULL, 0, NULL }
+    { "user", ngx_http_pagedllm_f_user, -1, NULL },
+    { "stop", ngx_http_pagedllm_f_stop, -1, NULL },
+    { "logit_bias", ngx_http_pagedllm_f_logit_bias, -1, NULL },
+    { "presence_penalty", NGX_HTTP_PAGEDLLM_PARAM(presence_penalty), NULL },
+    { "frequency_penalty", NGX_HTTP_PAGEDLLM_PARAM(frequency_penalty),
+      NULL },
+    { "min_p", NGX_HTTP_PAGEDLLM_PARAM(min_p), NULL },
+    { "repetition_penalty", NGX_HTTP_PAGEDLLM_PARAM(repetition_penalty),
+      NULL },
+    { "min_tokens", NGX_HTTP_PAGEDLLM_PARAM(min_tokens), NULL },
+    { "stop_token_ids", ngx_http_pagedllm_f_stop_token_ids, -1, NULL },
+    { NULL, NULL, -1, NULL }
 };
 
 
 /* /v1/completions: a prompt; logprobs is the number of top entries */
 static ngx_http_pagedllm_field_t  ngx_http_pagedllm_completion_fields[] = {
-    { "prompt", ngx_http_pagedllm_f_prompt, 0, NULL },
-    { "best_of", ngx_http_pagedllm_f_count,
-      offsetof(ngx_http_pagedllm_params_t, best_of), NULL },
-    { "logprobs", ngx_http_pagedllm_f_logprobs, 0,
+    { "prompt", ngx_http_pagedllm_f_prompt, -1, NULL },
+    { "best_of", NGX_HTTP_PAGEDLLM_PARAM(best_of), NULL },
+    { "logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs),
       &ngx_http_pagedllm_want_logprobs },
-    { "echo", ngx_http_pagedllm_f_unsupported, 0, NULL },
-    { "suffix", ngx_http_pagedllm_f_unsupported, 0, NULL },
-    { NULL, NULL, 0, NULL }
+    { "echo", ngx_http_pagedllm_f_unsupported, -1, NULL },
+    { "suffix", ngx_http_pagedllm_f_unsupported, -1, NULL },
+    { NULL, NULL, -1, NULL }
 };
 
 
 /* /v1/chat/completions: messages; logprobs a boolean and top_logprobs
    the number of top entries */
 static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
-    { "messages", ngx_http_pagedllm_f_messages, 0, NULL },
-    { "max_completion_tokens", ngx_http_pagedllm_f_tokens,
-      offsetof(ngx_http_pagedllm_params_t, max_tokens),
-      &ngx_http_pagedllm_at_least_1 },
-    { "logprobs", ngx_http_pagedllm_f_flag, 0,
+    { "messages", ngx_http_pagedllm_f_messages, -1, NULL },
+    { "max_completion_tokens", NGX_HTTP_PAGEDLLM_PARAM(max_tokens), NULL },
+    { "logprobs", ngx_http_pagedllm_f_flag, -1,
       &ngx_http_pagedllm_want_logprobs },
-    { "top_logprobs", ngx_http_pagedllm_f_logprobs, 0, NULL },
-    { "tools", ngx_http_pagedllm_f_unsupported, 0, NULL },
-    { "tool_choice", ngx_http_pagedllm_f_unsupported, 0, "\"none\"" },
-    { "parallel_tool_calls", ngx_http_pagedllm_f_unsupported, 0, "true" },
-    { "response_format", ngx_http_pagedllm_f_unsupported, 0,
+    { "top_logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs), NULL },
+    { "tools", ngx_http_pagedllm_f_unsupported, -1, NULL },
+    { "tool_choice", ngx_http_pagedllm_f_unsupported, -1, "\"none\"" },
+    { "parallel_tool_calls", ngx_http_pagedllm_f_unsupported, -1, "true" },
+    { "response_format", ngx_http_pagedllm_f_unsupported, -1,
       "{\"type\": \"text\"}" },
-    { NULL, NULL, 0, NULL }
+    { NULL, NULL, -1, NULL }
 };
 
 
 /* indexed by params.chat */
 static ngx_http_pagedllm_api_t  ngx_http_pagedllm_apis[] = {
-    { ngx_http_pagedllm_completion_fields, "prompt", 16 },
-    { ngx_http_pagedllm_chat_fields, "messages", 0 }
+    { ngx_http_pagedllm_completion_fields, "prompt", 0 },
+    { ngx_http_pagedllm_chat_fields, "messages", 1 }
 };
 
 
@@ -230,17 +202,22 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
 {
     json_t                     *root;
     ngx_int_t                   rc;
+    ngx_uint_t                  id;
     ngx_http_pagedllm_api_t    *api;
     ngx_http_pagedllm_parse_t   ps;
 
     ngx_memzero(p, sizeof(ngx_http_pagedllm_params_t));
     p->chat = chat;
 
+    for (id = 0; id < PL_P_COUNT; id++) {
+        ngx_http_pagedllm_param_set(p, id, pl_param(id)->dflt);
+    }
+
     api = &ngx_http_pagedllm_apis[p->chat];
-    p->max_tokens = api->max_tokens;
-    p->n = 1;
-    p->temperature = 1.0f;
-    p->top_p = 1.0f;
+
+    if (api->fill) {
+        p->max_tokens = 0;
+    }
 
     root = ngx_http_pagedllm_load(r->pool, body, len, err);
     if (root == NULL) {
@@ -532,15 +509,21 @@ static void
 ngx_http_pagedllm_defaults(json_t *root, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine)
 {
+    double  ctx, vocab;
+
+    ctx = engine->max_model_len;
+    vocab = engine->vocab_size;
+
     if (!ngx_http_pagedllm_given(root, "temperature")
-        && engine->default_temperature >= 0
-        && engine->default_temperature <= 2)
+        && pl_param_in_range(pl_param(PL_P_temperature),
+                             engine->default_temperature, ctx, vocab))
     {
         p->temperature = engine->default_temperature;
     }
 
     if (!ngx_http_pagedllm_given(root, "top_p")
-        && engine->default_top_p > 0 && engine->default_top_p <= 1)
+        && pl_param_in_range(pl_param(PL_P_top_p), engine->default_top_p,
+                             ctx, vocab))
     {
         p->top_p = engine->default_top_p;
     }
@@ -768,135 +751,88 @@ ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps, json_t *v,
 }
 
 
-/* An integer in [lo, hi]. */
+
+
+
+
+
+/*
+ * A sampling parameter: its type and range from its row of PL_PARAMS (an
+ * integral number such as 2.0 is an integer).  A negative integer, top_k's
+ * -1, is "off" and goes on as 0.  post: a PL_SUBMIT_* flag it sets too.
+ */
 static ngx_int_t
-ngx_http_pagedllm_integer(ngx_http_pagedllm_parse_t *ps, json_t *v,
-    json_int_t lo, json_int_t hi, json_int_t *out)
+ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    json_int_t  n;
-
-    if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(ps, "an integer");
-    }
-
-    n = json_integer_value(v);
-
-    if (n < lo || n > hi) {
-        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST,
-                                    ps->field->name,
-                                    "'%s' must be between %L and %L, got %L",
-                                    ps->field->name,
-                                    (int64_t) lo, (int64_t) hi, (int64_t) n);
-        return NGX_ERROR;
-    }
-
-    *out = n;
-
-    return NGX_OK;
-}
-
-
-/* Where the field being parsed goes in the parameters. */
-static void *
-ngx_http_pagedllm_slot(ngx_http_pagedllm_parse_t *ps)
-{
-    return (u_char *) ps->params + ps->field->offset;
-}
-
-
-/* max_tokens, max_completion_tokens, min_tokens: from the least value
-   post points to up to the model's context */
-static ngx_int_t
-ngx_http_pagedllm_f_tokens(ngx_http_pagedllm_parse_t *ps, json_t *v)
-{
-    json_int_t                   n, *lo;
-    uint32_t                    *tokens;
-    ngx_http_pagedllm_engine_t  *engine = ps->engine;
+    double             d, ctx, vocab;
+    uint32_t          *flag;
+    const char        *name;
+    const pl_param_t  *row;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
-    lo = ps->field->post;
-
-    if (ngx_http_pagedllm_integer(ps, v, *lo, engine->max_model_len, &n)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    tokens = ngx_http_pagedllm_slot(ps);
-    *tokens = (uint32_t) n;
-
-    return NGX_OK;
-}
-
-
-/* A number within the range post points to, kept as a float. */
-static ngx_int_t
-ngx_http_pagedllm_f_float(ngx_http_pagedllm_parse_t *ps, json_t *v)
-{
-    float                      *out;
-    double                      d;
-    ngx_http_pagedllm_range_t  *r;
-    ngx_http_pagedllm_error_t  *err = ps->err;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (!json_is_number(v)) {
-        return ngx_http_pagedllm_type_error(ps, "a number");
-    }
-
-    r = ps->field->post;
+    row = pl_param(ps->field->param);
+    name = ps->field->name;
     d = json_number_value(v);
 
-    if (!(d <= r->hi) || (r->open_lo ? !(d > r->lo) : !(d >= r->lo))) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ps->field->name,
-                                    "'%s' must be in %s%.1f, %.1f], got %.3f",
-                                    ps->field->name,
-                                    r->open_lo ? "(" : "[", r->lo, r->hi, d);
+    if (!json_is_number(v) || (row->type == PL_PARAM_INT && d != floor(d)))
+    {
+        return ngx_http_pagedllm_type_error(ps, row->type == PL_PARAM_INT
+                                                ? "an integer" : "a number");
+    }
+
+    ctx = ps->engine->max_model_len;
+    vocab = ps->engine->vocab_size;
+
+    if (!pl_param_in_range(row, d, ctx, vocab)) {
+
+        if (row->type == PL_PARAM_INT) {
+            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
+                                        "'%s' must be an integer from %L to "
+                                        "%L, got %.0f", name,
+                                        (int64_t) row->lo,
+                                        (int64_t) pl_param_hi(row, ctx,
+                                                              vocab), d);
+        } else {
+            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
+                                        "'%s' must be in %s%.1f, %.1f], got "
+                                        "%.3f", name,
+                                        row->open_lo ? "(" : "[", row->lo,
+                                        row->hi, d);
+        }
+
         return NGX_ERROR;
     }
 
-    out = ngx_http_pagedllm_slot(ps);
-    *out = (float) d;
+    ngx_http_pagedllm_param_set(ps->params, ps->field->param, d);
+
+    flag = ps->field->post;
+
+    if (flag) {
+        ps->params->flags |= *flag;
+    }
 
     return NGX_OK;
 }
 
 
-static ngx_int_t
-ngx_http_pagedllm_f_top_k(ngx_http_pagedllm_parse_t *ps, json_t *v)
+/* Parameter id set to v, in its type; negative integers are 0 ("off"). */
+static void
+ngx_http_pagedllm_param_set(ngx_http_pagedllm_params_t *p, pl_param_id_t id,
+    double v)
 {
-    json_int_t                   k;
-    ngx_http_pagedllm_params_t  *p = ps->params;
-    ngx_http_pagedllm_engine_t  *engine = ps->engine;
-    ngx_http_pagedllm_error_t   *err = ps->err;
+    u_char  *slot;
 
-    if (json_is_null(v)) {
-        return NGX_OK;
+    slot = (u_char *) p + ngx_http_pagedllm_param_offsets[id];
+
+    if (pl_param(id)->type == PL_PARAM_FLOAT) {
+        *(float *) slot = (float) v;
+
+    } else {
+        *(uint32_t *) slot = v < 0 ? 0 : (uint32_t) v;
     }
-
-    if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(ps, "an integer");
-    }
-
-    k = json_integer_value(v);
-
-    if (k < -1 || k > (json_int_t) engine->vocab_size) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "top_k",
-                                    "'top_k' must be -1 (off) or between 1 "
-                                    "and %uD, got %L", engine->vocab_size,
-                                    (int64_t) k);
-        return NGX_ERROR;
-    }
-
-    p->top_k = k < 0 ? 0 : (int32_t) k;
-
-    return NGX_OK;
 }
 
 
@@ -919,37 +855,6 @@ ngx_http_pagedllm_f_seed(ngx_http_pagedllm_parse_t *ps, json_t *v)
     return NGX_OK;
 }
 
-
-/* n and best_of: how many sequences, 1..PL_MAX_SEQS; best_of is checked
-   against n (and stream) once every field is read */
-static ngx_int_t
-ngx_http_pagedllm_f_count(ngx_http_pagedllm_parse_t *ps, json_t *v)
-{
-    uint32_t                   *count;
-    ngx_http_pagedllm_error_t  *err = ps->err;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (!json_is_integer(v)) {
-        return ngx_http_pagedllm_type_error(ps, "an integer");
-    }
-
-    if (json_integer_value(v) < 1 || json_integer_value(v) > PL_MAX_SEQS) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    ps->field->name,
-                                    "'%s' must be an integer from 1 to %d",
-                                    ps->field->name,
-                                    PL_MAX_SEQS);
-        return NGX_ERROR;
-    }
-
-    count = ngx_http_pagedllm_slot(ps);
-    *count = (uint32_t) json_integer_value(v);
-
-    return NGX_OK;
-}
 
 
 static ngx_int_t
@@ -1091,33 +996,6 @@ ngx_http_pagedllm_f_unsupported(ngx_http_pagedllm_parse_t *ps, json_t *v)
 }
 
 
-/* completions' logprobs and chat's top_logprobs: the top entries wanted
-   per token, 0..PL_MAX_LOGPROBS; post: a flag the field sets too, if any */
-static ngx_int_t
-ngx_http_pagedllm_f_logprobs(ngx_http_pagedllm_parse_t *ps, json_t *v)
-{
-    uint32_t                    *flag;
-    json_int_t                   n;
-    ngx_http_pagedllm_params_t  *p = ps->params;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (ngx_http_pagedllm_integer(ps, v, 0, PL_MAX_LOGPROBS, &n) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    p->logprobs = (uint32_t) n;
-    flag = ps->field->post;
-
-    if (flag) {
-        p->flags |= *flag;
-    }
-
-    return NGX_OK;
-}
-
 
 /* A token id written as a decimal string, as logit_bias keys are. */
 static ngx_int_t
@@ -1198,8 +1076,18 @@ ngx_http_pagedllm_f_logit_bias(ngx_http_pagedllm_parse_t *ps, json_t *v)
         }
 
         d = json_number_value(e);
-        p->bias[p->n_bias++].bias = (float) (d < -100 ? -100
-                                             : d > 100 ? 100 : d);
+
+        if (d < PL_PARAM_BIAS_LO || d > PL_PARAM_BIAS_HI) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "logit_bias",
+                                        "'logit_bias' values must be in "
+                                        "[%d, %d], got %.3f",
+                                        PL_PARAM_BIAS_LO, PL_PARAM_BIAS_HI,
+                                        d);
+            return NGX_ERROR;
+        }
+
+        p->bias[p->n_bias++].bias = (float) d;
     }
 
     return NGX_OK;
