@@ -1256,26 +1256,29 @@ ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
    the rendered prompt is tokenized with special tokens parsed (for the
    template's own), so such text would become a control token. */
 static ngx_int_t
-ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_engine_t *engine,
+ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
     ngx_http_pagedllm_error_t *err)
 {
     size_t       len;
     ngx_uint_t   i;
     const char  *s;
 
+    if (v == NULL) {
+        return NGX_OK;
+    }
+
     s = json_string_value(v);
     len = json_string_length(v);
 
-    for (i = 0; i < engine->tok->n_specials; i++) {
-        if (memmem(s, len, engine->tok->specials[i].data,
-                   engine->tok->specials[i].len)
+    for (i = 0; i < tok->n_specials; i++) {
+        if (memmem(s, len, tok->specials[i].data, tok->specials[i].len)
             != NULL)
         {
             ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                         "messages",
                                         "'messages' may not contain the "
                                         "special token text \"%V\"",
-                                        &engine->tok->specials[i]);
+                                        &tok->specials[i]);
             return NGX_ERROR;
         }
     }
@@ -1286,8 +1289,8 @@ ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_engine_t *engine,
 
 /* One message checked and reduced to {role, content[, name]}. */
 static json_t *
-ngx_http_pagedllm_message(json_t *m, ngx_http_pagedllm_engine_t *engine,
-    ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
 {
     json_t      *role, *content, *name, *out;
     const char  *r, *key;
@@ -1327,13 +1330,6 @@ ngx_http_pagedllm_message(json_t *m, ngx_http_pagedllm_engine_t *engine,
                                     "a message's 'content' must be a string "
                                     "or an array of text parts, its 'name' "
                                     "a string");
-        return NULL;
-    }
-
-    if (ngx_http_pagedllm_no_specials(content, engine, err) != NGX_OK
-        || (name && ngx_http_pagedllm_no_specials(name, engine, err)
-                    != NGX_OK))
-    {
         return NULL;
     }
 
@@ -1389,7 +1385,7 @@ ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
             return ngx_http_pagedllm_type_error(ps, "an array of objects");
         }
 
-        one = ngx_http_pagedllm_message(m, engine, ps->pool, err);
+        one = ngx_http_pagedllm_message(m, ps->pool, err);
         if (one == NULL) {
             return NGX_ERROR;
         }
@@ -1411,7 +1407,8 @@ ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
 
 /*
  * The job's prompt text, or its conversation rendered by the chat template
- * (whose special tokens are its own), tokenized.  Runs on a thread: it
+ * (whose special tokens are its own: the text of a message may not spell
+ * one, or it would become a control token), tokenized.  Runs on a thread: it
  * touches only the job, its parameters and the held tokenizer.
  */
 void
@@ -1419,7 +1416,8 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
 {
     int                          n, chat;
     char                        *text, rerr[256];
-    size_t                       len, cap;
+    size_t                       i, len, cap;
+    json_t                      *m;
     const char                  *name;
     ngx_http_pagedllm_params_t  *p = job->params;
 
@@ -1428,6 +1426,18 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
     job->rc = NGX_ERROR;
 
     if (chat) {
+        json_array_foreach(p->messages, i, m) {
+            if (ngx_http_pagedllm_no_specials(json_object_get(m, "content"),
+                                              job->tok, &job->err)
+                != NGX_OK
+                || ngx_http_pagedllm_no_specials(json_object_get(m, "name"),
+                                                 job->tok, &job->err)
+                   != NGX_OK)
+            {
+                return;
+            }
+        }
+
         text = pl_chat_render(job->tok->chat, p->messages, 1, NULL, rerr,
                               sizeof(rerr));
         if (text == NULL) {
