@@ -10,9 +10,10 @@
  * the decoded text, across token boundaries: a match cuts the choice's
  * text where the stop string starts and ends that choice (the generation
  * is aborted once no choice is left), and while streaming, the tail that
- * might still become a stop string is held back.  Every
- * request gets a cleanup handler, so whichever way it ends (499 included)
- * a running generation is aborted exactly once.
+ * might still become a stop string is held back.  A long body is decoded
+ * and a long prompt tokenized on the thread pool, the request blocked
+ * meanwhile.  Every request gets a cleanup handler, so whichever way it
+ * ends (499 included) a running generation is aborted exactly once.
  */
 
 
@@ -23,13 +24,14 @@
 #define NGX_HTTP_PAGEDLLM_OUT_MIN      4096
 
 /*
- * Prompts of fewer bytes are tokenized in the event loop: at the 35 MB/s
- * bench/tokenizer measures with Llama 3's tokenizer, 4 KiB is about
- * 0.1 ms, on the order of a thread pool round trip (a task posted, a
- * thread woken, its completion notified back through the event loop);
- * longer ones go to the thread pool.
+ * Bodies and prompts of fewer bytes are decoded and tokenized in the event
+ * loop: at the 35 MB/s bench/tokenizer measures with Llama 3's tokenizer
+ * (and about 40 MB/s for jansson on a long string), 4 KiB is about 0.1 ms,
+ * on the order of a thread pool round trip (a task posted, a thread woken,
+ * its completion notified back through the event loop); longer ones go to
+ * the thread pool.
  */
-#define NGX_HTTP_PAGEDLLM_INLINE_TOKENIZE  4096
+#define NGX_HTTP_PAGEDLLM_INLINE_MAX   4096
 
 
 typedef enum {
@@ -54,10 +56,14 @@ static void ngx_http_pagedllm_status_resume(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pagedllm_send_status(ngx_http_request_t *r);
 static void ngx_http_pagedllm_body_handler(ngx_http_request_t *r);
 static void ngx_http_pagedllm_completions(ngx_http_request_t *r);
-static void ngx_http_pagedllm_tokenize_post(ngx_http_request_t *r,
+static void ngx_http_pagedllm_offload(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_work_pt work,
+    void (*next)(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx));
+static void ngx_http_pagedllm_offload_done(void *data);
+static void ngx_http_pagedllm_decode_work(void *data, ngx_log_t *log);
+static void ngx_http_pagedllm_parse(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_tokenize_work(void *data, ngx_log_t *log);
-static void ngx_http_pagedllm_tokenize_done(void *data);
 static void ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_submit(ngx_http_request_t *r,
@@ -316,9 +322,6 @@ ngx_http_pagedllm_cleanup(void *data)
     }
 
     ngx_http_pagedllm_channel_cancel(ctx);
-
-    ngx_http_pagedllm_tok_release(ctx->tok);
-    ctx->tok = NULL;
 }
 
 
@@ -452,20 +455,22 @@ ngx_http_pagedllm_body_handler(ngx_http_request_t *r)
 }
 
 
-/* Body read and the engine attached (or not): parse, then tokenize. */
+/*
+ * Body read and the engine attached (or not): the steps of a completion
+ * are decoding the body, parsing it, tokenizing the prompt and submitting
+ * it; a long body or prompt is decoded or tokenized on the thread pool.
+ */
 static void
 ngx_http_pagedllm_completions(ngx_http_request_t *r)
 {
-    u_char                      *body;
-    size_t                       len;
-    ngx_http_pagedllm_ctx_t     *ctx;
-    ngx_http_pagedllm_error_t    err;
-    ngx_http_pagedllm_engine_t  *engine;
+    u_char                     *body;
+    size_t                      len;
+    ngx_http_pagedllm_ctx_t    *ctx;
+    ngx_http_pagedllm_error_t   err;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_pagedllm_module);
-    engine = ngx_http_pagedllm_channel_engine();
 
-    if (engine == NULL) {
+    if (ngx_http_pagedllm_channel_engine() == NULL) {
         ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
                                   "the engine is not attached"));
         return;
@@ -481,82 +486,54 @@ ngx_http_pagedllm_completions(ngx_http_request_t *r)
         return;
     }
 
-    if (ngx_http_pagedllm_parse_completion(r, body, len, engine, ctx->chat,
-                                           &ctx->params, &err)
+    if (ngx_http_pagedllm_decode_init(r->pool, &ctx->decode, body, len)
         != NGX_OK)
     {
-        ngx_http_finalize_request(r, ngx_http_pagedllm_send_error(r, &err));
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
-    ctx->tok = engine->tok;
-    ngx_http_pagedllm_tok_hold(ctx->tok);
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "pagedllm: parsed, %uz bytes of prompt text, max_tokens "
-                   "%uD", ctx->params.text_len, ctx->params.max_tokens);
-
-    if (ctx->params.prompt != NULL) {
-        ngx_http_pagedllm_submit(r, ctx);
+    if (len >= NGX_HTTP_PAGEDLLM_INLINE_MAX) {
+        ngx_http_pagedllm_offload(r, ctx, ngx_http_pagedllm_decode_work,
+                                  ngx_http_pagedllm_parse);
         return;
     }
 
-    ctx->job.tok = ctx->tok;
-    ctx->job.params = &ctx->params;
-
-    if (ctx->params.text_len < NGX_HTTP_PAGEDLLM_INLINE_TOKENIZE) {
-        ngx_http_pagedllm_tokenize(&ctx->job, r->connection->log);
-        ngx_http_pagedllm_tokenized(r, ctx);
-        return;
-    }
-
-    ngx_http_pagedllm_tokenize_post(r, ctx);
+    ngx_http_pagedllm_parse(r, ctx);
 }
 
 
 /*
- * The prompt goes to the thread pool.  The request is blocked meanwhile
- * (r->main->blocked): a client that goes away terminates it, but its pool
- * and ctx stay until the task is done; the task holds its own reference
- * to the tokenizer, since the request's is released at termination.
+ * work goes to the thread pool, next follows in the event loop.  The
+ * request is blocked meanwhile (r->main->blocked): a client that goes
+ * away terminates it, but its pool, which owns what the work touches (the
+ * body, the decoded JSON, the prompt's ids, a reference to the tokenizer),
+ * stays until the work is done.
  */
 static void
-ngx_http_pagedllm_tokenize_post(ngx_http_request_t *r,
-    ngx_http_pagedllm_ctx_t *ctx)
+ngx_http_pagedllm_offload(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_work_pt work,
+    void (*next)(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx))
 {
-    ngx_http_pagedllm_tok_hold(ctx->job.tok);
-
-    ctx->state = NGX_HTTP_PAGEDLLM_TOKENIZING;
+    ctx->next = next;
+    ctx->state = NGX_HTTP_PAGEDLLM_OFFLOADED;
     r->main->blocked++;
     r->read_event_handler = ngx_http_test_reading;
 
-    if (ngx_http_pagedllm_thread_run(r->pool, r->connection->log,
-                                     ngx_http_pagedllm_tokenize_work,
-                                     ngx_http_pagedllm_tokenize_done, ctx)
+    if (ngx_http_pagedllm_thread_run(r->pool, r->connection->log, work,
+                                     ngx_http_pagedllm_offload_done, ctx)
         != NGX_OK)
     {
-        r->main->blocked--;
-        ctx->state = NGX_HTTP_PAGEDLLM_NEW;
-        ngx_http_pagedllm_tok_release(ctx->job.tok);
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        work(ctx, r->connection->log);
+        ngx_http_pagedllm_offload_done(ctx);
     }
 }
 
 
-/* On a thread: the job touches nothing but itself and its tokenizer. */
+/* The work done: the next step, or the end of a request terminated
+   meanwhile. */
 static void
-ngx_http_pagedllm_tokenize_work(void *data, ngx_log_t *log)
-{
-    ngx_http_pagedllm_ctx_t  *ctx = data;
-
-    ngx_http_pagedllm_tokenize(&ctx->job, log);
-}
-
-
-/* In the event loop, the thread done: go on, or end the request that was
-   terminated meanwhile. */
-static void
-ngx_http_pagedllm_tokenize_done(void *data)
+ngx_http_pagedllm_offload_done(void *data)
 {
     ngx_http_pagedllm_ctx_t  *ctx = data;
 
@@ -569,22 +546,94 @@ ngx_http_pagedllm_tokenize_done(void *data)
     ngx_http_set_log_request(c->log, r);
 
     r->main->blocked--;
-    ngx_http_pagedllm_tok_release(ctx->job.tok);
 
     if (c->error) {
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
-                       "pagedllm: client gone while tokenizing");
-        ngx_free(ctx->job.ids);
-        ctx->job.ids = NULL;
+                       "pagedllm: client gone while on the thread pool");
         r->write_event_handler(r);
-        ngx_http_run_posted_requests(c);
+
+    } else {
+        ctx->state = NGX_HTTP_PAGEDLLM_NEW;
+        ctx->next(r, ctx);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_pagedllm_decode_work(void *data, ngx_log_t *log)
+{
+    ngx_http_pagedllm_ctx_t  *ctx = data;
+
+    ngx_http_pagedllm_decode(&ctx->decode);
+}
+
+
+/* Decoded: check every field, hold the tokenizer, tokenize. */
+static void
+ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_error_t    err;
+    ngx_http_pagedllm_engine_t  *engine;
+
+    engine = ngx_http_pagedllm_channel_engine();
+
+    if (engine == NULL) {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
+                                  "the engine is not attached"));
         return;
     }
 
-    ctx->state = NGX_HTTP_PAGEDLLM_NEW;
+    if (ngx_http_pagedllm_parse_completion(r, &ctx->decode, engine,
+                                           ctx->chat, &ctx->params, &err)
+        != NGX_OK)
+    {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_send_error(r, &err));
+        return;
+    }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "pagedllm: parsed, %uz bytes of prompt text, max_tokens "
+                   "%uD", ctx->params.text_len, ctx->params.max_tokens);
+
+    if (ngx_http_pagedllm_tok_hold_pool(r->pool, engine->tok) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ctx->tok = engine->tok;
+
+    if (ctx->params.prompt != NULL) {
+        ngx_http_pagedllm_submit(r, ctx);
+        return;
+    }
+
+    if (ngx_http_pagedllm_tokenize_init(r->pool, &ctx->job, ctx->tok,
+                                        &ctx->params)
+        != NGX_OK)
+    {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (ctx->params.text_len >= NGX_HTTP_PAGEDLLM_INLINE_MAX) {
+        ngx_http_pagedllm_offload(r, ctx, ngx_http_pagedllm_tokenize_work,
+                                  ngx_http_pagedllm_tokenized);
+        return;
+    }
+
+    ngx_http_pagedllm_tokenize(&ctx->job, r->connection->log);
     ngx_http_pagedllm_tokenized(r, ctx);
-    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_pagedllm_tokenize_work(void *data, ngx_log_t *log)
+{
+    ngx_http_pagedllm_ctx_t  *ctx = data;
+
+    ngx_http_pagedllm_tokenize(&ctx->job, log);
 }
 
 
@@ -592,31 +641,15 @@ static void
 ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx)
 {
-    ngx_http_pagedllm_tokenize_t  *job = &ctx->job;
-
-    if (job->rc != NGX_OK) {
-        ngx_free(job->ids);
-        job->ids = NULL;
+    if (ctx->job.rc != NGX_OK) {
         ngx_http_finalize_request(r,
-                                  ngx_http_pagedllm_send_error(r, &job->err));
+                                  ngx_http_pagedllm_send_error(r,
+                                                               &ctx->job.err));
         return;
     }
 
-    ctx->params.prompt = ngx_palloc(r->pool, job->n_ids * sizeof(int32_t));
-
-    if (ctx->params.prompt != NULL) {
-        ngx_memcpy(ctx->params.prompt, job->ids,
-                   job->n_ids * sizeof(int32_t));
-        ctx->params.n_prompt = job->n_ids;
-    }
-
-    ngx_free(job->ids);
-    job->ids = NULL;
-
-    if (ctx->params.prompt == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
+    ctx->params.prompt = ctx->job.ids;
+    ctx->params.n_prompt = ctx->job.n_ids;
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "pagedllm: tokenized, %ui prompt tokens",

@@ -17,8 +17,9 @@
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through
  * the events its context carries (set by the handler).  Work that may take
- * milliseconds (loading the tokenizer, tokenizing a long prompt) runs on
- * the thread pool of pagedllm_thread_pool, never in the event loop.
+ * milliseconds (loading the tokenizer, decoding a long body, tokenizing a
+ * long prompt) runs on the thread pool of pagedllm_thread_pool, never in
+ * the event loop.
  */
 
 
@@ -65,10 +66,10 @@ typedef struct {
 /*
  * The text side of the engine's model: its tokenizer, chat template and
  * the text of its special tokens.  Reference-counted, in the event loop
- * only: the channel holds one reference while it serves it, a request one
- * from parsing to its end, a thread task one while it runs; a re-attach
- * that loads another tokenizer leaves the old one to whoever still holds
- * it, and the last release frees it.
+ * only: the channel holds one reference while it serves it, a request's
+ * pool one from parsing until it is destroyed (never while a thread task
+ * of the request runs); a re-attach that loads another tokenizer leaves
+ * the old one to whoever still holds it, and the last release frees it.
  */
 typedef struct {
     pl_tokenizer_t               *tokenizer;
@@ -144,9 +145,24 @@ typedef struct {
 
 
 /*
+ * Decoding a request body's JSON, on a thread or inline: the root is the
+ * request pool's (a cleanup releases it); bad_utf8 leaves the decoding to
+ * the parser, which names the field at fault.
+ */
+typedef struct {
+    u_char                       *body;
+    size_t                        len;
+    json_t                       *root;
+    json_error_t                  jerr;
+    unsigned                      decoded:1;
+    unsigned                      bad_utf8:1;
+} ngx_http_pagedllm_decode_t;
+
+
+/*
  * Tokenizing a prompt given as text, on a thread or inline: only the
  * reference-counted tokenizer and what the job holds are touched.  ids are
- * malloc()ed; whoever takes the result frees them.
+ * malloc()ed and the request pool's (a cleanup frees them).
  */
 typedef struct {
     ngx_http_pagedllm_tok_t      *tok;
@@ -161,7 +177,7 @@ typedef struct {
 typedef enum {
     NGX_HTTP_PAGEDLLM_NEW = 0,
     NGX_HTTP_PAGEDLLM_PARKED,        /* waiting for the engine to attach */
-    NGX_HTTP_PAGEDLLM_TOKENIZING,    /* its prompt on the thread pool */
+    NGX_HTTP_PAGEDLLM_OFFLOADED,     /* its body or prompt on a thread */
     NGX_HTTP_PAGEDLLM_RUNNING,       /* submitted, in the request table */
     NGX_HTTP_PAGEDLLM_DONE           /* finished, failed or aborted */
 } ngx_http_pagedllm_state_e;
@@ -232,7 +248,10 @@ struct ngx_http_pagedllm_ctx_s {
     ngx_str_t                     model;
     time_t                        created;
     ngx_http_pagedllm_tok_t      *tok;           /* held: parsed with it */
+    ngx_http_pagedllm_decode_t    decode;
     ngx_http_pagedllm_tokenize_t  job;
+    void                        (*next)(ngx_http_request_t *r,
+                                      ngx_http_pagedllm_ctx_t *ctx);
 
     /* the request: STOP once every choice has ended normally (each
        choice has its own reason), ERROR when it failed */
@@ -267,6 +286,8 @@ ngx_http_pagedllm_tok_t *ngx_http_pagedllm_tok_load(const char *path,
     uint64_t hash, ngx_log_t *log, u_char *err, size_t len);
 void ngx_http_pagedllm_tok_hold(ngx_http_pagedllm_tok_t *tok);
 void ngx_http_pagedllm_tok_release(ngx_http_pagedllm_tok_t *tok);
+ngx_int_t ngx_http_pagedllm_tok_hold_pool(ngx_pool_t *pool,
+    ngx_http_pagedllm_tok_t *tok);
 
 /* channel */
 ngx_int_t ngx_http_pagedllm_channel_init(ngx_cycle_t *cycle,
@@ -289,10 +310,16 @@ ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
 
 /* request */
+ngx_int_t ngx_http_pagedllm_decode_init(ngx_pool_t *pool,
+    ngx_http_pagedllm_decode_t *d, u_char *body, size_t len);
+void ngx_http_pagedllm_decode(ngx_http_pagedllm_decode_t *d);
 ngx_int_t ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
-    u_char *body, size_t len, ngx_http_pagedllm_engine_t *engine,
+    ngx_http_pagedllm_decode_t *d, ngx_http_pagedllm_engine_t *engine,
     ngx_uint_t chat, ngx_http_pagedllm_params_t *params,
     ngx_http_pagedllm_error_t *err);
+ngx_int_t ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
+    ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
+    ngx_http_pagedllm_params_t *params);
 void ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job,
     ngx_log_t *log);
 ngx_int_t ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,

@@ -63,8 +63,10 @@ typedef struct {
 } ngx_http_pagedllm_api_t;
 
 
-static json_t *ngx_http_pagedllm_load(ngx_pool_t *pool, u_char *body,
-    size_t len, ngx_http_pagedllm_error_t *err);
+static void ngx_http_pagedllm_decode_cleanup(void *data);
+static void ngx_http_pagedllm_ids_cleanup(void *data);
+static json_t *ngx_http_pagedllm_load(ngx_pool_t *pool,
+    ngx_http_pagedllm_decode_t *d, ngx_http_pagedllm_error_t *err);
 static u_char *ngx_http_pagedllm_sanitize(ngx_pool_t *pool, u_char *body,
     size_t len, size_t *out_len);
 static ngx_int_t ngx_http_pagedllm_find_marker(json_t *root,
@@ -195,10 +197,57 @@ static ngx_http_pagedllm_api_t  ngx_http_pagedllm_apis[] = {
 };
 
 
+/* d is to decode body; the pool releases what it decodes. */
 ngx_int_t
-ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
-    size_t len, ngx_http_pagedllm_engine_t *engine, ngx_uint_t chat,
-    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err)
+ngx_http_pagedllm_decode_init(ngx_pool_t *pool, ngx_http_pagedllm_decode_t *d,
+    u_char *body, size_t len)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    ngx_memzero(d, sizeof(ngx_http_pagedllm_decode_t));
+    d->body = body;
+    d->len = len;
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_pagedllm_decode_cleanup;
+    cln->data = d;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_pagedllm_decode_cleanup(void *data)
+{
+    ngx_http_pagedllm_decode_t  *d = data;
+
+    json_decref(d->root);
+}
+
+
+/* The body's JSON, thread-safe: it touches nothing but d. */
+void
+ngx_http_pagedllm_decode(ngx_http_pagedllm_decode_t *d)
+{
+    d->decoded = 1;
+    d->bad_utf8 = !pl_utf8_valid((char *) d->body, d->len);
+
+    if (!d->bad_utf8) {
+        d->root = json_loadb((char *) d->body, d->len, JSON_REJECT_DUPLICATES,
+                             &d->jerr);
+    }
+}
+
+
+ngx_int_t
+ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
+    ngx_http_pagedllm_decode_t *d, ngx_http_pagedllm_engine_t *engine,
+    ngx_uint_t chat, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_error_t *err)
 {
     json_t                     *root;
     ngx_int_t                   rc;
@@ -219,7 +268,7 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
         p->max_tokens = 0;
     }
 
-    root = ngx_http_pagedllm_load(r->pool, body, len, err);
+    root = ngx_http_pagedllm_load(r->pool, d, err);
     if (root == NULL) {
         return NGX_ERROR;
     }
@@ -245,53 +294,53 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r, u_char *body,
 }
 
 
+/* d's root, decoded here if it was not on a thread; a body that is not
+   valid UTF-8 decoded with markers to name the field at fault. */
 static json_t *
-ngx_http_pagedllm_load(ngx_pool_t *pool, u_char *body, size_t len,
+ngx_http_pagedllm_load(ngx_pool_t *pool, ngx_http_pagedllm_decode_t *d,
     ngx_http_pagedllm_error_t *err)
 {
-    json_t        *root;
-    ngx_uint_t     bad_utf8;
-    json_error_t   jerr;
+    u_char  *body;
+    size_t   len;
 
-    bad_utf8 = !pl_utf8_valid((char *) body, len);
+    if (!d->decoded) {
+        ngx_http_pagedllm_decode(d);
+    }
 
-    if (bad_utf8) {
-        body = ngx_http_pagedllm_sanitize(pool, body, len, &len);
+    if (d->bad_utf8) {
+        body = ngx_http_pagedllm_sanitize(pool, d->body, d->len, &len);
         if (body == NULL) {
             ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                         NULL, "out of memory");
             return NULL;
         }
+
+        d->root = json_loadb((char *) body, len, JSON_REJECT_DUPLICATES,
+                             &d->jerr);
     }
 
-    root = json_loadb((char *) body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
+    if (d->root == NULL) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL,
                                     "We could not parse the JSON body of "
                                     "your request: %s (line %d, column %d)",
-                                    jerr.text, jerr.line, jerr.column);
+                                    d->jerr.text, d->jerr.line,
+                                    d->jerr.column);
         return NULL;
     }
 
-    if (ngx_http_pagedllm_json_pool(pool, root) == NULL) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                    NULL, "out of memory");
-        return NULL;
-    }
-
-    if (!json_is_object(root)) {
+    if (!json_is_object(d->root)) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL,
                                     "The request body must be a JSON "
                                     "object");
         return NULL;
     }
 
-    if (bad_utf8) {
-        ngx_http_pagedllm_find_marker(root, err);
+    if (d->bad_utf8) {
+        ngx_http_pagedllm_find_marker(d->root, err);
         return NULL;
     }
 
-    return root;
+    return d->root;
 }
 
 
@@ -1402,6 +1451,39 @@ ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
     p->messages = msgs;
 
     return NGX_OK;
+}
+
+
+/* job is to tokenize params' text with tok; the pool frees its ids. */
+ngx_int_t
+ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
+    ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
+    ngx_http_pagedllm_params_t *params)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    ngx_memzero(job, sizeof(ngx_http_pagedllm_tokenize_t));
+    job->tok = tok;
+    job->params = params;
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_pagedllm_ids_cleanup;
+    cln->data = job;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_pagedllm_ids_cleanup(void *data)
+{
+    ngx_http_pagedllm_tokenize_t  *job = data;
+
+    ngx_free(job->ids);
 }
 
 

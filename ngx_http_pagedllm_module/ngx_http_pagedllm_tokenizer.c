@@ -23,6 +23,7 @@ static ngx_int_t ngx_http_pagedllm_file_hash(const char *path,
 static void ngx_http_pagedllm_tok_chat(ngx_http_pagedllm_tok_t *tok);
 static ngx_int_t ngx_http_pagedllm_tok_specials(ngx_http_pagedllm_tok_t *tok,
     ngx_log_t *log);
+static void ngx_http_pagedllm_tok_cleanup(void *data);
 static void ngx_http_pagedllm_tok_free(ngx_http_pagedllm_tok_t *tok);
 
 
@@ -87,6 +88,34 @@ ngx_http_pagedllm_tok_release(ngx_http_pagedllm_tok_t *tok)
     if (tok != NULL && --tok->refs == 0) {
         ngx_http_pagedllm_tok_free(tok);
     }
+}
+
+
+/* A reference the pool holds: released when the pool is destroyed, which
+   a request's is only once no thread task of it runs. */
+ngx_int_t
+ngx_http_pagedllm_tok_hold_pool(ngx_pool_t *pool, ngx_http_pagedllm_tok_t *tok)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_pagedllm_tok_hold(tok);
+
+    cln->handler = ngx_http_pagedllm_tok_cleanup;
+    cln->data = tok;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_pagedllm_tok_cleanup(void *data)
+{
+    ngx_http_pagedllm_tok_release(data);
 }
 
 
