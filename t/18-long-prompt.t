@@ -19,12 +19,12 @@ use PagedLLM::Test;
 
 # The bound on the stream's largest gap between two events while the long
 # prompt is in the worker.  Tokenizing it in the event loop stalls the
-# stream for the whole tokenization: 550-580 ms measured on the 2-core
-# test machine under load.  On the thread pool (decoding the body's JSON
+# stream for the whole tokenization: 230-580 ms measured on the 2-core
+# test machine, idle to loaded.  On the thread pool (decoding the body's JSON
 # there too) what stays in the loop is reading the 1 MB body and checking
 # the fields, and the thread competes with the loop for the two cores:
 # 16-32 ms measured with a compiler running beside.  100 ms is three times
-# that and a fifth of the stall.
+# that and under half the shortest stall.
 my $BOUND = 0.100;
 
 my $J = $PagedLLM::Test::JSON;
@@ -74,20 +74,21 @@ like($big->{message} // '',
      qr/maximum context length is \d+ tokens, however your prompt has \d{5,}/,
      'after it was tokenized whole (its tokens counted)');
 
-# the largest gap between consecutive events while the long prompt was in
-# the worker, from when it was sent until its answer came
+# the largest gap between consecutive events that overlaps the time the
+# long prompt was in the worker, from when it was sent until its answer
+# came (the client reads the stream all along: its body was made before)
 my @times = map { $_->{time} } @{ $rest->{chunks} };
 my ($gap, $n) = (0, 0);
 for my $i (1 .. $#times) {
-    next if $times[$i - 1] < $big->{t0} || $times[$i - 1] > $big->{t1};
+    next if $times[$i] < $big->{t0} || $times[$i - 1] > $big->{t1};
     $n++;
     $gap = $times[$i] - $times[$i - 1] if $times[$i] - $times[$i - 1] > $gap;
 }
 
 ok($times[-1] > $big->{t1}, 'the stream was still running when the long '
                             . 'prompt was answered');
-ok($n >= 2, "the stream sent events while the long prompt was in the worker "
-            . "($n)");
+ok($n >= 1, "the stream was measured while the long prompt was in the "
+            . "worker ($n gaps)");
 cmp_ok($gap, '<', $BOUND, sprintf('the stream\'s largest gap meanwhile, '
                                   . '%.1f ms, stays under %.0f ms',
                                   $gap * 1000, $BOUND * 1000));
