@@ -19,7 +19,7 @@ use PagedLLM::Test;
 
 # The bound on the stream's largest gap between two events while the long
 # prompt is in the worker.  Tokenizing it in the event loop stalls the
-# stream for the whole tokenization: 230-580 ms measured on the 2-core
+# stream for the whole tokenization: 180-580 ms measured on the 2-core
 # test machine, idle to loaded.  On the thread pool (decoding the body's JSON
 # there too) what stays in the loop is reading the 1 MB body and checking
 # the fields, and the thread competes with the loop for the two cores:
