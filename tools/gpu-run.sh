@@ -1,27 +1,43 @@
 #!/bin/sh
 # gpu-run.sh: the one script a call on the lent GPU machine runs.  Builds
-# with `make BUILD=build-gpu`, runs the GPU tests (make test-gpu), the
-# kernel benchmarks (make bench-gpu, ours and torch's in the same run) and
-# prints a short table last.  Logs go to $OUT (or ./gpu-out).
+# with `make BUILD=build-gpu`, then runs the stages named (default: test
+# bench), logs under $OUT (or ./gpu-out), a short table last:
 #
-#     sh tools/gpu-run.sh [sweep] [profile]
+#     sh tools/gpu-run.sh [test] [bench] [serving] [sweep] [profile]
 #
-# "sweep" also runs the decode benchmark under each setting of the
-# decode kernel's knobs (splits, cluster merge, KV heads a block, grid
-# order) and prints one line of TB/s per setting, then runs graphs.t with
-# the decode grid rows first; "profile" runs the decode benchmark and the
-# prefill one under ncu.
+# test     make test-gpu (every CUDA kernel against its CPU twin, the
+#          model against the CPU backend and transformers' fixtures), the
+#          engine tests on CUDA, compute-sanitizer over the tiny model;
+# bench    make bench-gpu: attention (ours on shuffled blocks and on the
+#          engine's layout, torch's scaled_dot_product_attention in the
+#          same run), the small-batch GEMV against cuBLAS;
+# serving  a Llama-2-7B-shaped random bf16 model: the decode step against
+#          the weight-read floor (bench/gpu/step) and the engine's
+#          throughput beside transformers' generate (bench/gpu/serving.sh);
+# sweep    the decode benchmark under each setting of the decode kernel's
+#          knobs (splits, cluster merge, KV heads a block, grid order),
+#          one line of TB/s per setting, and graphs.t with the decode grid
+#          rows first;
+# profile  the decode and prefill kernels under ncu.
 # The machine has no network: tools/gpu-deps.sh unpacks the jansson
 # packages carried in .gpu-debs/ there (carry ".gpu-debs").
 set -u
 
 OUT=${OUT:-gpu-out}
+TEST=0
+BENCH=0
+SERVING=0
 SWEEP=0
 PROFILE=0
+[ $# -eq 0 ] && set -- test bench
 for a in "$@"; do
     case $a in
+    test) TEST=1 ;;
+    bench) BENCH=1 ;;
+    serving) SERVING=1 ;;
     sweep) SWEEP=1 ;;
     profile) PROFILE=1 ;;
+    *) echo "gpu-run.sh: unknown stage '$a'" >&2; exit 2 ;;
     esac
 done
 mkdir -p "$OUT"
@@ -49,28 +65,50 @@ if ! make BUILD=$B -j"$JOBS" $B/libpagedllm.a $B/mktinymodel \
 fi
 log "build ok"
 
-if command -v prove >/dev/null 2>&1; then
-    make BUILD=$B -j"$JOBS" test-gpu > "$OUT/test.log" 2>&1 || status=1
-else
-    make BUILD=$B -j"$JOBS" model $(ls t/gpu/*.c | sed "s|t/gpu/\(.*\)\.c|$B/t/gpu/\1.t|") \
-        > "$OUT/test.log" 2>&1 || status=1
-    for t in $B/t/gpu/*.t; do
-        PAGEDLLM_BUILD=$(pwd)/$B $t >> "$OUT/test.log" 2>&1 || status=1
+if [ $TEST = 1 ]; then
+    if command -v prove >/dev/null 2>&1; then
+        make BUILD=$B -j"$JOBS" test-gpu > "$OUT/test.log" 2>&1 || status=1
+    else
+        make BUILD=$B -j"$JOBS" model $(ls t/gpu/*.c | sed "s|t/gpu/\(.*\)\.c|$B/t/gpu/\1.t|") \
+            > "$OUT/test.log" 2>&1 || status=1
+        for t in $B/t/gpu/*.t; do
+            PAGEDLLM_BUILD=$(pwd)/$B $t >> "$OUT/test.log" 2>&1 || status=1
+        done
+    fi
+    grep -E "^(not ok|ok)|^# seed|Result|Files=" "$OUT/test.log" \
+        | sed 's/^/  /' > "$OUT/test-summary.log"
+    log "tests: $(grep -c '^ok' "$OUT/test.log") ok," \
+        "$(grep -c '^not ok' "$OUT/test.log") not ok"
+
+    if command -v compute-sanitizer >/dev/null 2>&1; then
+        PAGEDLLM_BUILD=$(pwd)/$B timeout 120 compute-sanitizer --tool memcheck \
+            --error-exitcode 9 $B/t/gpu/model.t > "$OUT/memcheck.log" 2>&1
+        log "memcheck on the tiny model: exit $? ($(grep -c '^ok' \
+            "$OUT/memcheck.log") ok, $(tail -1 "$OUT/memcheck.log"))"
+    fi
+    make BUILD=$B -j"$JOBS" engine $B/t/engine_kv.t $B/t/engine_ipc.t \
+        >> "$OUT/build.log" 2>&1 || status=1
+    for t in engine_kv engine_ipc; do
+        PAGEDLLM_TEST_DEVICE=cuda PAGEDLLM_BUILD=$(pwd)/$B timeout 300 \
+            $B/t/$t.t > "$OUT/test-cuda-$t.log" 2>&1 || status=1
+        log "$t.t on cuda: $(grep -c '^ok' "$OUT/test-cuda-$t.log") ok," \
+            "$(grep -c '^not ok' "$OUT/test-cuda-$t.log") not ok"
     done
 fi
-grep -E "^(not ok|ok)|^# seed|Result|Files=" "$OUT/test.log" \
-    | sed 's/^/  /' > "$OUT/test-summary.log"
-log "tests: $(grep -c '^ok' "$OUT/test.log") ok," \
-    "$(grep -c '^not ok' "$OUT/test.log") not ok"
 
-if command -v compute-sanitizer >/dev/null 2>&1; then
-    PAGEDLLM_BUILD=$(pwd)/$B timeout 120 compute-sanitizer --tool memcheck \
-        --error-exitcode 9 $B/t/gpu/model.t > "$OUT/memcheck.log" 2>&1
-    log "memcheck on the tiny model: exit $? ($(grep -c '^ok' \
-        "$OUT/memcheck.log") ok, $(tail -1 "$OUT/memcheck.log"))"
+if [ $BENCH = 1 ]; then
+    make BUILD=$B -j"$JOBS" bench-gpu > "$OUT/bench.log" 2>&1 || status=1
 fi
-
-make BUILD=$B -j"$JOBS" bench-gpu > "$OUT/bench.log" 2>&1 || status=1
+if [ $SERVING = 1 ]; then
+    M=/tmp/llama2-7b-random
+    make BUILD=$B -j"$JOBS" engine $B/bench/engine-bench $B/bench/gpu/step \
+        > "$OUT/build-serving.log" 2>&1 || status=1
+    [ -f $M/config.json ] || python3 bench/gpu/serving_torch.py make-model \
+        $M > "$OUT/make-model.log" 2>&1
+    $B/bench/gpu/step $M 1,16,64,256 192 2>&1 | grep -v 'loading weights' \
+        > "$OUT/step.log" || status=1
+    OUT=$OUT sh bench/gpu/serving.sh $B > "$OUT/serving.out" 2>&1 || status=1
+fi
 if [ $SWEEP = 1 ]; then
     # the decode benchmark under each setting of the decode kernel's
     # knobs (PAGEDLLM_CUDA_ATTN_<name>=<value>, kernels/pl_cuda.cuh);
@@ -129,10 +167,20 @@ if [ $PROFILE = 1 ] && command -v ncu >/dev/null 2>&1; then
 fi
 
 echo
-echo "---- tests ----"
-grep -v '^  ok' "$OUT/test-summary.log"
-echo "---- benchmarks (median of 40 calls) ----"
-grep -E "^(ours|torch|#)" "$OUT/bench.log"
+if [ $TEST = 1 ]; then
+    echo "---- tests ----"
+    grep -v '^  ok' "$OUT/test-summary.log"
+fi
+if [ $BENCH = 1 ]; then
+    echo "---- benchmarks (median of 40 calls) ----"
+    grep -E "^(ours|torch|#)" "$OUT/bench.log"
+fi
+if [ $SERVING = 1 ]; then
+    echo "---- decode step ----"
+    cat "$OUT/step.log"
+    echo "---- serving ----"
+    grep -E 'copy|transformers|^[0-9]|^# engine|^batch' "$OUT/serving.log"
+fi
 if [ -f "$OUT/sweep.log" ]; then
     echo "---- sweep: decode TB/s per shape (order of the bench lines) ----"
     awk '/^# / { if (n) print line; line = sprintf("%-44s", substr($0, 3));
