@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "pl_params.h"
 
 
 /* ---- requests ---- */
@@ -141,32 +142,70 @@ pl_engine_fail(pl_engine_t *e, pl_seq_t *s, uint32_t status, const char *msg)
 }
 
 
+/* The value of parameter id in a SUBMIT. */
+static double
+pl_engine_param_value(const pl_rec_submit_t *r, pl_param_id_t id)
+{
+#define PL_ENGINE_PARAM_VALUE(name, ...)                                    \
+    case PL_P_##name:                                                       \
+        return (double) r->name;
+
+    switch (id) {
+    PL_PARAMS(PL_ENGINE_PARAM_VALUE)
+    default:
+        return NAN;
+    }
+
+#undef PL_ENGINE_PARAM_VALUE
+}
+
+
+/* Every parameter of PL_PARAMS within its range (0 where that is "off"),
+   or what is wrong. */
+static const char *
+pl_engine_check_params(pl_engine_t *e, const pl_rec_submit_t *r, char *buf,
+    size_t len)
+{
+    int                id;
+    double             v;
+    const pl_param_t  *p;
+
+    for (id = 0; id < PL_P_COUNT; id++) {
+        p = pl_param(id);
+        v = pl_engine_param_value(r, id);
+
+        if ((p->zero_off && v == 0)
+            || pl_param_in_range(p, v, e->max_model_len, e->mc->vocab_size))
+        {
+            continue;
+        }
+
+        snprintf(buf, len, "%s must be in %s%g, %g]%s, got %g", p->name,
+                 p->open_lo ? "(" : "[", p->lo,
+                 pl_param_hi(p, e->max_model_len, e->mc->vocab_size),
+                 p->zero_off ? " or 0" : "", v);
+        return buf;
+    }
+
+    return NULL;
+}
+
+
 /* The SUBMIT's sampling values, or NULL when they are all fine. */
 static const char *
 pl_engine_check_sampling(pl_engine_t *e, const pl_ipc_msg_t *m, char *buf,
     size_t len)
 {
     const pl_rec_submit_t  *r = &m->submit;
+    const char             *why;
     uint32_t                i;
 
-    if (!(r->min_p >= 0 && r->min_p <= 1)) {
-        return "min_p must be in [0, 1]";
-    }
-    if (!isfinite(r->repetition_penalty) || r->repetition_penalty < 0) {
-        return "repetition_penalty must be a finite number > 0";
-    }
-    if (!(r->presence_penalty >= -2 && r->presence_penalty <= 2)) {
-        return "presence_penalty must be in [-2, 2]";
-    }
-    if (!(r->frequency_penalty >= -2 && r->frequency_penalty <= 2)) {
-        return "frequency_penalty must be in [-2, 2]";
+    why = pl_engine_check_params(e, r, buf, len);
+    if (why) {
+        return why;
     }
     if (r->min_tokens > r->max_tokens) {
         return "min_tokens must not exceed max_tokens";
-    }
-    if (r->logprobs > PL_MAX_LOGPROBS) {
-        snprintf(buf, len, "logprobs must be at most %d", PL_MAX_LOGPROBS);
-        return buf;
     }
 
     for (i = 0; i < r->n_logit_bias; i++) {
@@ -175,8 +214,12 @@ pl_engine_check_sampling(pl_engine_t *e, const pl_ipc_msg_t *m, char *buf,
                      "vocabulary", m->bias[i].id);
             return buf;
         }
-        if (!(m->bias[i].bias >= -100 && m->bias[i].bias <= 100)) {
-            return "logit_bias values must be in [-100, 100]";
+        if (!(m->bias[i].bias >= PL_PARAM_BIAS_LO
+              && m->bias[i].bias <= PL_PARAM_BIAS_HI))
+        {
+            snprintf(buf, len, "logit_bias values must be in [%d, %d]",
+                     PL_PARAM_BIAS_LO, PL_PARAM_BIAS_HI);
+            return buf;
         }
     }
 
@@ -295,13 +338,8 @@ pl_engine_check_group(pl_engine_t *e, const pl_rec_submit_t *r, char *buf,
     uint32_t  best_of = r->best_of ? r->best_of : n;
     int       blocks;
 
-    if (n > PL_MAX_SEQS) {
-        snprintf(buf, len, "n must be in [1, %d]", PL_MAX_SEQS);
-        return buf;
-    }
-    if (best_of < n || best_of > PL_MAX_SEQS) {
-        snprintf(buf, len, "best_of must be in [n, %d]", PL_MAX_SEQS);
-        return buf;
+    if (best_of < n) {
+        return "best_of must be at least n";
     }
     if ((int) best_of > e->cfg.max_num_seqs) {
         snprintf(buf, len, "best_of (or n) %u exceeds the engine's "
@@ -334,9 +372,6 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
     if (r->n_prompt == 0) {
         return "the prompt is empty";
     }
-    if (r->max_tokens == 0) {
-        return "max_tokens must be at least 1";
-    }
     if ((uint64_t) r->n_prompt + r->max_tokens
         > (uint64_t) e->max_model_len)
     {
@@ -344,15 +379,6 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
                  "exceeds the model's context of %d tokens", r->n_prompt,
                  r->max_tokens, e->max_model_len);
         return buf;
-    }
-    if (!isfinite(r->temperature) || r->temperature < 0) {
-        return "temperature must be a finite number >= 0";
-    }
-    if (!(r->top_p > 0 && r->top_p <= 1)) {
-        return "top_p must be in (0, 1]";
-    }
-    if (r->top_k < 0) {
-        return "top_k must be >= 0";
     }
     if (r->flags & ~(PL_SUBMIT_IGNORE_EOS | PL_SUBMIT_HAS_SEED
                      | PL_SUBMIT_LOGPROBS | PL_SUBMIT_BEAM_SEARCH))

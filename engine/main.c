@@ -13,6 +13,7 @@
 
 #include "engine.h"
 #include "pl_model.h"
+#include "pl_ops.h"
 
 #define PL_EXIT_USAGE  2
 
@@ -29,7 +30,8 @@ static const char  usage_text[] =
 "  --served-model-name NAME       model name for the API (default: the\n"
 "                                 model folder's name)\n"
 "  --threads N                    CPU threads, 0 = every core (default 0)\n"
-"  --block-size N                 tokens per KV block, 1..256 (default 16)\n"
+"  --block-size N                 tokens per KV block, 1..256 (default 16;\n"
+"                                 a power of two on cuda)\n"
 "  --kv-cache-memory MB           KV cache size on the CPU (default 512)\n"
 "  --gpu-memory-utilization F     share of the GPU the engine may use,\n"
 "                                 0 < F <= 1 (default 0.90)\n"
@@ -286,6 +288,26 @@ block_signals(void)
 }
 
 
+/* --block-size against what the backend --device picks takes (auto: the
+   one the engine will open); 0, or the usage exit status */
+static int
+check_block_size(const pl_engine_config_t *cfg)
+{
+    const char  *kind = cfg->device, *sizes;
+
+    if (strcmp(kind, "auto") == 0) {
+        kind = pl_cuda_available() ? "cuda" : "cpu";
+    }
+    if (pl_block_size_ok(kind, cfg->block_size, &sizes)) {
+        return 0;
+    }
+    fprintf(stderr, "pagedllm-engine: --block-size %d is not supported by "
+            "the %s backend, which takes %s\n", cfg->block_size, kind,
+            sizes);
+    return PL_EXIT_USAGE;
+}
+
+
 int
 main(int argc, char **argv)
 {
@@ -315,6 +337,10 @@ main(int argc, char **argv)
     }
     if (cfg.model_dir == NULL || cfg.listen_path == NULL) {
         return bad_usage("%s", "--model and --listen are required");
+    }
+    rc = check_block_size(&cfg);
+    if (rc != 0) {
+        return rc;
     }
     pl_model_set_default_options(&model_options);
     block_signals();

@@ -23,6 +23,7 @@
 
 #include "model_config.h"
 #include "model_internal.h"
+#include "pl_params.h"
 
 #define PL_CFG_MAX_DIM  (1 << 22)
 
@@ -566,15 +567,18 @@ cfg_range(cfg_file_t *f, const char *key, double lo, double hi, float *out)
 }
 
 
-/* temperature, top_p and top_k: the defaults a request may override */
+/* temperature, top_p and top_k: the defaults a request may override,
+   within the ranges a request has (pl_params.h) */
 static int
 read_sampling(cfg_file_t *f, pl_model_config_t *cfg)
 {
-    float  top_k = -1.0f;
+    float              top_k = -1.0f;
+    const pl_param_t  *t = pl_param(PL_P_temperature);
+    const pl_param_t  *p = pl_param(PL_P_top_p);
 
-    if (cfg_range(f, "temperature", 0.0, 1e6, &cfg->default_temperature)
+    if (cfg_range(f, "temperature", t->lo, t->hi, &cfg->default_temperature)
         != 0
-        || cfg_range(f, "top_p", 0.0, 1.0, &cfg->default_top_p) != 0
+        || cfg_range(f, "top_p", p->lo, p->hi, &cfg->default_top_p) != 0
         || cfg_range(f, "top_k", 0.0, PL_CFG_MAX_DIM, &top_k) != 0)
     {
         return -1;

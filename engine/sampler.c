@@ -5,7 +5,8 @@
  *
  *   1. min_tokens: while fewer tokens than that were generated, the eos
  *      ids and the request's stop ids get -inf;
- *   2. logit_bias is added (values are clamped to [-100, 100]);
+ *   2. logit_bias is added (values are clamped to pl_params.h's
+ *      [PL_PARAM_BIAS_LO, PL_PARAM_BIAS_HI]);
  *   3. penalties.  repetition_penalty (Hugging Face / vLLM / CTRL) looks
  *      at the prompt and the output: a positive logit of a token seen
  *      anywhere is divided by it, a negative one multiplied.  presence and
@@ -34,6 +35,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "pl_params.h"
 #include "sampler.h"
 
 
@@ -209,7 +211,8 @@ pl_sampler_biases(pl_sampler_t *s, const pl_sampling_params_t *p)
         if (a == NULL) {
             return -1;
         }
-        a->bias += b < -100 ? -100 : b > 100 ? 100 : b;
+        a->bias += b < PL_PARAM_BIAS_LO ? PL_PARAM_BIAS_LO
+                   : b > PL_PARAM_BIAS_HI ? PL_PARAM_BIAS_HI : b;
     }
 
     return 0;

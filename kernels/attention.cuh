@@ -27,10 +27,7 @@
 #define ATTN_MAX_SPLITS   64         /* KV splits of one row at most */
 #define ATTN_LOG2E     1.4426950408889634f
 
-#define DEC_F_L2PF      1            /* decode: cp.async L2::256B hint */
-#define DEC_F_FENCE_SC  2            /* decode: merge after __threadfence
-                                        in every thread */
-#define DEC_F_CLUSTER   4            /* decode: a row's splits are one
+#define DEC_F_CLUSTER   1            /* decode: a row's splits are one
                                         thread-block cluster, merged over
                                         distributed shared memory */
 
@@ -53,13 +50,8 @@ typedef struct {
     int                    group;         /* query heads per KV head */
     int                    chunks;        /* head chunks per KV head */
     int                    n_hc;          /* KV heads x chunks (decode) */
-    int                    dec_rows;      /* decode: rows of the launch
-                                             (the persistent form's items
-                                             are rows x n_hc) */
     int                    heads_first;   /* decode grid: x = head chunk,
                                              y = row (else x = row) */
-    int                    pdl_trigger;   /* decode: release the next
-                                             dependent launch early */
     int                    dec_flags;     /* decode: DEC_F_* variants (set
                                              by its launcher only) */
     int                    head_dim;
@@ -75,22 +67,37 @@ typedef struct {
 } attn_params_t;
 
 
-/* The sequence that owns row r (binary search over query_start). */
+/* The last of sequences 0 .. num_seqs - 1 whose start[s] <= x (binary
+   search over an ascending array of num_seqs + 1 entries). */
 static __device__ __forceinline__ int
-attn_seq_of_row(const attn_params_t &p, int r)
+attn_search(const int32_t *start, int num_seqs, int x)
 {
-    int  lo = 0, hi = p.num_seqs - 1;
+    int  lo = 0, hi = num_seqs - 1;
 
     while (lo < hi) {
         int  mid = (lo + hi + 1) >> 1;
 
-        if (p.query_start[mid] <= r) {
+        if (start[mid] <= x) {
             lo = mid;
         } else {
             hi = mid - 1;
         }
     }
     return lo;
+}
+
+/* The sequence that owns row r. */
+static __device__ __forceinline__ int
+attn_seq_of_row(const attn_params_t &p, int r)
+{
+    return attn_search(p.query_start, p.num_seqs, r);
+}
+
+/* The sequence that owns prefill tile t (p.tile_start numbers them). */
+static __device__ __forceinline__ int
+attn_seq_of_tile(const attn_params_t &p, int t)
+{
+    return attn_search(p.tile_start, p.num_seqs, t);
 }
 
 /*
@@ -146,32 +153,28 @@ attn_fold_split(float &mx, float &sum, float &v, float2 e, float acc)
  * elements (attn_merge_elems): it loads the (max, sum) pairs and
  * accumulators of eight splits at a time, all in flight together, and
  * folds them in (attn_fold_split), so the merge waits for one round trip
- * to L2 per eight splits (it waited for three before: the pairs into
- * shared memory, the weights, the accumulators).  Called by all THREADS
- * threads of the block.
+ * to L2 per eight splits.  Called by all THREADS threads of the block.
  *
  * Ordering: the barrier makes the block's partial writes precede thread
  * 0's counter update, an acquire-release atomic at GPU scope, which
  * releases them to the block that arrives last and acquires the others'
  * for it (the barrier after it extends that to its other threads); with
- * SC (the default; the decode kernel passes false unless
- * PAGEDLLM_CUDA_ATTN_FENCE=1), every thread fences (MEMBAR.SC) before and
- * after instead, which costs each block a full fence on the way out.
+ * SC (the CUDA-core kernel's; the decode kernel passes false), every
+ * thread fences (MEMBAR.SC) before and after instead, which costs each
+ * block a full fence on the way out.
  */
 #define ATTN_MERGE_BATCH  8
 #define ATTN_MERGE_ELEMS  2
 
 /*
- * The merge of output elements [0, n) of the heads from rh0 on: each
- * thread takes E elements THREADS apart at a time and loads the (max,
- * sum) pairs and accumulators of eight splits of all E before folding
- * any, so a group of four heads (512 elements on 128 threads) waits for
- * two round trips per eight splits, not four (one element at a time, the
- * merge took 5.1 us of the 8 x 16384 x 32/8 kernel's end in the trace of
- * bench/gpu/attention-trace, the H200; 4.1 with E = 4).  E is 2: with 4
- * the 16-row decode kernel spilled and the swapped one took 146
- * registers instead of 126.  Elements past n load element 0 and store
- * nothing.
+ * The merge of output elements [0, n) of the heads from rh0 on: each thread
+ * takes E elements THREADS apart at a time and loads the (max, sum) pairs and
+ * accumulators of eight splits of all E before folding any, so a group of four
+ * heads (512 elements on 128 threads) waits for two round trips per eight
+ * splits, not four (the merge at the end of 8 x 16384 x 32/8: 5.1 us with E =
+ * 1, 4.1 with E = 4, in the trace of bench/gpu/attention-trace on the H200).
+ * E is 2: with 4 the 16-row decode kernel spills and the swapped one takes 146
+ * registers, not 126.  Elements past n load element 0 and store nothing.
  */
 template <typename T, int THREADS, int E>
 static __device__ __forceinline__ void

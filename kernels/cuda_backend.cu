@@ -14,12 +14,65 @@
  * workspace of its own at creation so nothing allocates under capture.
  */
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pl_cuda.cuh"
 #include "gemv.cuh"
+
+
+pl_cuda_knobs_t  pl_cuda_knobs;
+
+static pthread_once_t  knobs_once = PTHREAD_ONCE_INIT;
+
+
+/* the integer in the environment variable name; dflt when unset or
+   empty */
+static int
+knob_int(const char *name, int dflt)
+{
+    const char  *v = getenv(name);
+
+    return v != NULL && *v != '\0' ? atoi(v) : dflt;
+}
+
+/* whether the environment variable name is set to value */
+static int
+knob_is(const char *name, const char *value)
+{
+    const char  *v = getenv(name);
+
+    return v != NULL && strcmp(v, value) == 0;
+}
+
+
+extern "C" void
+pl_cuda_knobs_reload(void)
+{
+    pl_cuda_knobs_t  *k = &pl_cuda_knobs;
+
+    k->pdl = knob_int("PAGEDLLM_CUDA_PDL", 1) != 0;
+    k->attn_split_min = knob_int("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 0);
+    k->attn_split_min = k->attn_split_min > 0 ? k->attn_split_min : 0;
+    k->attn_splits = knob_int("PAGEDLLM_CUDA_ATTN_SPLITS", 0);
+    k->attn_splits = k->attn_splits > 0 ? k->attn_splits : 0;
+    k->attn_cluster = knob_int("PAGEDLLM_CUDA_ATTN_CLUSTER", -1);
+    k->attn_cluster = k->attn_cluster >= 2 && k->attn_cluster <= 8
+                      ? k->attn_cluster : k->attn_cluster < 0 ? -1 : 0;
+    k->attn_heads = knob_int("PAGEDLLM_CUDA_ATTN_HEADS", -1);
+    k->attn_rows_first = knob_int("PAGEDLLM_CUDA_ATTN_ORDER", 1) == 0;
+    k->prefill_mma = knob_is("PAGEDLLM_CUDA_PREFILL", "mma");
+    k->prefill_cpasync = knob_is("PAGEDLLM_CUDA_PREFILL_LOADS", "cpasync");
+}
+
+
+void
+pl_cuda_knobs_load(void)
+{
+    pthread_once(&knobs_once, pl_cuda_knobs_reload);
+}
 
 
 void
@@ -631,7 +684,8 @@ cuda_open(pl_cuda_t *cu, int device)
     cu->device = device;
     cu->num_sms = prop.multiProcessorCount;
     cu->cc = prop.major * 10 + prop.minor;
-    cu->pdl = prop.major >= 9 && pl_cuda_pdl_wanted();
+    pl_cuda_knobs_load();
+    cu->pdl = prop.major >= 9 && pl_cuda_knobs.pdl;
     if (cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking)
             != cudaSuccess
         || cudaEventCreateWithFlags(&cu->batch_copied,

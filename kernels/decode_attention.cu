@@ -3,156 +3,59 @@
  * query chunks) on tensor cores, head sizes 64 and 128, bf16 or fp16
  * (T: MMA operands of the activation dtype, fp32 accumulators).
  *
- * Layouts as in paged_attention.cu.  Work split: one thread block per (row,
- * KV head, group of up to 16 query heads (8 in the swapped form below), KV
- * split).  The query heads that share the KV head form the 16 rows of the
- * MMA's A operand (GQA: each K and V row is read once for all of them; rows
- * past the group are zero).  The block walks its split of the context in
- * tiles of 64 tokens, gathered through the block table into shared memory
- * with 16-byte cp.async, several tiles in flight; each of the four warps
- * takes 16 tokens of a tile: S = Q K^T, online softmax in base 2 (the
- * accumulator rescaled only when a row's max moved), O += P V.  The split's
- * block-table entries are staged in shared memory first (a page of DEC_TBL
- * at a time, loaded together with the context length and the query rows
- * on the guess that row r is sequence r), so no K/V copy waits on a table
- * load and the first copies wait for one round trip.  At the end the warps'
- * states are merged through shared memory.  With several splits, the
- * splits of a (row, head group) are by default one thread-block cluster
- * (cluster_merge: each block leaves its partial in its shared memory,
- * and after a cluster barrier each folds a share of the output from all
- * of them over distributed shared memory); where the clusters would not
- * all fit on the GPU at once, or the split count is fixed, each block
- * writes a partial to global memory and the last one to finish merges
- * them (attn_merge_if_last: ordered by one acquire-release atomic per
- * block, then one round trip for the partials).  A cluster is sized
- * for about one block per SM (cluster_splits, split_deeper): 1 x 4096 x
- * 32/32 reads at 2.98-3.02 TB/s with clusters of 4 against 2.86-2.89
- * for session 8's kernel, 8 x 16384 x 32/8 at 4.26-4.27 against 4.16-4.17
- * (the H200, 2026-11-29, session 9's last calls; docs/BENCHMARKS.md).
- * Clusters of 8 measured 25% slower in session 5: the H200 holds 30
- * clusters of 8 of these blocks at once, so 1 x 4096's 32 took two
- * waves.  The merging block chosen ahead by tickets (the
- * others leaving without waiting for an atomic) was no faster than the
- * last one merging.  A split that starts past its row's context (a
- * short sequence beside a long one, or max_context_len rounded up for a
- * CUDA graph) writes an empty partial without loading anything.
+ * Layouts as in paged_attention.cu.  Work split: one block of four warps
+ * per (row, KV head, group of query heads, KV split): grid x the head
+ * group and y the row (heads first; rows in x past 65535 rows), z the
+ * split.  A block stages its split's block-table entries in shared
+ * memory (DEC_TBL at a time, loaded with the context length and the
+ * query rows on the guess that row r is sequence r, so the first K/V
+ * copies wait for one round trip), then walks the split in tiles of 64
+ * tokens gathered through the table with 16-byte cp.async, STAGES - 1
+ * tiles in flight and one barrier per tile.  Each warp takes 16 tokens of
+ * a tile: S = Q K^T, online softmax in base 2 (O rescaled only when a
+ * row's max moved), O += P V; the warps' states meet in shared memory at
+ * the end.  A split that starts past its row's context (a short sequence
+ * beside a long one, or a CUDA graph's bucket) writes an empty partial.
  *
- * Swapped operands, for blocks whose query heads fit in 8 (every group of
- * up to 8: MHA, and GQA as in Llama-3 and Mistral).  Rows 8..15 of such a
- * block are padding in the form above: half of its tensor-core work, the
- * softmax of half of its rows and half of its O registers are wasted.
- * The swapped form (SW) makes the tokens the MMA's M and the query heads
- * its N = 8: S^T = K Q^T (A: 16 tokens x 16 dims of the K tile, B: Q^T,
- * a plain ldmatrix of Q), the online softmax per column (a lane holds two
- * query heads; their max and sum over the tokens run across the eight
- * lanes of a column), O^T += V^T P^T (A: ldmatrix.trans of the V tile, B:
- * P^T, the packed S^T fragment transposed in registers by movmatrix).
- * Each product takes D/16 MMAs per warp and 16 tokens instead of D/8, and
- * O^T lives in D/4 fp32 registers per thread instead of D/2.  Blocks hold
- * 8 query heads then; the copies, the pipeline, the splits and the merge
- * are the same code for both forms.
+ * Forms.  16 rows: the query heads of a KV head are the MMA's A rows
+ * (16 a block, rows past the group zero; K and V read once for all of
+ * them).  Swapped (SW), for groups of up to 8: the tokens are the MMA's M
+ * and the query heads its N = 8, S^T = K Q^T and O^T += V^T P^T (P^T
+ * transposed in registers by movmatrix), so no MMA row is padding.
+ * Several KV heads a block (HB = 2 or 4, swapped, one split): a tile is
+ * 64 / HB tokens of each of HB heads, warp w computes head w / (4 / HB).
+ * Splits of a (row, head group) form one thread-block cluster where the
+ * clusters fit (cluster_merge: partials stay in shared memory and are
+ * folded over distributed shared memory), else each writes a global
+ * partial and the last to finish merges them (attn_merge_if_last, one
+ * acquire-release atomic a block).  How many splits, stages and heads a
+ * block depends on max_context_len and the batch shape only, so a CUDA
+ * graph replays the choice for any context within its bucket.
  *
- * Several KV heads a block (HB = 2 or 4, swapped form, one split): the
- * block takes KV heads kvh .. kvh + HB - 1 of its row, a tile is 64 / HB
- * tokens of each of them (stage row r: token r % (64 / HB) of head
- * r / (64 / HB)), and warp w computes head w / (4 / HB) over its 16
- * tokens, with that head's query rows (the group's, from row
- * (w / (4 / HB)) x group of the Q buffer) as its B operand; the warps of
- * a head are merged at the end as the four are with HB = 1.  A thread's
- * copies of a tile are then HB heads' rows of the same tokens, side by
- * side in their slots (one table lookup for them).  For short contexts
- * and GQA groups, where it measured faster (heads_per_block).  It does
- * not close the shuffled layout's loss against the engine's layout: a
- * 16-token tile of four heads reads one physical block instead of four,
- * yet 256 x 1024 x 32/32 read 0.4% slower that way; blocks shuffled
- * only within aligned groups of 4, 16 or 64 (PAGEDLLM_BENCH_BLOCKS=
- * local:N) read as fast as the engine's layout, so the loss follows how
- * far apart in memory the blocks read at one time lie, not how many a
- * tile touches.  Clusters of 2, 4 or 8 blocks along the heads of a row
- * (one GPC for the blocks reading the same physical blocks) were up to
- * 18% slower (session 10).
- *
- * Instructions, not bytes, bounded the kernel (ncu, 1 x 4096: 2 blocks of
- * 4 warps per SM, each warp issuing every 5.8 cycles, about 740
- * instructions per warp and tile, more than half of them the address
- * arithmetic of the copies); each thread now copies the same two chunks
- * of every 16th (head 64: 32nd) token row, with its bases computed once
- * (dec_copy_t), and the exponentials run on ex2.approx.
- *
- * Pipeline: DEC_STAGES tile buffers, DEC_STAGES - 1 tiles in flight while
- * one is computed, one barrier per tile (a stage is refilled only after
- * every warp has passed the barrier that follows its last use).  One bulk
- * copy per 256-byte token row through the copy engine measured 2.4 times
- * slower than these cp.async; bulk tensor copies (TMA) of 16-row boxes,
- * 16 per tile, 5-7% slower on every shape; each warp copying its own 16
- * rows and waiting at __syncwarp instead of the block barrier, and the
- * third stage's tile issued from the start, no faster (the H200,
- * docs/BENCHMARKS.md, session 8).  A launch that splits its contexts
- * runs on DEC_SPLIT_STAGES (4) stages, one block per SM with three tiles
- * in flight, instead of two blocks of two, where its clusters fit there
- * too (split_deeper: 8 x 16384's clusters of 2 read 4.18 TB/s on four
- * stages in one call and 4.11 on three in another, the global merge
- * 4.08 in both; 1 x 4096's clusters of 4 do not fit on four stages, and
- * its clusters of 3 there read 2.3% slower than of 4 on three).
- * Splits: as many as one wave of
- * resident blocks holds, no split under SPLIT_MIN tokens (256: splitting
- * a short context finer saves less than the merge costs: at batch 1 in
- * the 256 bucket, one split ran 8.2 us against 10.4 for four of 64, and
- * the 7B decode step at batch 1 took 5.10 ms against 5.19, on the H200),
- * at most ATTN_MAX_SPLITS; from max_context_len and the batch shape
- * only, so a CUDA graph replays the choice for any context within its
- * bucket.  Splits are equal: the splits launched last do not end last
- * (their late start is caught up), and the first splits made a tile
- * longer, the last a tile shorter, measured no faster.
- *
- * Launch order and overlap.  Blocks are numbered rows first (blockIdx.x is
- * the row) or, with PAGEDLLM_CUDA_ATTN_ORDER=1, heads first, so that the
- * blocks resident at one moment read the KV heads of the same few
- * physical blocks, which lie side by side in memory (a page of 16 tokens
- * holds every KV head).  With PAGEDLLM_CUDA_ATTN_PDL=1 the kernel is
- * launched as a programmatic dependent launch: its blocks may start while
- * the previous kernel drains, stage their block-table page (batch arrays
- * come from a host copy that precedes the previous kernel) and only then
- * wait (griddepcontrol.wait) before touching q, the cache or the outputs;
- * with =2 a block also releases the next such launch once it has loaded
- * its last tile.
- *
- * Knobs read at every call (benchmarks and tests switch them in one
- * process; a CUDA graph keeps the ones of its capture):
- * PAGEDLLM_CUDA_ATTN_STAGES (2, 3 or 4; default 3; bf16 only: fp16 is
- * built with the default alone),
- * PAGEDLLM_CUDA_ATTN_SHORT_CTX and PAGEDLLM_CUDA_ATTN_SHORT_STAGES (when
- * max_context_len <= SHORT_CTX, SHORT_STAGES stages: fewer stages, more
- * resident blocks to hide each short block's start; default off),
- * PAGEDLLM_CUDA_ATTN_SPLIT_MIN (default 256; 128 and 64 before),
- * PAGEDLLM_CUDA_ATTN_SPLITS (a fixed count), PAGEDLLM_CUDA_ATTN_ORDER and
- * PAGEDLLM_CUDA_ATTN_PDL (above; default ORDER=1 and PDL=2: the best
- * setting of the sweep in tools/gpu-run.sh on the H200, 2026-11-29,
- * 0.5-1.7% over rows first without PDL on every shape of
- * bench/gpu/attention; 0 turns each off), PAGEDLLM_CUDA_ATTN_L2PF=1
- * (cp.async with the L2::256B prefetch hint on full tiles; default 0) and
- * PAGEDLLM_CUDA_ATTN_FENCE=1 (the split merge after a __threadfence in
- * every thread, as before; default 0: one acquire-release atomic) and
- * PAGEDLLM_CUDA_ATTN_SWAP=0 (the 16-row form for every group; default 1:
- * the swapped form whenever the group fits in 8) and
- * PAGEDLLM_CUDA_ATTN_PERSIST=1, PAGEDLLM_CUDA_ATTN_PERSIST_CTX and
- * PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS (the persistent kernel below; default
- * off) and PAGEDLLM_CUDA_ATTN_CLUSTER (n = 2..8: n splits in clusters of
- * n whenever the context splits; 0: the global merge always; default:
- * about one block per SM where the clusters fit, see cluster_splits) and
- * PAGEDLLM_CUDA_ATTN_SPLIT_STAGES (3: splitting launches on the default
- * stages too; default 4).  Touching each physical block of the tile one,
- * two or four past the one issued (one L2 prefetch per block, to have
- * its address translated early) measured 0.3-0.6% slower on the
- * multi-wave shapes and no faster on 1 x 4096 (session 9): removed.
- * Also measured and removed (session 11, docs/BENCHMARKS.md): reading
- * each staged table page's blocks in the order of their physical numbers
- * (in every launch: slower on every shape, by 5% on 1 x 4096 and 8 x
- * 16384; in one-wave launches only: as slow there); the cluster
- * merge done by rank 0 alone, the others writing their partials into its
- * shared memory (1 x 4096 2.3% slower); and the persistent kernel taking
- * split items from a counter, to even out the SMs' unequal shares of the
- * memory that end a one-wave launch late (8-31% slower where it split).
+ * Why, as measured on the H200 (docs/BENCHMARKS.md, make bench-gpu;
+ * shapes rows x context x heads/KV heads):
+ * - swapped form for groups <= 8: the 16-row form spends half its MMAs,
+ *   softmax rows and O registers on padding rows there.
+ * - heads-first grid with programmatic dependent launch (early release
+ *   after the last tile): 0.5-1.7% over rows first without it, every
+ *   shape of bench/gpu/attention.
+ * - cp.async, not TMA: 16-row TMA boxes read 5-7% slower on every shape.
+ * - each thread copies the same two chunks of every 16th (head 64: 32nd)
+ *   token row (dec_copy_t): the kernel is bound by instructions, and a
+ *   copy per row and chunk makes half of them address arithmetic (ncu,
+ *   1 x 4096: 740 instructions per warp and tile).
+ * - splits: one wave of blocks, none under 256 tokens: a shorter split
+ *   costs more in the merge than it saves (1 x 256: 8.2 vs 10.4 us).
+ * - cluster merge, about one block per SM: 1 x 4096 x 32/32 reads
+ *   2.98-3.02 TB/s against 2.86-2.89 with the global merge on 3 stages.
+ * - no cluster that does not fit in one wave: 32 clusters of 8 at
+ *   1 x 4096 (30 fit at once) run 25% slower than clusters of 4.
+ * - DEC_SPLIT_STAGES (4) for splitting launches whose clusters fit there
+ *   (split_deeper): 8 x 16384 x 32/8 reads 4.18 TB/s against 4.11 on 3.
+ * - HB = 2 for GQA groups: 64 and 256 x 192 x 32/8 10-11% and 2.5-4%
+ *   faster; HB = 4 for groups of one up to 256 tokens: 1.6-2.5% faster;
+ *   one head a block for those past 256 (HB = 4 0.4% slower there).
+ * - equal splits: skewing them by a tile either way measured no faster.
  */
 
 #include <float.h>
@@ -169,6 +72,7 @@
                                      or four rows in one bank otherwise */
 #define DEC_TBL      512          /* block-table entries staged at once */
 #define DEC_STAGES   3            /* KV tiles in flight + 1 */
+#define DEC_SPLIT_MIN  256        /* fewest tokens of a split */
 #define DEC_SPLIT_STAGES  4       /* the same, launches that split their
                                      contexts (one block per SM) */
 
@@ -236,23 +140,6 @@ dec_trace(int, long long = -1)
 #endif
 
 
-/* the split merge, ordered by one acquire-release atomic per block, or
-   (PAGEDLLM_CUDA_ATTN_FENCE=1) by every thread's __threadfence */
-template <typename T>
-static __device__ __forceinline__ void
-dec_merge(const attn_params_t &p, int row, int g0, int ng, int kvh,
-    int64_t unit, int *last)
-{
-    if (p.dec_flags & DEC_F_FENCE_SC) {
-        attn_merge_if_last<T, DEC_THREADS, true>(p, row, g0, ng, kvh, unit,
-                                                 last);
-    } else {
-        attn_merge_if_last<T, DEC_THREADS, false>(p, row, g0, ng, kvh, unit,
-                                                  last);
-    }
-}
-
-
 /* Stage table entries [b0, b0 + N) (those that exist) in smem: every
    load in flight before the first store. */
 template <int N = DEC_TBL>
@@ -281,8 +168,7 @@ stage_table(int32_t *tbl, const int32_t *table, int b0, int bend)
  * every DEC_RS-th token row of a tile, the same chunks of each row, so
  * that its global base pointers and shared offsets are computed once per
  * block and a row costs one table lookup and one 32x32->64 multiply for
- * all DEC_CPT chunks of K and of V (the address arithmetic of one copy
- * per row and chunk was half of the kernel's instructions).  The rows a
+ * all DEC_CPT chunks of K and of V (see the top).  The rows a
  * thread copies are DEC_RS apart, a multiple of 8, so the swizzle of its
  * chunks is the same in every row.
  */
@@ -300,7 +186,6 @@ typedef struct {
                                         r0 / (DEC_BN / HB): see
                                         decode_attention_kernel's HB) */
     int                   kv_row;    /* bytes per token slot */
-    int                   pf;        /* cp.async with the L2::256B hint */
 } dec_copy_t;
 
 
@@ -322,17 +207,6 @@ copy_init(dec_copy_t &cp, const attn_params_t &p, int kvh)
     for (int j = 0; j < DEC_CPT; j++) {
         cp.soff[j] = swz<D>(cp.r0, tc + j * DEC_TPR(D));
     }
-    cp.pf = (p.dec_flags & DEC_F_L2PF) != 0;
-}
-
-
-/* cp_async16 with the L2::256B prefetch hint (a token's 256-byte head row
-   fetched from DRAM in one piece) */
-static __device__ __forceinline__ void
-cp_async16_pf(uint32_t dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n"
-                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
 
@@ -342,7 +216,7 @@ cp_async16_pf(uint32_t dst, const void *src, bool valid)
    token r % (BN / HB) of head r / (BN / HB), so with HB > 1 one token's
    rows of HB heads, side by side in its slot, are copied together (and
    its slot is looked up once). */
-template <int D, bool FULL, bool PF, int HB = 1>
+template <int D, bool FULL, int HB = 1>
 static __device__ __forceinline__ void
 issue_rows(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
     int b0, int first, int t1, uint32_t ks, uint32_t vs)
@@ -368,13 +242,8 @@ issue_rows(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
             int       go = j * DEC_TPR(D) * 16
                            + (k * DEC_RS(D) / TT) * D * 2;
 
-            if (PF) {
-                cp_async16_pf(ks + so, cp.k + off + go, valid);
-                cp_async16_pf(vs + so, cp.v + off + go, valid);
-            } else {
-                cp_async16(ks + so, cp.k + off + go, valid);
-                cp_async16(vs + so, cp.v + off + go, valid);
-            }
+            cp_async16(ks + so, cp.k + off + go, valid);
+            cp_async16(vs + so, cp.v + off + go, valid);
         }
     }
 }
@@ -386,14 +255,9 @@ issue_tile(const attn_params_t &p, const dec_copy_t &cp, const int32_t *tbl,
     int b0, int first, int t1, uint32_t ks, uint32_t vs)
 {
     if (first + DEC_BN / HB <= t1) {
-        if (cp.pf) {
-            issue_rows<D, true, true, HB>(p, cp, tbl, b0, first, t1, ks, vs);
-        } else {
-            issue_rows<D, true, false, HB>(p, cp, tbl, b0, first, t1, ks,
-                                           vs);
-        }
+        issue_rows<D, true, HB>(p, cp, tbl, b0, first, t1, ks, vs);
     } else {
-        issue_rows<D, false, false, HB>(p, cp, tbl, b0, first, t1, ks, vs);
+        issue_rows<D, false, HB>(p, cp, tbl, b0, first, t1, ks, vs);
     }
     cp_async_commit();
 }
@@ -600,7 +464,7 @@ warps_max(const float2 (*ml)[ROWS], int r, int w0 = 0)
 
 
 /*
- * The cluster merge (PAGEDLLM_CUDA_ATTN_CLUSTER=n): the splits of a (row,
+ * The cluster merge: the splits of a (row,
  * head group) are one thread-block cluster.  Each block leaves its
  * partial (the group's rows of O, their max and sum) in its own shared
  * memory, past the warps' merge rows; after a cluster barrier every block
@@ -731,12 +595,11 @@ cluster_merge(const attn_params_t &p, float *ob, int row, int kvh, int g0,
 /*
  * Merge the four warps' states; query heads < ng end in out (one split)
  * or in the partial of split number split: in global memory or, with the
- * cluster merge (per-item kernel only: orows is ROWS there), in the
- * block's own shared memory past the warps' rows (heads past ng are
- * padding and never leave registers).  Through shared memory at ob (the
- * tiles' own, reused, or a region of its own in the persistent kernel):
- * each warp's O, scaled to the block's max, in orows (>= ng) rows of D +
- * DEC_OPAD fp32, then each warp's (max, sum) per head.  A lane's head h
+ * cluster merge, in the block's own shared memory past the warps' rows
+ * (heads past ng are padding and never leave registers).  Through shared
+ * memory at ob (the tiles', reused): each warp's O, scaled to the block's
+ * max, in ROWS rows of D + DEC_OPAD fp32, then each warp's (max, sum) per
+ * head.  A lane's head h
  * (m[h], l[h]) is row g + 8h of the 16-row form's fragments (g = lane /
  * 4, c = lane % 4) and column 2c + h of the swapped form's; its sum is
  * spread over the lanes of that row (the four of g) or column (the eight
@@ -747,14 +610,14 @@ cluster_merge(const attn_params_t &p, float *ob, int row, int kvh, int g0,
 template <typename T, int D, bool SW, int HB = 1>
 static __device__ __forceinline__ void
 finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
-    float (&m)[2], float (&l)[2], float *ob, int orows, int row, int kvh,
+    float (&m)[2], float (&l)[2], float *ob, int row, int kvh,
     int g0, int ng, int split, int warp, int lane)
 {
     constexpr int  ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
     constexpr int  OD = D + DEC_OPAD;
     constexpr int  WPH = 4 / HB;
 
-    float2  (*ml)[ROWS] = (float2 (*)[ROWS]) (ob + 4 * orows * OD);
+    float2  (*ml)[ROWS] = (float2 (*)[ROWS]) (ob + 4 * ROWS * OD);
     int     g = lane >> 2, c = lane & 3;
     int     r0 = SW ? c * 2 : g, rstep = SW ? 1 : 8;
 
@@ -784,7 +647,7 @@ finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
         for (int n = 0; n < D / (SW ? 16 : 8); n++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float  *orow = ob + (warp * orows + r) * OD;
+                float  *orow = ob + (warp * ROWS + r) * OD;
 
                 if (SW) {
                     orow[n * 16 + e * 8 + g] = o[n][e * 2 + h] * f;
@@ -802,7 +665,7 @@ finish_block(const attn_params_t &p, float (&o)[D / (SW ? 16 : 8)][4],
 
         for (int w = w0; w < w0 + WPH; w++) {
             sum += ml[w][r].y * fast_exp2(ml[w][r].x - mx);
-            v += ob[(w * orows + r) * OD + d];
+            v += ob[(w * ROWS + r) * OD + d];
         }
         if (HB > 1 || p.num_splits == 1) {
             ((T *) p.out)[rh * D + d] = pl_from_f32<T>(sum > 0.0f ? v / sum
@@ -1030,7 +893,8 @@ decode_attention_kernel(const attn_params_t p)
             goto cluster;       /* one merge call: two spilled */
         }
         attn_empty_split(p, row, kvh * p.group + g0, ng);
-        dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
+        attn_merge_if_last<T, DEC_THREADS, false>(p, row, g0, ng, kvh,
+                                                  row * p.n_hc + hc, &last);
         return;
     }
 
@@ -1073,19 +937,18 @@ decode_attention_kernel(const attn_params_t p)
     }
     cp_async_wait<0>();
     dec_trace(DEC_TR_LOOP);
-    if (p.pdl_trigger) {
-        attn_grid_release();
-    }
+    attn_grid_release();
 
-    finish_block<T, D, SW, HB>(p, o, m, l, (float *) dec_smem, ROWS, row,
-                               kvh, g0, ng, blockIdx.z, warp, lane);
+    finish_block<T, D, SW, HB>(p, o, m, l, (float *) dec_smem, row, kvh, g0,
+                               ng, blockIdx.z, warp, lane);
     dec_trace(DEC_TR_FINISH);
     if (HB > 1 || p.num_splits == 1) {
         dec_trace(DEC_TR_END, 0);
         return;
     }
     if (!(p.dec_flags & DEC_F_CLUSTER)) {
-        dec_merge<T>(p, row, g0, ng, kvh, row * p.n_hc + hc, &last);
+        attn_merge_if_last<T, DEC_THREADS, false>(p, row, g0, ng, kvh,
+                                                  row * p.n_hc + hc, &last);
         dec_trace(DEC_TR_END, last);
         return;
     }
@@ -1095,355 +958,39 @@ cluster:
 }
 
 
-/*
- * The persistent form of the swapped kernel (off by default), for
- * batches of more items ((row, KV head) pairs, one split each) than one
- * wave of blocks holds.  There a block per item starts with nothing in
- * flight: it finds its sequence, stages its table page, waits for its
- * first tiles, and at its end drains its pipeline and merges its warps
- * with no copy outstanding.  The idea was that blocks of a wave, started
- * together, would meet in lockstep and leave the memory idle at each
- * meeting (a split in two, which made each item's work half as long,
- * made the large shapes 3% slower on the H200).  Here one wave of blocks
- * walks the items (block b takes b, b + gridDim.x, ...), and the copy
- * pipeline runs on across them: the tiles of a block's next item are in
- * flight while it computes the last tiles of the current one and merges
- * its warps.  Measured (see the launcher) it won at short contexts and
- * lost on long ones, so the per-item kernel stays the default.
- *
- * The issue side (pers_issue_t) sets an item up when it reaches its first
- * tile: it copies the item's Q into the Q buffer of the item's ring slot
- * (k % STAGES for the block's k-th item, committed with the item's first
- * tile), publishes the item's context end and tile count in the slot,
- * and loads the next item's query rows and context length and copies its
- * first table page into the other of two table buffers, committed with
- * this tile; so when the next item's first tile is issued, at least
- * STAGES - 1 tiles later, all of that has arrived and the block does not
- * stop (a block that did, with the others of its wave in step, was 1-2%
- * slower on the long shapes than a block per item).  Otherwise (the
- * guess was wrong, or the item had fewer tiles) the block drains its
- * copies and stages the page as the per-item kernel does.  A tile is
- * issued STAGES - 1 tiles ahead of its computation whatever item it
- * belongs to, so at most STAGES items are between the two sides and a
- * slot is reused only after its item's Q has reached registers.  The
- * warps' merge (finish_block) has shared memory of its own, since the
- * stages hold the next item's tiles: rows for the group's query heads
- * only, which is why the form serves groups of up to DEC_PERS_GROUP
- * heads (more would cost a block of occupancy at the default stages).
- * One split per item: the launcher takes this form only when items
- * outnumber the wave, where it splits no context.
- */
-#define DEC_PERS_GROUP  4
-#define DEC_PERS_TBL    256     /* table entries per buffer (two fit
-                                   beside two blocks' stages) */
-
-typedef struct {
-    int              w;          /* item being issued */
-    int              k;          /* its number among the block's items */
-    int              j;          /* next tile of it */
-    int              ntiles;
-    int              t1;         /* its context end */
-    int              b0;         /* first entry of its staged table page */
-    int              tb;         /* its table buffer (of two) */
-    const int32_t   *table;
-    dec_copy_t       cp;
-    /* the next item's, loaded ahead on the guess that its row is its
-       sequence: query rows, context length, and (tile group pre_gi) its
-       first table page in the other buffer; pre_gi < 0: none */
-    int              nseq, nq0, nq1, nctx, pre_gi;
-} pers_issue_t;
-
-
-/* row and KV head of item w, in the launch order's numbering */
-static __device__ __forceinline__ void
-pers_item(const attn_params_t &p, int w, int &row, int &kvh)
-{
-    if (p.heads_first) {
-        kvh = w % p.n_hc;
-        row = w / p.n_hc;
-    } else {
-        row = w % p.dec_rows;
-        kvh = w / p.dec_rows;
-    }
-}
-
-
-/* shared memory of the persistent form: Q buffers (STAGES), tiles
-   (STAGES), the merge's rows (4 warps x group) and (max, sum) pairs */
-#define DEC_PERS_QB(D)  (DEC_SW_ROWS * (D) * 2)
-#define DEC_PERS_TB(D)  (2 * DEC_BN * (D) * 2)
-
-static size_t
-pers_smem(int d, int stages, int group)
-{
-    return (size_t) stages * (DEC_PERS_QB(d) + DEC_PERS_TB(d))
-           + 4 * group * (d + DEC_OPAD) * sizeof(float)
-           + 4 * DEC_SW_ROWS * sizeof(float2);
-}
-
-
-/* cp.async of 4 bytes (a block-table entry) */
-static __device__ __forceinline__ void
-cp_async4(uint32_t dst, const void *src)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n"
-                 :: "r"(dst), "l"(src));
-}
-
-
-/* Set item st.w up (see above) as the block's st.k-th, its first tile
-   being the block's tile gi. */
-template <typename T, int D, int STAGES>
-static __device__ __forceinline__ void
-pers_setup(const attn_params_t &p, pers_issue_t &st,
-    int32_t (*tbl)[DEC_PERS_TBL], int2 *ring, uint32_t base, int items,
-    int gi)
-{
-    int       row, kvh, q0, q1, ctx, seq;
-    uint32_t  qs = base + (st.k % STAGES) * DEC_PERS_QB(D);
-
-    pers_item(p, st.w, row, kvh);
-    st.tb ^= 1;
-    if (st.pre_gi >= 0 && st.pre_gi + STAGES - 1 <= gi
-        && st.nq0 <= row && row < st.nq1)
-    {
-        seq = st.nseq;
-        q0 = st.nq0;
-        q1 = st.nq1;
-        ctx = st.nctx;
-    } else {
-        /* no copy of the block may still be writing the buffer */
-        cp_async_wait<0>();
-        seq = dec_seq_of_row<DEC_PERS_TBL>(p, row, q0, q1, ctx, tbl[st.tb],
-                                           0, p.max_blocks);
-    }
-    st.table = p.block_tables + (int64_t) seq * p.max_blocks;
-    st.b0 = 0;
-    st.j = 0;
-    st.t1 = ctx - (q1 - row - 1);
-    /* a row sees at least its own token; one (masked) tile regardless,
-       so that both sides count the same tiles */
-    st.ntiles = max(1, (st.t1 + DEC_BN - 1) / DEC_BN);
-    copy_init<D>(st.cp, p, kvh);
-    attn_grid_wait();
-    copy_q<T, D, DEC_SW_ROWS>(p, qs, row, kvh, 0, p.group);
-    if (threadIdx.x == 0) {
-        ring[st.k % STAGES] = make_int2(st.t1, st.ntiles);
-    }
-
-    st.pre_gi = -1;
-    if (st.w + (int) gridDim.x < items) {
-        const int32_t  *nt;
-        uint32_t        dst = smem_addr(tbl[st.tb ^ 1]);
-        int             n = min(DEC_PERS_TBL, p.max_blocks);
-
-        pers_item(p, st.w + gridDim.x, row, kvh);
-        st.nseq = min(row, p.num_seqs - 1);
-        st.nq0 = p.query_start[st.nseq];
-        st.nq1 = p.query_start[st.nseq + 1];
-        st.nctx = p.context_lens[st.nseq];
-        nt = p.block_tables + (int64_t) st.nseq * p.max_blocks;
-        for (int i = threadIdx.x; i < n; i += DEC_THREADS) {
-            cp_async4(dst + i * 4, nt + i);
-        }
-        st.pre_gi = gi;
-    }
-}
-
-
-/* Issue the block's tile number gi (one commit group, empty past its
-   last item), setting the next item up when the current one is done. */
-template <typename T, int D, int STAGES>
-static __device__ __forceinline__ void
-pers_issue(const attn_params_t &p, pers_issue_t &st,
-    int32_t (*tbl)[DEC_PERS_TBL], int2 *ring, uint32_t base, int items,
-    int gi)
-{
-    uint32_t  ks = base + STAGES * DEC_PERS_QB(D)
-                   + (gi % STAGES) * DEC_PERS_TB(D);
-    int       first;
-
-    if (st.w < items && st.j == st.ntiles) {
-        st.w += gridDim.x;
-        st.k++;
-        if (st.w < items) {
-            pers_setup<T, D, STAGES>(p, st, tbl, ring, base, items, gi);
-        } else if (p.pdl_trigger) {
-            attn_grid_release();
-        }
-    }
-    if (st.w >= items) {
-        cp_async_commit();
-        return;
-    }
-    first = st.j * DEC_BN;
-    page_for_tile<DEC_PERS_TBL>(p, tbl[st.tb], st.table, st.b0,
-                                p.max_blocks, first, st.t1);
-    issue_tile<D>(p, st.cp, tbl[st.tb], st.b0, first, st.t1, ks,
-                  ks + DEC_BN * D * 2);
-    st.j++;
-}
-
-
-template <typename T, int D, int STAGES>
-__global__ void __launch_bounds__(DEC_THREADS)
-decode_persistent_kernel(const attn_params_t p)
-{
-    extern __shared__ __align__(128) unsigned char dec_smem[];
-    __shared__ int32_t  tbl[2][DEC_PERS_TBL];
-    __shared__ int2     ring[STAGES];        /* (t1, ntiles) per slot */
-
-    uint32_t      base = smem_addr(dec_smem);
-    float        *ob = (float *) (dec_smem + STAGES * (DEC_PERS_QB(D)
-                                                      + DEC_PERS_TB(D)));
-    int           items = p.dec_rows * p.n_hc;
-    int           warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int           wc = blockIdx.x, kc = 0, jc = 0, ntc = 1, t1c = 0;
-    uint32_t      qf[D / 32][4];
-    float         o[D / 16][4], m[2], l[2];
-    pers_issue_t  st;
-
-    st.w = blockIdx.x;
-    st.k = 0;
-    st.tb = 1;
-    st.pre_gi = -1;
-    pers_setup<T, D, STAGES>(p, st, tbl, ring, base, items, 0);
-#pragma unroll
-    for (int g = 0; g < STAGES - 1; g++) {
-        pers_issue<T, D, STAGES>(p, st, tbl, ring, base, items, g);
-    }
-    for (int i = 0; ; i++) {
-        uint32_t  ks = base + STAGES * DEC_PERS_QB(D)
-                       + (i % STAGES) * DEC_PERS_TB(D);
-
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        pers_issue<T, D, STAGES>(p, st, tbl, ring, base, items,
-                                 i + STAGES - 1);
-        if (jc == 0) {
-            int2  e = ring[kc % STAGES];
-
-            t1c = e.x;
-            ntc = e.y;
-            start_state<D, true>(qf, o, m, l,
-                                 base + (kc % STAGES) * DEC_PERS_QB(D), lane);
-        }
-        if (jc + 1 < ntc) {
-            form_tile<T, D, true, false>(o, m, l, qf, ks, ks + DEC_BN * D * 2,
-                                         jc * DEC_BN, t1c, p.scale_log2,
-                                         warp, warp * 16, lane);
-        } else {
-            form_tile<T, D, true, true>(o, m, l, qf, ks, ks + DEC_BN * D * 2,
-                                        jc * DEC_BN, t1c, p.scale_log2,
-                                        warp, warp * 16, lane);
-        }
-        if (++jc == ntc) {
-            int  row, kvh;
-
-            pers_item(p, wc, row, kvh);
-            finish_block<T, D, true>(p, o, m, l, ob, p.group, row, kvh, 0,
-                                     p.group, 0, warp, lane);
-            wc += gridDim.x;
-            kc++;
-            jc = 0;
-            if (wc >= items) {
-                break;
-            }
-        }
-    }
-    cp_async_wait<0>();
-}
-
-
 /* the form of the last launch, for the tests: "swapped" or "16 rows";
-   its number of KV splits; whether it was the persistent kernel */
+   its number of KV splits, whether they met in a cluster, its KV heads a
+   block */
 static const char  *decode_form;
 static int          decode_splits;
-static int          decode_persistent;
 static int          decode_cluster;
 static int          decode_heads;
-
-
-/* The launch knobs, read at every call (see the header). */
-typedef struct {
-    int  stages;
-    int  short_ctx;
-    int  short_stages;
-    int  split_min;
-    int  splits;
-    int  heads_first;
-    int  pdl;
-    int  l2pf;
-    int  fence_sc;
-    int  swap;
-    int  persist;
-    int  persist_ctx;
-    int  persist_blocks;
-    int  cluster;
-    int  split_stages;
-    int  heads;
-} dec_knobs_t;
-
-
-static int
-env_or(const char *name, int dflt)
-{
-    const char  *v = getenv(name);
-
-    return v != NULL && *v != '\0' ? atoi(v) : dflt;
-}
-
-
-static dec_knobs_t
-read_knobs(void)
-{
-    dec_knobs_t  k;
-
-    k.stages = env_or("PAGEDLLM_CUDA_ATTN_STAGES", DEC_STAGES);
-    k.short_ctx = env_or("PAGEDLLM_CUDA_ATTN_SHORT_CTX", 0);
-    k.short_stages = env_or("PAGEDLLM_CUDA_ATTN_SHORT_STAGES", 2);
-    k.split_min = env_or("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 256);
-    k.splits = env_or("PAGEDLLM_CUDA_ATTN_SPLITS", 0);
-    k.heads_first = env_or("PAGEDLLM_CUDA_ATTN_ORDER", 1) == 1;
-    k.pdl = env_or("PAGEDLLM_CUDA_ATTN_PDL", 2);
-    k.l2pf = env_or("PAGEDLLM_CUDA_ATTN_L2PF", 0) == 1;
-    k.fence_sc = env_or("PAGEDLLM_CUDA_ATTN_FENCE", 0) == 1;
-    k.swap = env_or("PAGEDLLM_CUDA_ATTN_SWAP", 1) != 0;
-    k.persist = env_or("PAGEDLLM_CUDA_ATTN_PERSIST", 0) != 0;
-    k.persist_ctx = env_or("PAGEDLLM_CUDA_ATTN_PERSIST_CTX", 0);
-    k.persist_blocks = env_or("PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS", 0);
-    k.split_stages = env_or("PAGEDLLM_CUDA_ATTN_SPLIT_STAGES",
-                            DEC_SPLIT_STAGES);
-    k.cluster = env_or("PAGEDLLM_CUDA_ATTN_CLUSTER", -1);
-    k.cluster = k.cluster >= 2 && k.cluster <= 8 ? k.cluster
-                : k.cluster < 0 ? -1 : 0;
-    k.split_min = k.split_min > 0 ? k.split_min : 256;
-    k.heads = env_or("PAGEDLLM_CUDA_ATTN_HEADS", -1);
-    return k;
-}
 
 
 /*
  * How many KV splits: as many as one wave of resident blocks holds (long
  * splits beat short ones once the GPU is full: each split costs a partial
- * and a share of the merge), no split under split_min tokens, partials
- * within the scratch.
+ * and a share of the merge), no split under DEC_SPLIT_MIN tokens,
+ * partials within the scratch.
  */
 static int
-choose_splits(const dec_knobs_t &k, int slots, int64_t units, int max_ctx,
-    int64_t rows_heads, int head_dim)
+choose_splits(int slots, int64_t units, int max_ctx, int64_t rows_heads,
+    int head_dim)
 {
-    int64_t  most, fit, want = slots / units;
+    const pl_cuda_knobs_t  *k = &pl_cuda_knobs;
+    int                     split_min = k->attn_split_min > 0
+                                        ? k->attn_split_min : DEC_SPLIT_MIN;
+    int64_t                 most, fit, want = slots / units;
 
     if (units > ATTN_COUNTERS) {
         return 1;
     }
-    most = (max_ctx + k.split_min - 1) / k.split_min;
+    most = (max_ctx + split_min - 1) / split_min;
     fit = ATTN_PARTIAL_BYTES
           / (rows_heads * (head_dim * sizeof(float) + sizeof(float2)));
     most = most < fit ? most : fit;
     most = most < ATTN_MAX_SPLITS ? most : ATTN_MAX_SPLITS;
-    want = k.splits > 0 ? k.splits : want;
+    want = k->attn_splits > 0 ? k->attn_splits : want;
     want = want < most ? want : most;
     return want > 1 ? (int) want : 1;
 }
@@ -1463,64 +1010,6 @@ blocks_per_sm(K kernel, size_t most, size_t smem)
     pl_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                       &n, kernel, DEC_THREADS, smem), "decode attention");
     return n > 0 ? n : 1;
-}
-
-
-/*
- * The persistent form when it serves the batch (see the kernel): swapped
- * operands, groups of up to DEC_PERS_GROUP, no prefill rows beside, one
- * split, more items than a wave of per-item blocks holds, and as many of
- * its blocks per SM as of those (its merge rows cost shared memory),
- * and max_context_len at most PAGEDLLM_CUDA_ATTN_PERSIST_CTX (0: any).
- * Its blocks take equal numbers of items: as many blocks as make the
- * fewest rounds of items over the wave (8192 items on 264 slots: 32
- * rounds of 256 blocks, not 31 rounds of 264 and 8 blocks alone in a
- * 32nd, which measured 3.7% slower than a block per item on the H200).
- * Off by default (PAGEDLLM_CUDA_ATTN_PERSIST=1 turns it on): on the H200
- * it was 2.8% faster at 64 rows of 192 tokens and 0.4% on 64 x 2048 GQA,
- * but 1.3% slower on 32 x 2048 and 2% on 256 x 1024, where the blocks
- * in lockstep meet at every item's end (docs/BENCHMARKS.md).
- * PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS=n (tests) takes it, on or off, with
- * n blocks whenever it can serve.  Returns whether it launched.
- */
-template <typename T, int D, int STAGES>
-static bool
-launch_persistent(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
-    int rows, int max_ctx, int per_sm, cudaLaunchConfig_t &cfg)
-{
-    static int  per_sm_p[DEC_PERS_GROUP + 1];
-    auto        kernel = decode_persistent_kernel<T, D, STAGES>;
-    size_t      smem = pers_smem(D, STAGES, p.group);
-    int64_t     items = (int64_t) rows * p.n_hc, blocks, rounds;
-
-    if ((!k.persist && k.persist_blocks <= 0) || p.group > DEC_PERS_GROUP
-        || p.tc_min_qlen > 0 || p.num_splits != 1 || items > INT32_MAX)
-    {
-        return false;
-    }
-    if (per_sm_p[p.group] == 0) {
-        per_sm_p[p.group] = blocks_per_sm(kernel,
-                                          pers_smem(D, STAGES,
-                                                    DEC_PERS_GROUP), smem);
-    }
-    blocks = (int64_t) per_sm_p[p.group] * cu->num_sms;
-    if (k.persist_blocks > 0) {
-        blocks = k.persist_blocks;
-    } else if (items <= (int64_t) per_sm * cu->num_sms
-               || per_sm_p[p.group] < per_sm
-               || (k.persist_ctx > 0 && max_ctx > k.persist_ctx))
-    {
-        return false;
-    } else {
-        rounds = (items + blocks - 1) / blocks;
-        blocks = (items + rounds - 1) / rounds;
-    }
-    p.dec_rows = rows;
-    cfg.gridDim = dim3((unsigned) (blocks < items ? blocks : items));
-    cfg.dynamicSmemBytes = smem;
-    pl_cuda_check(cudaLaunchKernelEx(&cfg, kernel, p), "decode attention");
-    PL_CUDA_LAUNCHED("decode attention");
-    return true;
 }
 
 
@@ -1560,41 +1049,37 @@ active_clusters(pl_cuda_t *cu, int c)
 
 
 /*
- * The splits merged through a cluster (see cluster_merge), by default:
- * about one block per SM (splits = SMs / units, at most the ones chosen
- * and 8, the portable cluster size; at least 2), fewer where the
- * clusters for all units would not fit on the GPU at once (a cluster is
- * placed within one GPC, so fewer fit than SMs / size: the H200 holds
- * 30 clusters of 8 three-stage blocks, 62 of 4).  One block per SM
- * measured best: on 1 x 4096 x 32/32 (32 units) clusters of 4 on three
- * stages read 2.3% faster than clusters of 3 on four stages (where
- * clusters of 7 on three had tied with the global merge of 8 splits),
- * on 8 x 16384 x 32/8 (64 units) clusters of 2 on four stages 2.5%
- * faster than the global merge of 4 splits (docs/BENCHMARKS.md,
- * session 9).  Not with prefill rows beside (their
- * blocks would leave their clusters' peers waiting) nor with a fixed
- * split count (PAGEDLLM_CUDA_ATTN_SPLITS); with
- * PAGEDLLM_CUDA_ATTN_CLUSTER=n (2..8), n splits in clusters of n
- * whenever the context splits at all, fitting or not; =0: never.  Sets
- * *cluster (not a static: tensor-parallel ranks launch from threads of
- * their own); returns the splits.
+ * The splits merged through a cluster (see cluster_merge), by default: about
+ * one block per SM (splits = SMs / units, at most the ones chosen and 8, the
+ * portable cluster size; at least 2), fewer where the clusters for all units
+ * would not fit on the GPU at once (a cluster is placed within one GPC, so
+ * fewer fit than SMs / size: the H200 holds 30 clusters of 8 three-stage
+ * blocks, 62 of 4; see the top for the measurements).  Not with prefill rows
+ * beside (their blocks would leave their clusters' peers waiting) nor with a
+ * fixed split count (PAGEDLLM_CUDA_ATTN_SPLITS); with
+ * PAGEDLLM_CUDA_ATTN_CLUSTER=n (2..8), n splits in clusters of n whenever the
+ * context splits at all, fitting or not; =0: never.  Sets *cluster (not a
+ * static: tensor-parallel ranks launch from threads of their own); returns the
+ * splits.
  */
 template <typename T, int D, int STAGES, bool SW>
 static int
-cluster_splits(pl_cuda_t *cu, const dec_knobs_t &k, const attn_params_t &p,
-    int64_t units, int *cluster)
+cluster_splits(pl_cuda_t *cu, const attn_params_t &p, int64_t units,
+    int *cluster)
 {
-    int64_t  c;
+    const pl_cuda_knobs_t  *k = &pl_cuda_knobs;
+    int64_t                 c;
 
     *cluster = 0;
     if (p.num_splits < 2 || p.tc_min_qlen > 0 || cu->cc < 90
-        || k.cluster == 0 || (k.cluster < 0 && k.splits > 0))
+        || k->attn_cluster == 0
+        || (k->attn_cluster < 0 && k->attn_splits > 0))
     {
         return p.num_splits;
     }
-    if (k.cluster > 0) {
+    if (k->attn_cluster > 0) {
         *cluster = 1;
-        return k.cluster;
+        return k->attn_cluster;
     }
     c = cu->num_sms / units;
     c = c < p.num_splits ? c : p.num_splits;
@@ -1620,11 +1105,13 @@ cluster_splits(pl_cuda_t *cu, const dec_knobs_t &k, const attn_params_t &p,
  */
 template <typename T, int D, bool SW>
 static bool
-split_deeper(pl_cuda_t *cu, const dec_knobs_t &k, int64_t units)
+split_deeper(pl_cuda_t *cu, int64_t units)
 {
-    int64_t  c = cu->num_sms / units;
+    const pl_cuda_knobs_t  *k = &pl_cuda_knobs;
+    int64_t                 c = cu->num_sms / units;
 
-    if (c < 2 || cu->cc < 90 || k.cluster >= 0 || k.splits > 0) {
+    if (c < 2 || cu->cc < 90 || k->attn_cluster >= 0 || k->attn_splits > 0)
+    {
         return true;
     }
     c = c < 8 ? c : 8;
@@ -1633,41 +1120,33 @@ split_deeper(pl_cuda_t *cu, const dec_knobs_t &k, int64_t units)
 
 
 /*
- * KV heads per block (decode_attention_kernel's HB) of the swapped form,
- * where the block's query heads fit in the Q buffer's 16 rows as its
- * warps read them ((HB - 1) x group + 8) and the batch still fills three
- * quarters of a wave of blocks or more without splitting: by default 2
- * for GQA groups (64 and 256 rows of 192 tokens in the 256 bucket,
- * 32/8: 10-11% and 2.5-4% faster than one head a block; 64 x 2048 x
- * 32/8: 0.4-0.8% faster in four calls, 1% slower in a fifth) and 4
- * (else 2) for groups of one at contexts up to DEC_HEADS_CTX (64 and 256
- * rows of 192 tokens, 32/32: 1.6-2.5% faster); one head a block for
- * groups of one at longer contexts, where four measured 0.4% slower (32
- * x 2048 and 256 x 1024; the H200, session 10, docs/BENCHMARKS.md).
- * PAGEDLLM_CUDA_ATTN_HEADS=n: n (2 or 4) wherever it fits, whatever the
- * batch; =1: never.  The default also keeps one head a block under a
- * fixed split count and with the persistent kernel on.
+ * KV heads per block (decode_attention_kernel's HB) of the swapped form, where
+ * the block's query heads fit in the Q buffer's 16 rows as its warps read them
+ * ((HB - 1) x group + 8) and the batch still fills three quarters of a wave of
+ * blocks or more without splitting: by default 2 for GQA groups and 4 (else 2)
+ * for groups of one at contexts up to DEC_HEADS_CTX, one head a block for
+ * groups of one past it (see the top for the measurements).
+ * PAGEDLLM_CUDA_ATTN_HEADS=n: n (2 or 4) wherever it fits, whatever the batch;
+ * =1: never.  The default also keeps one head a block under a fixed split
+ * count.
  */
 #define DEC_HEADS_CTX  256
 
 static int
-heads_per_block(const dec_knobs_t &k, const attn_params_t &p, int rows,
-    int max_ctx, int slots)
+heads_per_block(const attn_params_t &p, int rows, int max_ctx, int slots)
 {
+    int      heads = pl_cuda_knobs.attn_heads;
     int64_t  n_kv = p.n_heads / p.group, units = rows * n_kv;
 
-    if (k.heads == 1
-        || (k.heads < 0
-            && (k.splits > 0 || k.persist || k.persist_blocks > 0)))
-    {
+    if (heads == 1 || (heads < 0 && pl_cuda_knobs.attn_splits > 0)) {
         return 1;
     }
     for (int hb = 4; hb >= 2; hb /= 2) {
         if (n_kv % hb != 0 || (hb - 1) * p.group + DEC_SW_ROWS > DEC_ROWS) {
             continue;
         }
-        if (k.heads > 1) {
-            if (hb == k.heads) {
+        if (heads > 1) {
+            if (hb == heads) {
                 return hb;
             }
         } else if ((p.group == 1 ? max_ctx <= DEC_HEADS_CTX : hb == 2)
@@ -1682,8 +1161,7 @@ heads_per_block(const dec_knobs_t &k, const attn_params_t &p, int rows,
 
 template <typename T, int D, int STAGES, bool SW, int HB = 1>
 static void
-launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
-    int rows, int max_ctx)
+launch_decode(pl_cuda_t *cu, attn_params_t p, int rows, int max_ctx)
 {
     constexpr int        ROWS = SW ? DEC_SW_ROWS : DEC_ROWS;
 
@@ -1703,14 +1181,12 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
         per_sm = blocks_per_sm(kernel, smem, smem);
     }
     if constexpr (SW && STAGES == DEC_STAGES && HB == 1) {
-        switch (heads_per_block(k, p, rows, max_ctx,
-                                per_sm * cu->num_sms))
-        {
+        switch (heads_per_block(p, rows, max_ctx, per_sm * cu->num_sms)) {
         case 4:
-            launch_decode<T, D, STAGES, SW, 4>(cu, k, p0, rows, max_ctx);
+            launch_decode<T, D, STAGES, SW, 4>(cu, p0, rows, max_ctx);
             return;
         case 2:
-            launch_decode<T, D, STAGES, SW, 2>(cu, k, p0, rows, max_ctx);
+            launch_decode<T, D, STAGES, SW, 2>(cu, p0, rows, max_ctx);
             return;
         }
     }
@@ -1718,19 +1194,17 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
     p.n_hc = n_kv * p.chunks / HB;
     units = (int64_t) rows * p.n_hc;
     p.num_splits = HB > 1 ? 1
-                   : choose_splits(k, per_sm * cu->num_sms, units, max_ctx,
+                   : choose_splits(per_sm * cu->num_sms, units, max_ctx,
                                    (int64_t) rows * p.n_heads, D);
     if constexpr (STAGES == DEC_STAGES && HB == 1) {
-        if (p.num_splits > 1 && k.split_stages == DEC_SPLIT_STAGES
-            && p.tc_min_qlen == 0 && split_deeper<T, D, SW>(cu, k, units))
+        if (p.num_splits > 1 && p.tc_min_qlen == 0
+            && split_deeper<T, D, SW>(cu, units))
         {
-            launch_decode<T, D, DEC_SPLIT_STAGES, SW>(cu, k, p0, rows,
-                                                      max_ctx);
+            launch_decode<T, D, DEC_SPLIT_STAGES, SW>(cu, p0, rows, max_ctx);
             return;
         }
     }
-    p.num_splits = cluster_splits<T, D, STAGES, SW>(cu, k, p, units,
-                                                    &cluster);
+    p.num_splits = cluster_splits<T, D, STAGES, SW>(cu, p, units, &cluster);
     p.split_tokens = (max_ctx + p.num_splits - 1) / p.num_splits;
     p.split_tokens = (p.split_tokens + DEC_BN - 1) & ~(DEC_BN - 1);
     p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
@@ -1738,32 +1212,19 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
                             + (int64_t) rows * p.n_heads * p.num_splits * D);
 
     /* heads first puts the rows in gridDim.y (at most 65535) */
-    p.heads_first = k.heads_first && rows <= 65535;
-    p.pdl_trigger = k.pdl == 2;
-    p.dec_flags = (k.l2pf ? DEC_F_L2PF : 0) | (k.fence_sc ? DEC_F_FENCE_SC : 0);
-    if (p.num_splits > 1 && cluster) {
-        p.dec_flags |= DEC_F_CLUSTER;
-    }
+    p.heads_first = !pl_cuda_knobs.attn_rows_first && rows <= 65535;
+    p.dec_flags = p.num_splits > 1 && cluster ? DEC_F_CLUSTER : 0;
 
     cfg.blockDim = dim3(DEC_THREADS);
     cfg.stream = cu->stream;
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = k.pdl > 0 && cu->pdl ? 1 : 0;
+    cfg.numAttrs = cu->pdl ? 1 : 0;
     decode_form = SW ? "swapped" : "16 rows";
     decode_splits = p.num_splits;
     decode_cluster = (p.dec_flags & DEC_F_CLUSTER) != 0;
-    decode_persistent = 0;
     decode_heads = HB;
-    if constexpr (SW && STAGES == DEC_STAGES && HB == 1) {
-        if (launch_persistent<T, D, STAGES>(cu, k, p, rows, max_ctx, per_sm,
-                                            cfg))
-        {
-            decode_persistent = 1;
-            return;
-        }
-    }
     cfg.gridDim = p.heads_first ? dim3(p.n_hc, rows, p.num_splits)
                                 : dim3(rows, p.n_hc, p.num_splits);
     cfg.dynamicSmemBytes = smem;
@@ -1780,48 +1241,14 @@ launch_decode(pl_cuda_t *cu, const dec_knobs_t &k, attn_params_t p,
 
 
 /* the swapped form when every block's query heads fit in its 8 columns */
-template <typename T, int D, int STAGES>
-static void
-launch_form(pl_cuda_t *cu, const dec_knobs_t &k, const attn_params_t &p,
-    int rows, int max_ctx)
-{
-    if (k.swap && p.group <= DEC_SW_ROWS) {
-        launch_decode<T, D, STAGES, true>(cu, k, p, rows, max_ctx);
-    } else {
-        launch_decode<T, D, STAGES, false>(cu, k, p, rows, max_ctx);
-    }
-}
-
-
-/*
- * fp16 is built with DEC_STAGES stages only: the other stage counts are
- * the sweep's (bench/gpu/attention, in bf16), and every instantiation
- * costs the build; so with fp16 the two stage knobs change nothing.
- */
 template <typename T, int D>
 static void
-launch_stages(pl_cuda_t *cu, const attn_params_t &p, int rows, int max_ctx)
+launch_form(pl_cuda_t *cu, const attn_params_t &p, int rows, int max_ctx)
 {
-    dec_knobs_t  k = read_knobs();
-    int          stages = k.stages;
-
-    if (k.short_ctx > 0 && max_ctx <= k.short_ctx) {
-        stages = k.short_stages;
-    }
-    if constexpr (std::is_same_v<T, __half>) {
-        launch_form<T, D, DEC_STAGES>(cu, k, p, rows, max_ctx);
+    if (p.group <= DEC_SW_ROWS) {
+        launch_decode<T, D, DEC_STAGES, true>(cu, p, rows, max_ctx);
     } else {
-        switch (stages) {
-        case 2:
-            launch_form<T, D, 2>(cu, k, p, rows, max_ctx);
-            break;
-        case 4:
-            launch_form<T, D, 4>(cu, k, p, rows, max_ctx);
-            break;
-        default:
-            launch_form<T, D, 3>(cu, k, p, rows, max_ctx);
-            break;
-        }
+        launch_decode<T, D, DEC_STAGES, false>(cu, p, rows, max_ctx);
     }
 }
 
@@ -1831,11 +1258,11 @@ static int
 launch_head(pl_cuda_t *cu, const attn_params_t *p, int rows, int max_ctx)
 {
     if (p->head_dim == 64) {
-        launch_stages<T, 64>(cu, *p, rows, max_ctx);
+        launch_form<T, 64>(cu, *p, rows, max_ctx);
         return 1;
     }
     if (p->head_dim == 128) {
-        launch_stages<T, 128>(cu, *p, rows, max_ctx);
+        launch_form<T, 128>(cu, *p, rows, max_ctx);
         return 1;
     }
     return 0;
@@ -1886,13 +1313,6 @@ extern "C" int
 pl_cuda_decode_splits(void)
 {
     return decode_splits;
-}
-
-
-extern "C" int
-pl_cuda_decode_persistent(void)
-{
-    return decode_persistent;
 }
 
 

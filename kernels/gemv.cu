@@ -41,22 +41,15 @@
  * loop is done, before the epilogue, so the small kernel that follows (a
  * norm, the rope and KV store, the gate), launched as a programmatic
  * dependent launch, is launched and placed while the last blocks finish,
- * and waits for the GEMV's completion as before.  On the H200 this took
- * the Llama-2-7B batch-1 step from 3.96 to 3.88 ms (docs/BENCHMARKS.md).
- * Launching the GEMV itself that way lost (its blocks waiting through the
- * kernel before; with or without its first weights loaded before the
- * wait), as did prefetching its weights to L2 then (sessions 2 and 3).
- * Releasing at the start of the blocks of the last wave instead measured
- * no better.  PAGEDLLM_GEMV_RELEASE=0 turns the release off.
+ * and waits for the GEMV's completion: the Llama-2-7B batch-1 step takes
+ * 3.88 ms with the release, 3.96 without (H200, docs/BENCHMARKS.md).  The
+ * GEMV is not itself a dependent launch: its blocks would wait through
+ * the previous kernel, which measures slower.
  *
- * For benchmarks, PAGEDLLM_GEMV_N_SMALL sets the dispatch limit (0: never)
- * and PAGEDLLM_GEMV_CONFIG names the configuration (e.g. k8m1t1u4).
  * Configurations are built for bf16 and fp16 activations; fp16 only in
- * dispatch's configurations (the others are the bf16 sweep's), a named
- * one without fp16 kernels refuses (cuBLAS then computes).
+ * dispatch's configurations (the others are the bf16 sweep's of
+ * bench/gpu/gemv, which names one per call).
  */
-
-#include <string.h>
 
 #include "pl_cuda.cuh"
 #include "mma.cuh"
@@ -125,32 +118,26 @@ gemv_load(uint4 (&a)[U][MT][2], uint4 (&b)[U][NT],
 
 /*
  * Fused forms (pl_matmul_fuse_t): what MODE does on the way in and out.
- * GEMV_RMS is the RMSNorm with its weight folded into W (fold.cu): the
- * block sums each row's squares first (per-thread slices, then the warps'
- * partials in a fixed order, so the result does not depend on timing),
- * its first weight chunks on their way to L2 meanwhile, reads x as it is
- * and scales its sums by 1 / rms(x) at the end.  Not the model's default
- * (PAGEDLLM_FUSED=2 selects it): the 7B step's norm GEMVs average 45.5 us
- * this way against 40.4 plain on the H200, more than the norm kernels it
- * saves; normalising x in shared memory before the loop was slower still
- * (53.8), and so was summing the squares of x inside the main loop (55.9).
- * GEMV_SILU_ADD transforms x once per block into shared memory before the
- * main loop (done per chunk instead, every warp of every block repeated
- * it: 256 times the work at a 4096-row matrix, and the kernel became bound
- * by instructions): it reads gate and up halves of x [n][2 cols] and
- * stores silu(gate) * up, rounded to T as the unfused activation kernel
- * stores it; x must then fit in PL_GEMV_STAGE_MAX bytes.
- * Meanwhile the block's first weight chunks are on their way to L2.
- * GEMV_ADD and GEMV_SILU_ADD add the product to a [n][rows] (out may be
- * a: each element is read and written by one thread).
+ * GEMV_RMS is the RMSNorm with its weight folded into W (fold.cu): the block
+ * sums each row's squares first (per-thread slices, then the warps' partials
+ * in a fixed order, so the result does not depend on timing), its first weight
+ * chunks on their way to L2 meanwhile, reads x as it is and scales its sums by
+ * 1 / rms(x) at the end (the 7B step's norm GEMVs average 45.5 us this way
+ * against 40.4 plain on the H200, more than the norm kernels it saves, so
+ * engine/model.c decides whether to fold). GEMV_SILU_ADD transforms x once per
+ * block into shared memory before the main loop (per chunk, every warp of
+ * every block would repeat it: 256 times the work at a 4096-row matrix): it
+ * reads gate and up halves of x [n][2 cols] and stores silu(gate) * up,
+ * rounded to T as the unfused activation kernel stores it; x must then fit in
+ * PL_GEMV_STAGE_MAX bytes. Meanwhile the block's first weight chunks are on
+ * their way to L2. GEMV_ADD and GEMV_SILU_ADD add the product to a [n][rows]
+ * (out may be a: each element is read and written by one thread).
  */
 enum { GEMV_PLAIN = 0, GEMV_RMS, GEMV_ADD, GEMV_SILU_ADD };
 
 typedef struct {
     float                 eps;       /* GEMV_RMS */
     const void           *add;       /* GEMV_ADD, GEMV_SILU_ADD: T */
-    int                   release;   /* release the next launch before the
-                                        epilogue (set at launch) */
 } gemv_fuse_t;
 
 
@@ -361,9 +348,7 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
         chunk_mma<T, MT, NT>(acc, a, b);
     }
 
-    if (fuse.release) {
-        pl_grid_release();
-    }
+    pl_grid_release();
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -419,16 +404,6 @@ typedef struct {
 } gemv_config_t;
 
 
-/* PAGEDLLM_GEMV_RELEASE (see the header): 1 (default) or 0 */
-static int
-gemv_release_wanted(void)
-{
-    const char  *v = getenv("PAGEDLLM_GEMV_RELEASE");
-
-    return v == NULL || *v == '\0' || atoi(v) != 0;
-}
-
-
 /* one instantiation's launch, its shared-memory limit raised to
    PL_GEMV_STAGE_MAX the first time a staged form needs more than the
    default 48 KB */
@@ -438,10 +413,8 @@ gemv_start(unsigned blocks, unsigned threads, size_t staged, cudaStream_t st,
     T *out, const T *x, const T *w, const void *bias, pl_dtype_t bias_dt,
     int n, int rows, int cols, gemv_fuse_t fuse)
 {
-    static const int   release = gemv_release_wanted();
-    static bool        raised;
+    static bool  raised;
 
-    fuse.release = release;
     if (staged > (48u << 10) && !raised) {
         pl_cuda_check(cudaFuncSetAttribute(
                           gemv_kernel<T, KS, MG, MT, NT, U, P, MODE>,
@@ -584,86 +557,27 @@ pl_cuda_gemv_built(int config, pl_dtype_t act)
 extern "C" int
 pl_cuda_gemv_n_small(void)
 {
-    static int  n_small = -1;
-    const char *v;
-
-    if (n_small < 0) {
-        v = getenv("PAGEDLLM_GEMV_N_SMALL");
-        n_small = v != NULL ? atoi(v) : PL_GEMV_N_SMALL;
-        n_small = n_small < 0 ? 0 : n_small > PL_GEMV_MAX_N ? PL_GEMV_MAX_N
-                                                            : n_small;
-    }
-    return n_small;
-}
-
-
-/* the configuration named v (NULL or empty: -1) */
-static int
-gemv_named(const char *v)
-{
-    int  i;
-
-    if (v == NULL || *v == '\0') {
-        return -1;
-    }
-    for (i = 0; i < GEMV_NCONFIGS; i++) {
-        if (strcmp(v, gemv_configs[i].name) == 0) {
-            return i;
-        }
-    }
-    pl_cuda_fail("gemv", "a PAGEDLLM_GEMV_* setting names no configuration");
-}
-
-
-/* the configuration PAGEDLLM_GEMV_CONFIG names, or -1 */
-static int
-gemv_forced(void)
-{
-    static int  forced = -2;
-
-    if (forced == -2) {
-        forced = gemv_named(getenv("PAGEDLLM_GEMV_CONFIG"));
-    }
-    return forced;
+    return PL_GEMV_N_SMALL;
 }
 
 
 /*
  * Which configuration for n rows of x against w.  From the sweeps of
- * bench/gpu/gemv on the H200 (2026-11-29, the five Llama-2-7B shapes):
- * up to 8 rows, 16 weight rows a block with the next 4 chunks' loads
- * issued before the MMAs of these (k8m1t1u4p), the fastest configuration
- * on every shape at n = 1 and 8 (the 4096x4096 O projection 12.8 us
- * against 14.0 for the best unpipelined one); in the 7B decode step at
- * batch 1 it took the step from 4.44 to 3.91 ms.  Above 8 rows the
- * pipelined kernels' registers cost more than their overlap gives, and
- * 16 weight rows a block with 8 loads in flight stays the fastest.
- *
- * For benchmarks, PAGEDLLM_GEMV_WIDE, PAGEDLLM_GEMV_NARROW and
- * PAGEDLLM_GEMV_DEEP name the configuration of each class: up to 8 rows of
- * x against a matrix of at least 64 rows per SM (wide) or fewer
- * (narrow), and more than 8 rows (deep); fp16 activations keep the
- * defaults (the others are built for bf16 only).
+ * bench/gpu/gemv on the H200 (the five Llama-2-7B shapes): up to 8 rows,
+ * 16 weight rows a block with the next 4 chunks' loads issued before the
+ * MMAs of these (k8m1t1u4p), the fastest configuration on every shape at
+ * n = 1 and 8 (the 4096x4096 O projection 12.8 us against 14.0 for the
+ * best unpipelined one; the 7B decode step at batch 1 3.91 ms against
+ * 4.44).  Above 8 rows the pipelined kernels' registers cost more than
+ * their overlap gives, and 16 weight rows a block with 8 loads in flight
+ * is the fastest.
  */
 extern "C" int
 pl_cuda_gemv_pick(pl_backend_t *be, const pl_weight_t *w, int n)
 {
-    static const char  *env[3] = { "PAGEDLLM_GEMV_WIDE",
-                                   "PAGEDLLM_GEMV_NARROW",
-                                   "PAGEDLLM_GEMV_DEEP" };
-    static const int    dflt[3] = { GEMV_SMALL, GEMV_SMALL, GEMV_DEEP };
-    static int          cls[3] = { -2, -2, -2 };
-    int                 k;
-
-    if (gemv_forced() >= 0) {
-        return gemv_forced();
-    }
-    k = n > 8 ? 2 : w->rows >= 64 * (int64_t) pl_cuda(be)->num_sms ? 0 : 1;
-    if (cls[k] == -2) {
-        cls[k] = gemv_named(getenv(env[k]));
-        cls[k] = cls[k] >= 0 ? cls[k] : dflt[k];
-    }
-    return w->dtype == PL_DT_BF16 ? cls[k] : dflt[k];
+    (void) be;
+    (void) w;
+    return n > 8 ? GEMV_DEEP : GEMV_SMALL;
 }
 
 

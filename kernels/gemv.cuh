@@ -20,7 +20,7 @@ extern "C" {
 /* the widest n the kernel has tiles for (8 rows of x per MMA tile) */
 #define PL_GEMV_MAX_N    32
 
-/* default dispatch limit; PAGEDLLM_GEMV_N_SMALL overrides it (0: never) */
+/* dispatch limit: pl_cuda_matmul sends up to this many rows of x here */
 #define PL_GEMV_N_SMALL  16
 
 /* out[n][w.rows] = x[n][w.cols] . w^T (+ bias) with launch configuration

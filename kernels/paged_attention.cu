@@ -34,8 +34,8 @@
  * last block of a (row, head group) to finish, found with an atomic
  * counter, merges them, so there is no second launch.  Splits are chosen
  * from the kernel's occupancy: fewest waves per unit of work, splits of at
- * least PAGEDLLM_CUDA_ATTN_SPLIT_MIN tokens (default 128; an environment
- * override for benchmarking).
+ * least ATTN_SPLIT_MIN tokens (PAGEDLLM_CUDA_ATTN_SPLIT_MIN overrides it,
+ * pl_cuda_knobs).
  */
 
 #include <float.h>
@@ -44,6 +44,7 @@
 
 #define ATTN_THREADS  128
 #define ATTN_TBL      128        /* block-table entries staged at a time */
+#define ATTN_SPLIT_MIN  128      /* fewest tokens of a split */
 
 
 template <int LANES>
@@ -353,13 +354,11 @@ static int
 choose_splits(pl_cuda_t *cu, int slots, int64_t units, int max_ctx,
     int64_t rows_heads, int head_dim)
 {
-    static int  split_min;
-    int64_t     most, fit, s, best = 1;
-    double      best_cost = 1e30;
+    int      split_min = pl_cuda_knobs.attn_split_min > 0
+                         ? pl_cuda_knobs.attn_split_min : ATTN_SPLIT_MIN;
+    int64_t  most, fit, s, best = 1;
+    double   best_cost = 1e30;
 
-    if (split_min == 0) {
-        split_min = pl_cuda_env_int("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", 128);
-    }
     most = (max_ctx + split_min - 1) / split_min;
     fit = ATTN_PARTIAL_BYTES
           / (rows_heads * (head_dim * sizeof(float) + sizeof(float2)));
@@ -463,13 +462,14 @@ pow2_at_least(int v, int lo, int hi)
 static void
 check_shape(int n_heads, int n_kv_heads, int head_dim, int block_size)
 {
+    const char  *sizes;
+
     if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > 256) {
         pl_cuda_fail("attention", "head_dim must be a multiple of 8 "
                      "up to 256");
     }
-    if (log2_exact(block_size) < 0 || block_size > 1024) {
-        pl_cuda_fail("attention", "block_size must be a power of two "
-                     "up to 1024");
+    if (!pl_block_size_ok("cuda", block_size, &sizes)) {
+        pl_cuda_fail("attention block_size", sizes);
     }
     if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) {
         pl_cuda_fail("attention", "n_heads must be a multiple of "

@@ -65,7 +65,7 @@ typedef struct {
 
     int             pdl;                 /* programmatic dependent launch
                                             for the decode path's kernels:
-                                            pl_cuda_pdl_wanted() at
+                                            sm_90 and pl_cuda_knobs.pdl at
                                             creation */
 
     struct pl_cuda_sample_s  *sample;    /* sample.cu's staging */
@@ -90,16 +90,43 @@ pl_cuda_blocks(int64_t n, unsigned threads)
     return (unsigned) ((n + threads - 1) / threads);
 }
 
-/* A positive integer from the environment (benchmark overrides), else
-   dflt. */
-static inline int
-pl_cuda_env_int(const char *name, int dflt)
-{
-    const char  *v = getenv(name);
-    int          n = v != NULL ? atoi(v) : 0;
+/*
+ * The environment knobs of the CUDA kernels, every one of them (the table
+ * is in docs/ARCHITECTURE.md, "Environment knobs").  Read once, when the
+ * first backend opens (pl_cuda_knobs_load); kernels read this struct,
+ * never the environment.  Each knob reaches a path the defaults also take
+ * on some shape or GPU, so that one machine can test it; a CUDA graph
+ * keeps the settings of its capture.
+ */
+typedef struct {
+    int  pdl;               /* PAGEDLLM_CUDA_PDL: 0 launches every kernel
+                               plainly (as on GPUs before sm_90) */
+    int  attn_split_min;    /* PAGEDLLM_CUDA_ATTN_SPLIT_MIN: fewest tokens
+                               of a KV split; 0: each kernel's own */
+    int  attn_splits;       /* PAGEDLLM_CUDA_ATTN_SPLITS: a fixed split
+                               count, merged through global partials;
+                               0: chosen */
+    int  attn_cluster;      /* PAGEDLLM_CUDA_ATTN_CLUSTER: 2..8 splits in
+                               clusters of that size, 0 the global merge
+                               always; -1: chosen */
+    int  attn_heads;        /* PAGEDLLM_CUDA_ATTN_HEADS: KV heads a decode
+                               block, 1, 2 or 4 where it fits; -1: chosen */
+    int  attn_rows_first;   /* PAGEDLLM_CUDA_ATTN_ORDER=0: decode blocks
+                               numbered rows first (the default past 65535
+                               rows) */
+    int  prefill_mma;       /* PAGEDLLM_CUDA_PREFILL=mma: the mma.sync
+                               prefill kernel on Hopper too */
+    int  prefill_cpasync;   /* PAGEDLLM_CUDA_PREFILL_LOADS=cpasync: Hopper's
+                               prefill gathers with cp.async, as it does for
+                               block sizes under 8 */
+} pl_cuda_knobs_t;
 
-    return n > 0 ? n : dflt;
-}
+extern pl_cuda_knobs_t  pl_cuda_knobs;
+
+/* Fill pl_cuda_knobs from the environment, once per process (every
+   backend's open calls it); pl_cuda_knobs_reload (pl_ops.h) reads it
+   again, for tests and benchmarks that switch knobs. */
+void pl_cuda_knobs_load(void);
 
 /*
  * Programmatic dependent launch (sm_90).  A decode step is some 290 short
@@ -133,15 +160,6 @@ pl_grid_release(void)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-/* PAGEDLLM_CUDA_PDL: 0 turns programmatic dependent launch off */
-static inline int
-pl_cuda_pdl_wanted(void)
-{
-    const char  *v = getenv("PAGEDLLM_CUDA_PDL");
-
-    return v == NULL || atoi(v) != 0;
 }
 
 /* kernel<<<grid, block, smem, cu->stream>>>(args), with programmatic

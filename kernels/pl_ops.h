@@ -350,6 +350,16 @@ void pl_sample_host(int32_t *tokens, const float *logits, int vocab,
 pl_backend_t *pl_backend_cpu_create(int threads, char *err, size_t errlen);
 pl_backend_t *pl_backend_cuda_create(int device, char *err, size_t errlen);
 
+/* Whether the paged attention of backend kind ("cpu" or "cuda") takes KV
+   blocks of n tokens (block_size.c), known before a backend is open;
+   *sizes says in words which sizes that kind takes. */
+int pl_block_size_ok(const char *kind, int n, const char **sizes);
+
+/* Read the CUDA kernels' environment knobs again (pl_cuda.cuh; a backend
+   reads them once, when the first one opens).  For tests and benchmarks
+   that setenv a knob between launches in one process, only. */
+void pl_cuda_knobs_reload(void);
+
 /* 1 when this build has the CUDA backend and a GPU is visible. */
 int pl_cuda_available(void);
 

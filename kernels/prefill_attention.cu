@@ -23,25 +23,16 @@
  *
  * On Hopper (compute capability 9.0) head size 128 goes to the wgmma
  * kernel of prefill_attention_sm90.cu instead (tiles of 128 rows); this
- * kernel serves every other case.  Benchmark overrides:
- * PAGEDLLM_CUDA_PREFILL=mma forces this one; for the Hopper kernel,
- * PAGEDLLM_CUDA_PREFILL_STAGES=2 two KV stages instead of three,
- * PAGEDLLM_CUDA_PREFILL_LOADS=cpasync the 16-byte cp.async gather
- * instead of TMA copies (the loads TMA cannot serve use it anyway:
- * block sizes under 8), PAGEDLLM_CUDA_PREFILL_LOADS=wait that gather
- * waiting for each KV tile to land, PAGEDLLM_CUDA_PREFILL_PINGPONG=off
- * consumers that do not take turns at the tensor cores,
- * PAGEDLLM_CUDA_PREFILL_ORDER=heads blocks head after head (L2 reuse of
- * K and V) instead of longest tiles of every head first.  With fp16 the
- * Hopper kernel is built in its default variant alone (and its cp.async
- * twin, for what TMA cannot load): of the Hopper overrides only LOADS
- * (tma or cpasync) and ORDER then count, and the kernel's name says what
- * ran.
+ * kernel serves every other case.  Two knobs (pl_cuda_knobs) let one
+ * Hopper machine test what other GPUs and shapes run by default:
+ * PAGEDLLM_CUDA_PREFILL=mma takes this kernel for head size 128 too, and
+ * PAGEDLLM_CUDA_PREFILL_LOADS=cpasync has the Hopper kernel gather with
+ * 16-byte cp.async instead of TMA copies, as it does for block sizes
+ * under 8.  The kernel's name says what ran.
  */
 
 #include <float.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "attention.cuh"
 #include "mma.cuh"
@@ -53,7 +44,7 @@
 
 /* prefill_attention_sm90.cu; p.tile_start numbers tiles of PF_BM_SM90 */
 bool pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    int stages, bool tma, bool async, bool pingpong, bool head_major);
+    bool tma);
 
 /* which kernel the last prefill launch ran, for tests and benchmarks */
 static const char  *prefill_kernel_name;
@@ -213,7 +204,7 @@ prefill_attention_kernel(const attn_params_t p)
 
     int             total = p.tile_start[p.num_seqs];
     int             tile = (int) gridDim.x - 1 - (int) blockIdx.x;
-    int             lo = 0, hi = p.num_seqs - 1, seq, q0, qlen, ctx, r0;
+    int             seq, q0, qlen, ctx, r0;
     int             h = blockIdx.y, kvh = h / p.group;
     int             warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint32_t        qs = smem_addr(pf_smem);
@@ -225,16 +216,7 @@ prefill_attention_kernel(const attn_params_t p)
     if (tile >= total) {
         return;
     }
-    while (lo < hi) {
-        int  mid = (lo + hi + 1) >> 1;
-
-        if (p.tile_start[mid] <= tile) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    seq = lo;
+    seq = attn_seq_of_tile(p, tile);
     q0 = p.query_start[seq];
     qlen = p.query_start[seq + 1] - q0;
     ctx = p.context_lens[seq];
@@ -392,47 +374,24 @@ launch_prefill(pl_cuda_t *cu, const attn_params_t &p, int rows)
 
 
 /* Hopper's kernel: compute capability 9.0 exactly (its cubin is sm_90a),
-   unless the environment asks for the mma.sync kernel */
+   unless PAGEDLLM_CUDA_PREFILL=mma */
 static bool
 use_sm90(pl_cuda_t *cu, int head_dim)
 {
-    const char  *force = getenv("PAGEDLLM_CUDA_PREFILL");
-
-    if (head_dim != 128 || (force != NULL && strcmp(force, "mma") == 0)) {
-        return false;
-    }
-    return cu->cc == 90;
+    return head_dim == 128 && !pl_cuda_knobs.prefill_mma && cu->cc == 90;
 }
 
 
-/* the Hopper kernel's variant from the environment, and its name */
+/* the Hopper kernel, and its name */
 static void
-launch_sm90_env(pl_cuda_t *cu, const attn_params_t &p, int rows)
+launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows)
 {
-    const char  *loads = getenv("PAGEDLLM_CUDA_PREFILL_LOADS");
-    const char  *pp = getenv("PAGEDLLM_CUDA_PREFILL_PINGPONG");
-    const char  *order = getenv("PAGEDLLM_CUDA_PREFILL_ORDER");
-    int          stages;
-    bool         tma, async, pingpong, heads;
+    bool  tma;
 
-    stages = pl_cuda_env_int("PAGEDLLM_CUDA_PREFILL_STAGES", 3) == 2 ? 2 : 3;
-    tma = loads == NULL || strcmp(loads, "tma") == 0;
-    async = loads == NULL || strcmp(loads, "wait") != 0;
-    pingpong = pp == NULL || strcmp(pp, "off") != 0;
-    heads = order != NULL && strcmp(order, "heads") == 0;
-    if (p.dtype == PL_DT_F16) {
-        /* the variants fp16 is built in (see the top) */
-        stages = 3;
-        async = true;
-        pingpong = true;
-    }
-    tma = pl_cuda_prefill_sm90(cu, p, rows, stages, tma, async, pingpong,
-                               heads);
+    tma = pl_cuda_prefill_sm90(cu, p, rows, !pl_cuda_knobs.prefill_cpasync);
     snprintf(prefill_kernel_buf, sizeof(prefill_kernel_buf),
-             "sm90 wgmma%s, %d stages, %s loads%s%s",
-             p.dtype == PL_DT_F16 ? " fp16" : "", stages,
-             tma ? "tma" : async ? "cp.async" : "waiting cp.async",
-             pingpong ? ", ping-pong" : "", heads ? ", head-major" : "");
+             "sm90 wgmma%s, %s loads", p.dtype == PL_DT_F16 ? " fp16" : "",
+             tma ? "tma" : "cp.async");
     prefill_kernel_name = prefill_kernel_buf;
 }
 
@@ -471,7 +430,7 @@ pl_cuda_prefill_attention(pl_cuda_t *cu, attn_params_t *p, int rows)
                                                  p->tile_start);
     PL_CUDA_LAUNCHED("prefill tile scan");
     if (sm90) {
-        launch_sm90_env(cu, *p, rows);
+        launch_sm90(cu, *p, rows);
     } else if (p->dtype == PL_DT_F16) {
         launch_mma<__half>(cu, *p, rows);
     } else {

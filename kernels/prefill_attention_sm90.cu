@@ -6,9 +6,7 @@
  * Layouts as in paged_attention.cu.  Work split: a tile is 128
  * consecutive query rows of one sequence; one thread block per (tile,
  * query head), blocks numbered so that every head's longest causal tiles
- * start first, or (head_major) head after head, each head's tiles
- * longest first, so the blocks running together share fewer heads' K
- * and V and those stay in L2.  The block is three warpgroups:
+ * start first.  The block is three warpgroups:
  *   - a producer, which loads the tile's Q rows and then, KV tile after
  *     KV tile (128 tokens, up to the last position the block's rows may
  *     see), the K and V rows of the tile's physical blocks into shared
@@ -43,9 +41,6 @@
  * complete).  K and V are separate so S can start while V is still
  * arriving.  setmaxnreg moves the producer's registers to the
  * consumers, which hold S and O (64 fp32 each) and P.
- * Variants for measurement (OPTS, prefill_attention.cu's overrides): the
- * cp.async producer, which may also wait for each tile before the next,
- * and consumers that do not take turns.
  *
  * Shared memory, from a 1024-byte aligned base, every tile in the
  * 128-byte swizzled layout of mma.cuh ([2 halves of 64 dims][rows][128
@@ -83,14 +78,12 @@
 #define SM90_BM         128         /* query rows per block */
 #define SM90_BN         128         /* KV tokens per tile */
 #define SM90_THREADS    384         /* producer + two consumers */
+#define SM90_STAGES     3           /* KV tiles in flight + 1 */
 #define SM90_TILE       (SM90_BN * SM90_D * 2)      /* bytes of K or V */
 #define SM90_Q          (SM90_BM * SM90_D * 2)
 
-/* variants (template OPTS), see sm90_produce and sm90_consume */
-#define SM90_ASYNC      1           /* cp.async producer does not wait for
-                                       its copies */
-#define SM90_PINGPONG   2           /* consumers take turns at the products */
-#define SM90_TMA        4           /* TMA producer (else cp.async) */
+/* the producer (template OPTS): TMA, else the cp.async gather */
+#define SM90_TMA        4
 
 /* registers after setmaxnreg: one warp issuing TMA copies needs few, the
    cp.async gather more; 128 x load + 256 x math <= 384 x 168 */
@@ -161,30 +154,22 @@ sm90_stage(uint32_t qs, int s)
 
 
 static __device__ __forceinline__ bool
-sm90_find_tile(const attn_params_t &p, int head_major, sm90_tile_t &t)
+sm90_find_tile(const attn_params_t &p, sm90_tile_t &t)
 {
     int  total = p.tile_start[p.num_seqs], b = (int) blockIdx.x;
     int  upper = (int) gridDim.x / p.n_heads;
-    int  tile = upper - 1 - (head_major ? b % upper : b / p.n_heads);
-    int  lo = 0, hi = p.num_seqs - 1;
+    int  tile = upper - 1 - b / p.n_heads;
+    int  lo;
 
     if (tile >= total) {
         return false;
     }
-    while (lo < hi) {
-        int  mid = (lo + hi + 1) >> 1;
-
-        if (p.tile_start[mid] <= tile) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
+    lo = attn_seq_of_tile(p, tile);
     t.q0 = p.query_start[lo];
     t.qlen = p.query_start[lo + 1] - t.q0;
     t.ctx = p.context_lens[lo];
     t.r0 = (tile - p.tile_start[lo]) * SM90_BM;
-    t.head = head_major ? b / upper : b % p.n_heads;
+    t.head = b % p.n_heads;
     t.kv_end = min(t.ctx, t.ctx - t.qlen + min(t.r0 + SM90_BM, t.qlen));
     t.ntiles = (t.kv_end + SM90_BN - 1) / SM90_BN;
     t.table = p.block_tables + (int64_t) lo * p.max_blocks;
@@ -242,15 +227,14 @@ sm90_load_kv(const attn_params_t &p, const sm90_tile_t &t,
 
 
 /*
- * With SM90_ASYNC the full barriers are arrived on by the copies
+ * The cp.async producer: the full barriers are arrived on by the copies
  * themselves (cp.async.mbarrier.arrive), so the producer goes on to the
  * next free stage at once and up to STAGES tiles are in flight; the
  * consumers' fence.proxy.async after their wait orders the landed bytes
- * before their wgmma reads.  Without it, the producer waits for each
- * tile to land before it issues the next (one tile in flight).  The K
- * full barrier of tile 0 covers the Q rows too, issued before it.
+ * before their wgmma reads.  The K full barrier of tile 0 covers the Q
+ * rows too, issued before it.
  */
-template <int STAGES, int OPTS>
+template <int STAGES>
 static __device__ __forceinline__ void
 sm90_produce(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
     uint32_t bars)
@@ -264,25 +248,11 @@ sm90_produce(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
             sm90_wait<STAGES>(bars, SM90_EMPTY, j - STAGES);
         }
         sm90_load_kv(p, t, p.k_cache, j, ks);
-        if (OPTS & SM90_ASYNC) {
-            cp_async_mbar_arrive(sm90_bar<STAGES>(bars, SM90_K_FULL, s));
-            sm90_load_kv(p, t, p.v_cache, j, ks + SM90_TILE);
-            cp_async_mbar_arrive(sm90_bar<STAGES>(bars, SM90_V_FULL, s));
-            continue;
-        }
-        cp_async_commit();
+        cp_async_mbar_arrive(sm90_bar<STAGES>(bars, SM90_K_FULL, s));
         sm90_load_kv(p, t, p.v_cache, j, ks + SM90_TILE);
-        cp_async_commit();
-        cp_async_wait<1>();
-        fence_proxy_async();
-        mbar_arrive(sm90_bar<STAGES>(bars, SM90_K_FULL, s));
-        cp_async_wait<0>();
-        fence_proxy_async();
-        mbar_arrive(sm90_bar<STAGES>(bars, SM90_V_FULL, s));
+        cp_async_mbar_arrive(sm90_bar<STAGES>(bars, SM90_V_FULL, s));
     }
-    if (OPTS & SM90_ASYNC) {
-        cp_async_wait_all();
-    }
+    cp_async_wait_all();
 }
 
 
@@ -551,8 +521,8 @@ sm90_rescale(float (&o)[64], const float (&corr)[2])
 
 
 /*
- * With SM90_PINGPONG the two consumer groups issue their products in
- * turns, group 0 first: a turn starts on the group's own named barrier
+ * The two consumer groups issue their products in turns (ping-pong),
+ * group 0 first: a turn starts on the group's own named barrier
  * (1 + cw) and ends arriving on the other's, so the tensor cores run
  * one group's products while the other's softmax runs, instead of both
  * groups' products colliding and then both softmaxes leaving the tensor
@@ -560,23 +530,17 @@ sm90_rescale(float (&o)[64], const float (&corr)[2])
  * before its first, to let group 0 start, and group 0 takes that extra
  * arrival after its last turn, so no barrier is left half arrived.
  */
-template <int OPTS>
 static __device__ __forceinline__ void
 sm90_turn_begin(int cw)
 {
-    if (OPTS & SM90_PINGPONG) {
-        named_bar_sync(1 + cw, 256);
-    }
+    named_bar_sync(1 + cw, 256);
 }
 
 
-template <int OPTS>
 static __device__ __forceinline__ void
 sm90_turn_end(int cw)
 {
-    if (OPTS & SM90_PINGPONG) {
-        named_bar_arrive(2 - cw, 256);
-    }
+    named_bar_arrive(2 - cw, 256);
 }
 
 
@@ -623,17 +587,17 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
     for (int i = 0; i < 64; i++) {
         o[i] = 0.0f;
     }
-    if ((OPTS & SM90_PINGPONG) && cw == 1) {
+    if (cw == 1) {
         named_bar_arrive(1, 256);
     }
 
     if (mine > 0) {
         sm90_wait<STAGES>(w.bars, SM90_K_FULL, 0);
         sm90_landed<OPTS>();
-        sm90_turn_begin<OPTS>(cw);
+        sm90_turn_begin(cw);
         wgmma_fence();
         sm90_issue_qk<T>(w, sc, 0);
-        sm90_turn_end<OPTS>(cw);
+        sm90_turn_end(cw);
         turns++;
         wgmma_wait<0>();
         wgmma_hold(sc);
@@ -646,13 +610,13 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         sm90_wait<STAGES>(w.bars, SM90_K_FULL, j);
         sm90_wait<STAGES>(w.bars, SM90_V_FULL, j - 1);
         sm90_landed<OPTS>();
-        sm90_turn_begin<OPTS>(cw);
+        sm90_turn_begin(cw);
         wgmma_fence();
         sm90_issue_qk<T>(w, sc, s);
         sm90_rescale(o, corr);
         wgmma_fence();
         sm90_issue_pv<T>(w, o, pa, sp);
-        sm90_turn_end<OPTS>(cw);
+        sm90_turn_end(cw);
         turns++;
         wgmma_wait<1>();
         wgmma_hold(sc);
@@ -672,11 +636,11 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
             mbar_wait(sm90_bar<STAGES>(w.bars, SM90_TAIL, 0), 0);
         }
         sm90_landed<OPTS>();
-        sm90_turn_begin<OPTS>(cw);
+        sm90_turn_begin(cw);
         sm90_rescale(o, corr);
         wgmma_fence();
         sm90_issue_pv<T>(w, o, pa, sp);
-        sm90_turn_end<OPTS>(cw);
+        sm90_turn_end(cw);
         turns++;
         wgmma_wait<0>();
         wgmma_hold(o);
@@ -686,18 +650,16 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
         sm90_wait<STAGES>(w.bars, SM90_K_FULL, j);
         sm90_wait<STAGES>(w.bars, SM90_V_FULL, j);
         mbar_arrive(sm90_bar<STAGES>(w.bars, SM90_EMPTY, j % STAGES));
-        sm90_turn_begin<OPTS>(cw);
-        sm90_turn_end<OPTS>(cw);
+        sm90_turn_begin(cw);
+        sm90_turn_end(cw);
         turns++;
     }
-    if (OPTS & SM90_PINGPONG) {
-        for ( /* void */ ; turns < t.ntiles + 1; turns++) {
-            sm90_turn_begin<OPTS>(cw);
-            sm90_turn_end<OPTS>(cw);
-        }
-        if (cw == 0) {
-            named_bar_sync(1, 256);
-        }
+    for ( /* void */ ; turns < t.ntiles + 1; turns++) {
+        sm90_turn_begin(cw);
+        sm90_turn_end(cw);
+    }
+    if (cw == 0) {
+        named_bar_sync(1, 256);
     }
 
     sm90_store<T>(p, t, o, l, rt);
@@ -709,7 +671,7 @@ sm90_consume(const attn_params_t &p, const sm90_tile_t &t, uint32_t qs,
 template <typename T, int STAGES, int OPTS>
 __global__ void __launch_bounds__(SM90_THREADS, 1)
 prefill_attention_sm90_kernel(const attn_params_t p,
-    const __grid_constant__ sm90_maps_t mp, int head_major)
+    const __grid_constant__ sm90_maps_t mp)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char sm90_smem[];
@@ -719,7 +681,7 @@ prefill_attention_sm90_kernel(const attn_params_t p,
     uint32_t     bars = qs + SM90_Q + STAGES * 2 * SM90_TILE;
     int          wg = threadIdx.x >> 7;
 
-    if (!sm90_find_tile(p, head_major, t)) {
+    if (!sm90_find_tile(p, t)) {
         return;
     }
     if (threadIdx.x < STAGES) {
@@ -741,7 +703,7 @@ prefill_attention_sm90_kernel(const attn_params_t p,
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n"
                      :: "n"(SM90_REGS_LOAD(OPTS)));
         if (!(OPTS & SM90_TMA)) {
-            sm90_produce<STAGES, OPTS>(p, t, qs, bars);
+            sm90_produce<STAGES>(p, t, qs, bars);
         } else if (threadIdx.x < 32) {
             sm90_produce_tma<STAGES>(p, t, mp, qs, bars);
         }
@@ -757,58 +719,25 @@ prefill_attention_sm90_kernel(const attn_params_t p,
 }
 
 
-template <typename T, int STAGES, int OPTS>
+template <typename T, int OPTS>
 static void
 launch_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    const sm90_maps_t &mp, int head_major)
+    const sm90_maps_t &mp)
 {
     static char  ready[64];            /* per device */
-    size_t       smem = sm90_smem_bytes<STAGES>();
+    size_t       smem = sm90_smem_bytes<SM90_STAGES>();
     int64_t      tiles = (rows + SM90_BM - 1) / SM90_BM + p.num_seqs;
+    auto         kernel = prefill_attention_sm90_kernel<T, SM90_STAGES, OPTS>;
 
     if (!ready[cu->device & 63]) {
-        pl_cuda_check(cudaFuncSetAttribute(
-                          prefill_attention_sm90_kernel<T, STAGES, OPTS>,
+        pl_cuda_check(cudaFuncSetAttribute(kernel,
                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                           (int) smem), "prefill attention (sm90)");
         ready[cu->device & 63] = 1;
     }
-    prefill_attention_sm90_kernel<T, STAGES, OPTS>
-        <<<(unsigned) (tiles * p.n_heads), SM90_THREADS, smem,
-           cu->stream>>>(p, mp, head_major);
+    kernel<<<(unsigned) (tiles * p.n_heads), SM90_THREADS, smem,
+             cu->stream>>>(p, mp);
     PL_CUDA_LAUNCHED("prefill attention (sm90)");
-}
-
-
-template <int STAGES, int LOADS>
-static void
-launch_sm90_pp(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    bool pingpong, const sm90_maps_t &mp, int head_major)
-{
-    if (pingpong) {
-        launch_sm90<__nv_bfloat16, STAGES, LOADS | SM90_PINGPONG>(
-            cu, p, rows, mp, head_major);
-    } else {
-        launch_sm90<__nv_bfloat16, STAGES, LOADS>(cu, p, rows, mp,
-                                                  head_major);
-    }
-}
-
-
-template <int STAGES>
-static void
-launch_sm90_opts(pl_cuda_t *cu, const attn_params_t &p, int rows, int loads,
-    bool pingpong, const sm90_maps_t &mp, int head_major)
-{
-    if (loads == SM90_TMA) {
-        launch_sm90_pp<STAGES, SM90_TMA>(cu, p, rows, pingpong, mp,
-                                         head_major);
-    } else if (loads == SM90_ASYNC) {
-        launch_sm90_pp<STAGES, SM90_ASYNC>(cu, p, rows, pingpong, mp,
-                                           head_major);
-    } else {
-        launch_sm90_pp<STAGES, 0>(cu, p, rows, pingpong, mp, head_major);
-    }
 }
 
 
@@ -857,41 +786,28 @@ sm90_encode_maps(const attn_params_t &p, int rows, sm90_maps_t *mp)
 
 
 /*
- * p.tile_start must number the tiles of SM90_BM rows.  stages: KV
- * stages, 3 (224 KB of shared memory) or 2 (160 KB).  A consumer holds
- * two stages at a time (tile j's K, tile j - 1's V) and frees the older
- * one late in its step, so with two the producer starts tile j + 1 only
- * then and the consumers wait for it; three keep a tile in flight.
- * tma: load with TMA where it can (else cp.async, async or not: the
- * SM90_ASYNC variant); pingpong: the SM90_PINGPONG variant; head_major:
- * the blocks' order (see the top).  Returns whether the loads are TMA's.
+ * p.tile_start must number the tiles of SM90_BM rows.  tma: load with TMA
+ * where it can (else the cp.async gather).  Returns whether the loads are
+ * TMA's.
  */
 bool
 pl_cuda_prefill_sm90(pl_cuda_t *cu, const attn_params_t &p, int rows,
-    int stages, bool tma, bool async, bool pingpong, bool head_major)
+    bool tma)
 {
     sm90_maps_t  mp;
-    int          loads;
 
     memset(&mp, 0, sizeof(mp));
     tma = tma && sm90_encode_maps(p, rows, &mp);
-    loads = tma ? SM90_TMA : async ? SM90_ASYNC : 0;
     if (p.dtype == PL_DT_F16) {
-        /* fp16: the default variant, TMA or cp.async loads (the caller
-           asks for no other) */
         if (tma) {
-            launch_sm90<__half, 3, SM90_TMA | SM90_PINGPONG>(
-                cu, p, rows, mp, head_major);
+            launch_sm90<__half, SM90_TMA>(cu, p, rows, mp);
         } else {
-            launch_sm90<__half, 3, SM90_ASYNC | SM90_PINGPONG>(
-                cu, p, rows, mp, head_major);
+            launch_sm90<__half, 0>(cu, p, rows, mp);
         }
-        return tma;
-    }
-    if (stages == 2) {
-        launch_sm90_opts<2>(cu, p, rows, loads, pingpong, mp, head_major);
+    } else if (tma) {
+        launch_sm90<__nv_bfloat16, SM90_TMA>(cu, p, rows, mp);
     } else {
-        launch_sm90_opts<3>(cu, p, rows, loads, pingpong, mp, head_major);
+        launch_sm90<__nv_bfloat16, 0>(cu, p, rows, mp);
     }
     return tma;
 }

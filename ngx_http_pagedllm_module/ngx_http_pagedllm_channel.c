@@ -5,8 +5,10 @@
  * Attaching never blocks the event loop: the worker connects the unix
  * socket without blocking, sends pl_attach_t and waits in the event loop
  * for pl_hello_t and its three descriptors (region memfd, submission and
- * completion doorbells).  Requests that arrive meanwhile are parked and
- * resumed when the attach succeeds or fails.  The completion doorbell and
+ * completion doorbells); a tokenizer it does not have yet is then loaded
+ * on the thread pool (ngx_http_pagedllm_tokenizer.c).  Requests that
+ * arrive meanwhile are parked and resumed when the attach succeeds or
+ * fails.  The completion doorbell and
  * the socket live in the event loop; the doorbell handler drains the whole
  * completion ring at once, hands each record to its request (looked up by
  * id in an rbtree) and then lets every request it touched write once.
@@ -24,13 +26,13 @@
 
 
 #define NGX_HTTP_PAGEDLLM_MIN_RING          4096
-#define NGX_HTTP_PAGEDLLM_MAX_TOKENIZER     (256 * 1024 * 1024)
 #define NGX_HTTP_PAGEDLLM_ABORT_RETRY       50
 
 
 typedef enum {
     NGX_HTTP_PAGEDLLM_DETACHED = 0,
     NGX_HTTP_PAGEDLLM_CONNECTING,
+    NGX_HTTP_PAGEDLLM_LOADING,              /* the tokenizer, on a thread */
     NGX_HTTP_PAGEDLLM_ATTACHED
 } ngx_http_pagedllm_channel_state_e;
 
@@ -40,10 +42,12 @@ typedef struct {
     ngx_log_t                          *log;
     ngx_http_pagedllm_channel_state_e   state;
     ngx_uint_t                          generation;
+    ngx_uint_t                          attempt;     /* of attaching */
 
     ngx_connection_t                   *sock;
     ngx_connection_t                   *bell;
     ngx_fd_t                            sub_bell;
+    ngx_fd_t                            comp_bell;   /* until started */
 
     u_char                             *region;
     size_t                              region_size;
@@ -55,9 +59,6 @@ typedef struct {
 
     ngx_http_pagedllm_engine_t          engine;
     u_char                              model[PL_MODEL_NAME_LEN];
-    char                                tokenizer_path[PL_PATH_LEN];
-    uint64_t                            tokenizer_hash;
-    char                                chat_error[NGX_HTTP_PAGEDLLM_ERR_LEN];
 
     ngx_rbtree_t                        tree;
     ngx_rbtree_node_t                   sentinel;
@@ -74,6 +75,18 @@ typedef struct {
 } ngx_http_pagedllm_channel_t;
 
 
+/* A tokenizer being loaded on the thread pool, in a pool of its own. */
+typedef struct {
+    ngx_http_pagedllm_channel_t        *ch;
+    ngx_pool_t                         *pool;
+    ngx_uint_t                          attempt;
+    char                                path[PL_PATH_LEN];
+    uint64_t                            hash;
+    ngx_http_pagedllm_tok_t            *tok;         /* NULL: err says */
+    u_char                              err[NGX_HTTP_PAGEDLLM_ERR_LEN];
+} ngx_http_pagedllm_load_t;
+
+
 static ngx_int_t ngx_http_pagedllm_connect(ngx_http_pagedllm_channel_t *ch);
 static void ngx_http_pagedllm_sock_handler(ngx_event_t *ev);
 static void ngx_http_pagedllm_hello(ngx_http_pagedllm_channel_t *ch);
@@ -84,19 +97,12 @@ static ngx_int_t ngx_http_pagedllm_check_region(
 static ngx_int_t ngx_http_pagedllm_check_ring(ngx_http_pagedllm_channel_t *ch,
     const char *name, uint64_t off, uint64_t size);
 static ngx_int_t ngx_http_pagedllm_identity(ngx_http_pagedllm_channel_t *ch);
-static ngx_int_t ngx_http_pagedllm_load_tokenizer(
-    ngx_http_pagedllm_channel_t *ch, const char *path, uint64_t hash);
+static void ngx_http_pagedllm_load_model(ngx_http_pagedllm_channel_t *ch);
+static void ngx_http_pagedllm_load_work(void *data, ngx_log_t *log);
+static void ngx_http_pagedllm_load_done(void *data);
 static ngx_int_t ngx_http_pagedllm_vocab_fits(
-    ngx_http_pagedllm_channel_t *ch, const char *path, pl_tokenizer_t *tok);
-static ngx_int_t ngx_http_pagedllm_file_hash(ngx_log_t *log,
-    const char *path, uint64_t *hash);
-static void ngx_http_pagedllm_load_chat(ngx_http_pagedllm_channel_t *ch,
-    const char *tokenizer_path);
-static ngx_int_t ngx_http_pagedllm_find_specials(
-    ngx_http_pagedllm_channel_t *ch);
-static void ngx_http_pagedllm_free_model(ngx_http_pagedllm_channel_t *ch);
-static ngx_int_t ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch,
-    int comp_fd);
+    ngx_http_pagedllm_channel_t *ch, ngx_http_pagedllm_tok_t *tok);
+static ngx_int_t ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch);
 static void ngx_http_pagedllm_lost(ngx_http_pagedllm_channel_t *ch);
 static void ngx_http_pagedllm_detach(ngx_http_pagedllm_channel_t *ch);
 static void ngx_http_pagedllm_resume_parked(ngx_http_pagedllm_channel_t *ch);
@@ -136,6 +142,7 @@ ngx_http_pagedllm_channel_init(ngx_cycle_t *cycle,
     ch->conf = pmcf;
     ch->log = cycle->log;
     ch->sub_bell = NGX_INVALID_FILE;
+    ch->comp_bell = NGX_INVALID_FILE;
 
     ngx_rbtree_init(&ch->tree, &ch->sentinel, ngx_rbtree_insert_value);
     ngx_queue_init(&ch->parked);
@@ -169,7 +176,8 @@ ngx_http_pagedllm_channel_exit(ngx_cycle_t *cycle)
 
     ngx_http_pagedllm_detach(ch);
 
-    ngx_http_pagedllm_free_model(ch);
+    ngx_http_pagedllm_tok_release(ch->engine.tok);
+    ch->engine.tok = NULL;
 
     if (ch->aborts) {
         ngx_free(ch->aborts);
@@ -202,7 +210,9 @@ ngx_http_pagedllm_channel_park(ngx_http_pagedllm_ctx_t *ctx)
         return NGX_DECLINED;
     }
 
-    if (ch->state != NGX_HTTP_PAGEDLLM_CONNECTING) {
+    if (ch->state != NGX_HTTP_PAGEDLLM_CONNECTING
+        && ch->state != NGX_HTTP_PAGEDLLM_LOADING)
+    {
         return NGX_DECLINED;
     }
 
@@ -512,10 +522,9 @@ ngx_http_pagedllm_hello(ngx_http_pagedllm_channel_t *ch)
 
     close(fds[0]);
     ch->sub_bell = fds[1];
+    ch->comp_bell = fds[2];
 
-    if (ngx_http_pagedllm_start(ch, fds[2]) != NGX_OK) {
-        ngx_http_pagedllm_lost(ch);
-    }
+    ngx_http_pagedllm_load_model(ch);
 
     return;
 
@@ -642,7 +651,6 @@ static ngx_int_t
 ngx_http_pagedllm_identity(ngx_http_pagedllm_channel_t *ch)
 {
     size_t            len;
-    char              path[PL_PATH_LEN];
     pl_region_hdr_t  *h = ch->hdr;
 
     len = ngx_strnlen((u_char *) h->model_name, PL_MODEL_NAME_LEN);
@@ -666,61 +674,130 @@ ngx_http_pagedllm_identity(ngx_http_pagedllm_channel_t *ch)
     ch->engine.default_top_p = h->default_top_p;
     ch->engine.default_top_k = h->default_top_k;
 
-    ngx_memcpy(path, h->tokenizer_path, PL_PATH_LEN);
-
-    return ngx_http_pagedllm_load_tokenizer(ch, path, h->tokenizer_hash);
+    return NGX_OK;
 }
 
 
-static ngx_int_t
-ngx_http_pagedllm_load_tokenizer(ngx_http_pagedllm_channel_t *ch,
-    const char *path, uint64_t hash)
+/* The engine's tokenizer: the one held if it is the same file, else one
+   loaded on the thread pool, the attach going on once it is there. */
+static void
+ngx_http_pagedllm_load_model(ngx_http_pagedllm_channel_t *ch)
 {
-    char             err[256];
-    uint64_t         got;
-    pl_tokenizer_t  *tok;
+    ngx_pool_t                *pool;
+    pl_region_hdr_t           *h = ch->hdr;
+    ngx_http_pagedllm_tok_t   *tok = ch->engine.tok;
+    ngx_http_pagedllm_load_t  *load;
 
-    if (ch->engine.tokenizer && hash == ch->tokenizer_hash
-        && ngx_strcmp(path, ch->tokenizer_path) == 0)
+    if (tok && tok->hash == h->tokenizer_hash
+        && ngx_strncmp(tok->path, h->tokenizer_path, PL_PATH_LEN) == 0)
     {
-        return ngx_http_pagedllm_vocab_fits(ch, path, ch->engine.tokenizer);
+        if (ngx_http_pagedllm_vocab_fits(ch, tok) != NGX_OK
+            || ngx_http_pagedllm_start(ch) != NGX_OK)
+        {
+            ngx_http_pagedllm_lost(ch);
+        }
+
+        return;
     }
 
-    if (ngx_http_pagedllm_file_hash(ch->log, path, &got) != NGX_OK) {
-        return NGX_ERROR;
+    pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, ch->log);
+    if (pool == NULL) {
+        ngx_http_pagedllm_lost(ch);
+        return;
     }
 
-    if (got != hash) {
-        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
-                      "pagedllm: tokenizer \"%s\" differs from the engine's "
-                      "(hash %016xL, engine %016xL): not serving",
-                      path, got, hash);
-        return NGX_ERROR;
+    load = ngx_pcalloc(pool, sizeof(ngx_http_pagedllm_load_t));
+    if (load == NULL) {
+        ngx_destroy_pool(pool);
+        ngx_http_pagedllm_lost(ch);
+        return;
     }
 
-    tok = pl_tokenizer_load(path, err, sizeof(err));
-    if (tok == NULL) {
-        ngx_log_error(NGX_LOG_ERR, ch->log, 0,
-                      "pagedllm: cannot load tokenizer \"%s\": %s",
-                      path, err);
-        return NGX_ERROR;
+    load->ch = ch;
+    load->pool = pool;
+    load->attempt = ++ch->attempt;
+    load->hash = h->tokenizer_hash;
+    ngx_memcpy(load->path, h->tokenizer_path, PL_PATH_LEN);
+
+    /* the attach timeout is the engine's to answer in, not ours to load */
+
+    if (ch->timer.timer_set) {
+        ngx_del_timer(&ch->timer);
     }
 
-    if (ngx_http_pagedllm_vocab_fits(ch, path, tok) != NGX_OK) {
-        pl_tokenizer_free(tok);
-        return NGX_ERROR;
+    ch->state = NGX_HTTP_PAGEDLLM_LOADING;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ch->log, 0,
+                   "pagedllm: loading tokenizer \"%s\"", load->path);
+
+    if (ngx_http_pagedllm_thread_run(pool, ch->log,
+                                     ngx_http_pagedllm_load_work,
+                                     ngx_http_pagedllm_load_done, load)
+        != NGX_OK)
+    {
+        ngx_destroy_pool(pool);
+        ngx_http_pagedllm_lost(ch);
     }
-
-    ngx_http_pagedllm_free_model(ch);
-
-    ch->engine.tokenizer = tok;
-    ch->tokenizer_hash = hash;
-    ngx_cpystrn((u_char *) ch->tokenizer_path, (u_char *) path, PL_PATH_LEN);
-
-    ngx_http_pagedllm_load_chat(ch, path);
-
-    return ngx_http_pagedllm_find_specials(ch);
 }
+
+
+static void
+ngx_http_pagedllm_load_work(void *data, ngx_log_t *log)
+{
+    ngx_http_pagedllm_load_t  *load = data;
+
+    load->tok = ngx_http_pagedllm_tok_load(load->path, load->hash, log,
+                                           load->err, sizeof(load->err));
+}
+
+
+/* In the event loop: the loaded tokenizer replaces the one held, unless
+   the engine went away (or attached again) while it loaded. */
+static void
+ngx_http_pagedllm_load_done(void *data)
+{
+    ngx_http_pagedllm_load_t  *load = data;
+
+    ngx_http_pagedllm_tok_t      *tok = load->tok;
+    ngx_http_pagedllm_channel_t  *ch = load->ch;
+
+    if (ch->state != NGX_HTTP_PAGEDLLM_LOADING
+        || load->attempt != ch->attempt)
+    {
+        ngx_http_pagedllm_tok_release(tok);
+        ngx_destroy_pool(load->pool);
+        return;
+    }
+
+    if (tok == NULL) {
+        ngx_log_error(NGX_LOG_ERR, ch->log, 0, "pagedllm: %s: not serving",
+                      load->err);
+        ngx_destroy_pool(load->pool);
+        ngx_http_pagedllm_lost(ch);
+        return;
+    }
+
+    ngx_destroy_pool(load->pool);
+
+    if (ngx_http_pagedllm_vocab_fits(ch, tok) != NGX_OK) {
+        ngx_http_pagedllm_tok_release(tok);
+        ngx_http_pagedllm_lost(ch);
+        return;
+    }
+
+    if (tok->chat == NULL) {
+        ngx_log_error(NGX_LOG_NOTICE, ch->log, 0,
+                      "pagedllm: no chat completions: %s", tok->chat_error);
+    }
+
+    ngx_http_pagedllm_tok_release(ch->engine.tok);
+    ch->engine.tok = tok;
+
+    if (ngx_http_pagedllm_start(ch) != NGX_OK) {
+        ngx_http_pagedllm_lost(ch);
+    }
+}
+
 
 
 /*
@@ -732,11 +809,12 @@ ngx_http_pagedllm_load_tokenizer(ngx_http_pagedllm_channel_t *ch,
  */
 static ngx_int_t
 ngx_http_pagedllm_vocab_fits(ngx_http_pagedllm_channel_t *ch,
-    const char *path, pl_tokenizer_t *tok)
+    ngx_http_pagedllm_tok_t *tok)
 {
-    uint32_t  n;
+    uint32_t     n;
+    const char  *path = tok->path;
 
-    n = pl_tokenizer_vocab_size(tok);
+    n = pl_tokenizer_vocab_size(tok->tokenizer);
 
     if (n > ch->engine.vocab_size) {
         ngx_log_error(NGX_LOG_ERR, ch->log, 0,
@@ -757,154 +835,19 @@ ngx_http_pagedllm_vocab_fits(ngx_http_pagedllm_channel_t *ch,
 }
 
 
-/* The chat template of tokenizer_config.json next to tokenizer.json; a
-   model without one serves completions only. */
-static void
-ngx_http_pagedllm_load_chat(ngx_http_pagedllm_channel_t *ch,
-    const char *tokenizer_path)
-{
-    char         path[PL_PATH_LEN + 32], err[NGX_HTTP_PAGEDLLM_ERR_LEN];
-    const char  *slash;
-
-    slash = strrchr(tokenizer_path, '/');
-
-    ngx_snprintf((u_char *) path, sizeof(path), "%*s/tokenizer_config.json%Z",
-                 (size_t) (slash ? slash - tokenizer_path : 1),
-                 slash ? tokenizer_path : ".");
-
-    ch->engine.chat = pl_chat_load(path, err, sizeof(err));
-
-    if (ch->engine.chat == NULL) {
-        ngx_log_error(NGX_LOG_NOTICE, ch->log, 0,
-                      "pagedllm: no chat completions: %s", err);
-        ngx_snprintf((u_char *) ch->chat_error, sizeof(ch->chat_error) - 1,
-                     "This model has no usable chat template (%s)%Z", err);
-    }
-
-    ch->engine.chat_error = ch->chat_error;
-}
 
 
-/* The text of every special token: chat content may not contain it. */
-static ngx_int_t
-ngx_http_pagedllm_find_specials(ngx_http_pagedllm_channel_t *ch)
-{
-    int32_t      id, n;
-    ngx_str_t   *sp;
-    const char  *piece;
-
-    n = (int32_t) pl_tokenizer_vocab_size(ch->engine.tokenizer);
-
-    sp = ngx_alloc(sizeof(ngx_str_t) * n, ch->log);
-    if (sp == NULL) {
-        return NGX_ERROR;
-    }
-
-    ch->engine.specials = sp;
-    ch->engine.n_specials = 0;
-
-    for (id = 0; id < n; id++) {
-        piece = pl_tokenizer_id_to_piece(ch->engine.tokenizer, id);
-
-        if (pl_tokenizer_is_special(ch->engine.tokenizer, id) && piece
-            && piece[0] != '\0')
-        {
-            sp[ch->engine.n_specials].data = (u_char *) piece;
-            sp[ch->engine.n_specials].len = ngx_strlen(piece);
-            ch->engine.n_specials++;
-        }
-    }
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_pagedllm_free_model(ngx_http_pagedllm_channel_t *ch)
-{
-    if (ch->engine.tokenizer) {
-        pl_tokenizer_free(ch->engine.tokenizer);
-        ch->engine.tokenizer = NULL;
-    }
-
-    if (ch->engine.chat) {
-        pl_chat_free(ch->engine.chat);
-        ch->engine.chat = NULL;
-    }
-
-    if (ch->engine.specials) {
-        ngx_free(ch->engine.specials);
-        ch->engine.specials = NULL;
-        ch->engine.n_specials = 0;
-    }
-}
 
 
 static ngx_int_t
-ngx_http_pagedllm_file_hash(ngx_log_t *log, const char *path, uint64_t *hash)
+ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch)
 {
-    u_char           *buf;
-    ssize_t           n;
-    ngx_fd_t          fd;
-    ngx_int_t         rc;
-    ngx_file_t        file;
-    ngx_file_info_t   fi;
-
-    fd = ngx_open_file(path, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
-    if (fd == NGX_INVALID_FILE) {
-        ngx_log_error(NGX_LOG_ERR, log, ngx_errno,
-                      "pagedllm: cannot open tokenizer \"%s\"", path);
-        return NGX_ERROR;
-    }
-
-    rc = NGX_ERROR;
-    buf = NULL;
-
-    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR
-        || ngx_file_size(&fi) > NGX_HTTP_PAGEDLLM_MAX_TOKENIZER)
-    {
-        ngx_log_error(NGX_LOG_ERR, log, ngx_errno,
-                      "pagedllm: tokenizer \"%s\" is unreadable or too large",
-                      path);
-        goto done;
-    }
-
-    buf = ngx_alloc(ngx_file_size(&fi) + 1, log);
-    if (buf == NULL) {
-        goto done;
-    }
-
-    ngx_memzero(&file, sizeof(ngx_file_t));
-    file.fd = fd;
-    file.log = log;
-
-    n = ngx_read_file(&file, buf, ngx_file_size(&fi), 0);
-    if (n != (ssize_t) ngx_file_size(&fi)) {
-        ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "pagedllm: short read of tokenizer \"%s\"", path);
-        goto done;
-    }
-
-    *hash = pl_fnv1a64(buf, (size_t) n);
-    rc = NGX_OK;
-
-done:
-
-    if (buf) {
-        ngx_free(buf);
-    }
-
-    ngx_close_file(fd);
-
-    return rc;
-}
-
-
-static ngx_int_t
-ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch, int comp_fd)
-{
+    ngx_fd_t           comp_fd;
     ngx_connection_t  *c;
     pl_region_hdr_t   *h = ch->hdr;
+
+    comp_fd = ch->comp_bell;
+    ch->comp_bell = NGX_INVALID_FILE;
 
     if (ngx_nonblocking(comp_fd) == -1 || ngx_nonblocking(ch->sub_bell) == -1)
     {
@@ -1015,6 +958,11 @@ ngx_http_pagedllm_detach(ngx_http_pagedllm_channel_t *ch)
     if (ch->sub_bell != NGX_INVALID_FILE) {
         close(ch->sub_bell);
         ch->sub_bell = NGX_INVALID_FILE;
+    }
+
+    if (ch->comp_bell != NGX_INVALID_FILE) {
+        close(ch->comp_bell);
+        ch->comp_bell = NGX_INVALID_FILE;
     }
 
     if (ch->region) {
@@ -1206,7 +1154,7 @@ ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch, uint32_t len)
         || rec.n_top > PL_MAX_LOGPROBS
         || ((rec.flags & PL_TOKENS_LOGPROBS) != 0)
            != ((ctx->params.flags & PL_SUBMIT_LOGPROBS) != 0)
-        || ngx_http_pagedllm_on_tokens(ctx, rec.index, (int32_t *) p, rec.n,
+        || ctx->events->tokens(ctx, rec.index, (int32_t *) p, rec.n,
                (rec.flags & PL_TOKENS_LOGPROBS)
                ? (float *) (p + rec.n * sizeof(int32_t)) : NULL,
                (pl_top_logprob_t *) (p + rec.n * (sizeof(int32_t)
@@ -1242,7 +1190,7 @@ ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
     }
 
     if ((rec.reason == PL_FINISH_STOP || rec.reason == PL_FINISH_LENGTH)
-        && ngx_http_pagedllm_on_finish(ctx, rec.index, rec.reason) == NGX_OK)
+        && ctx->events->finish(ctx, rec.index, rec.reason) == NGX_OK)
     {
         /* one choice ended; the request, once all have (or it was cut) */
         if (ctx->finished && ctx->state == NGX_HTTP_PAGEDLLM_RUNNING) {
@@ -1293,10 +1241,8 @@ ngx_http_pagedllm_error(ngx_http_pagedllm_channel_t *ch, uint32_t len)
     status = (rec.status >= 400 && rec.status <= 599)
              ? rec.status : NGX_HTTP_INTERNAL_SERVER_ERROR;
 
-    ngx_http_pagedllm_on_error(ctx, status,
-                               ch->rec + sizeof(pl_rec_error_t),
-                               ngx_min(rec.len,
-                                       len - sizeof(pl_rec_error_t)));
+    ctx->events->error(ctx, status, ch->rec + sizeof(pl_rec_error_t),
+                       ngx_min(rec.len, len - sizeof(pl_rec_error_t)));
     ngx_http_pagedllm_mark(ch, ctx);
 }
 
@@ -1327,7 +1273,7 @@ ngx_http_pagedllm_flush_dirty(ngx_http_pagedllm_channel_t *ch)
         ctx->dirty = 0;
         c = ctx->request->connection;
 
-        ngx_http_pagedllm_flush(ctx);
+        ctx->events->flush(ctx);
         ngx_http_run_posted_requests(c);
     }
 }

@@ -5,6 +5,8 @@
  *     pagedllm_engine unix:/run/pagedllm/engine.sock;     (http)
  *     pagedllm_attach_timeout 1s;         (http) wait for the engine's hello
  *     pagedllm_reattach_interval 1s;      (http) retry while detached
+ *     pagedllm_thread_pool default;       (http) nginx thread pool for
+ *                                         tokenizer loads, long prompts
  *     location /v1/ { pagedllm; }         /v1/completions, /v1/models
  *     location = /pagedllm/status { pagedllm_status; }
  *     location = /metrics { pagedllm_metrics; }   Prometheus text format
@@ -28,6 +30,19 @@ static char *ngx_http_pagedllm_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_pagedllm_init_process(ngx_cycle_t *cycle);
 static void ngx_http_pagedllm_exit_process(ngx_cycle_t *cycle);
+#if (NGX_THREADS)
+static void ngx_http_pagedllm_thread_handler(void *data, ngx_log_t *log);
+static void ngx_http_pagedllm_thread_done(ngx_event_t *ev);
+#endif
+
+
+/* Work handed to the thread pool, and what runs after it in the event
+   loop. */
+typedef struct {
+    ngx_http_pagedllm_work_pt      work;
+    ngx_http_pagedllm_done_pt      done;
+    void                          *data;
+} ngx_http_pagedllm_job_t;
 
 
 /* the content handler each location directive installs */
@@ -59,6 +74,13 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_pagedllm_main_conf_t, reattach_interval),
+      NULL },
+
+    { ngx_string("pagedllm_thread_pool"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_pagedllm_main_conf_t, thread_pool_name),
       NULL },
 
     { ngx_string("pagedllm"),
@@ -144,7 +166,8 @@ ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_pagedllm_main_conf_t *pmcf = conf;
 
     ngx_str_t           *value;
-    struct sockaddr_un   sun;
+    ngx_url_t            u;
+    struct sockaddr_un  *sun;
 
     if (pmcf->engine.data) {
         return "is duplicate";
@@ -152,29 +175,32 @@ ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    if (value[1].len <= 5
-        || ngx_strncmp(value[1].data, "unix:", 5) != 0)
-    {
+    ngx_memzero(&u, sizeof(ngx_url_t));
+    u.url = value[1];
+    u.no_resolve = 1;
+
+    if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s in \"%V\"",
+                           u.err ? u.err : "invalid address", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (u.family != AF_UNIX || u.naddrs != 1) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"%V\" must be \"unix:PATH\"", &value[1]);
         return NGX_CONF_ERROR;
     }
 
-    if (value[1].len - 5 >= sizeof(sun.sun_path)) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "engine socket path \"%V\" is too long",
-                           &value[1]);
-        return NGX_CONF_ERROR;
-    }
+    sun = (struct sockaddr_un *) u.addrs[0].sockaddr;
 
-    pmcf->engine.len = value[1].len - 5;
+    pmcf->engine.len = ngx_strlen(sun->sun_path);
     pmcf->engine.data = ngx_pnalloc(cf->pool, pmcf->engine.len + 1);
     if (pmcf->engine.data == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    ngx_memcpy(pmcf->engine.data, value[1].data + 5, pmcf->engine.len);
-    pmcf->engine.data[pmcf->engine.len] = '\0';
+    ngx_cpystrn(pmcf->engine.data, (u_char *) sun->sun_path,
+                pmcf->engine.len + 1);
 
     return NGX_CONF_OK;
 }
@@ -209,6 +235,7 @@ ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf)
      *
      *     pmcf->engine = { 0, NULL };
      *     pmcf->metrics = NULL;
+     *     pmcf->thread_pool_name = { 0, NULL };
      */
 
     pmcf->attach_timeout = NGX_CONF_UNSET_MSEC;
@@ -225,6 +252,32 @@ ngx_http_pagedllm_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_msec_value(pmcf->attach_timeout, 1000);
     ngx_conf_init_msec_value(pmcf->reattach_interval, 1000);
+
+    if (pmcf->engine.data == NULL) {
+        return NGX_CONF_OK;
+    }
+
+#if (NGX_THREADS)
+
+    /* NULL: nginx's "default" pool, made if no thread_pool names it */
+
+    pmcf->thread_pool = ngx_thread_pool_add(cf,
+                            pmcf->thread_pool_name.len
+                            ? &pmcf->thread_pool_name : NULL);
+    if (pmcf->thread_pool == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+#else
+
+    if (pmcf->thread_pool_name.len) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"pagedllm_thread_pool\" needs nginx built "
+                           "--with-threads");
+        return NGX_CONF_ERROR;
+    }
+
+#endif
 
     return NGX_CONF_OK;
 }
@@ -291,3 +344,73 @@ ngx_http_pagedllm_exit_process(ngx_cycle_t *cycle)
 {
     ngx_http_pagedllm_channel_exit(cycle);
 }
+
+
+/*
+ * Runs work(data) on the thread pool, then done(data) in the event loop.
+ * Without threads, or when the pool's queue is full, both run here and
+ * now: the caller must expect done() to have run when this returns.
+ */
+ngx_int_t
+ngx_http_pagedllm_thread_run(ngx_pool_t *pool, ngx_log_t *log,
+    ngx_http_pagedllm_work_pt work, ngx_http_pagedllm_done_pt done,
+    void *data)
+{
+#if (NGX_THREADS)
+    ngx_thread_task_t              *task;
+    ngx_http_pagedllm_job_t        *job;
+    ngx_http_pagedllm_main_conf_t  *pmcf;
+
+    pmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_pagedllm_module);
+
+    task = ngx_thread_task_alloc(pool, sizeof(ngx_http_pagedllm_job_t));
+    if (task == NULL) {
+        return NGX_ERROR;
+    }
+
+    job = task->ctx;
+    job->work = work;
+    job->done = done;
+    job->data = data;
+
+    task->handler = ngx_http_pagedllm_thread_handler;
+    task->event.handler = ngx_http_pagedllm_thread_done;
+    task->event.data = job;
+    task->event.log = log;
+
+    if (ngx_thread_task_post(pmcf->thread_pool, task) == NGX_OK) {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, log, 0,
+                  "pagedllm: thread pool queue full, working inline");
+#endif
+
+    work(data, log);
+    done(data);
+
+    return NGX_OK;
+}
+
+
+#if (NGX_THREADS)
+
+static void
+ngx_http_pagedllm_thread_handler(void *data, ngx_log_t *log)
+{
+    ngx_http_pagedllm_job_t  *job = data;
+
+    job->work(job->data, log);
+}
+
+
+static void
+ngx_http_pagedllm_thread_done(ngx_event_t *ev)
+{
+    ngx_http_pagedllm_job_t  *job = ev->data;
+
+    job->done(job->data);
+}
+
+#endif

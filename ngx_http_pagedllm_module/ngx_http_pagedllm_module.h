@@ -7,9 +7,19 @@
  *   ngx_http_pagedllm_module.c   directives, configuration, process init
  *   ngx_http_pagedllm_channel.c  the worker's engine connection: attach,
  *                                rings, doorbell, request table, re-attach
+ *   ngx_http_pagedllm_tokenizer.c the engine's tokenizer, loaded on a
+ *                                thread, reference-counted
  *   ngx_http_pagedllm_handler.c  request handlers, streaming, cleanup
- *   ngx_http_pagedllm_openai.c   OpenAI JSON in (validation) and out
+ *   ngx_http_pagedllm_request.c  OpenAI JSON in: validation, tokenizing
+ *   ngx_http_pagedllm_response.c OpenAI JSON and SSE out, errors
  *   ngx_http_pagedllm_metrics.c  Prometheus metrics, HTTP outcome counters
+ *
+ * Calls go one way: the handler calls the channel, the request parser
+ * and the response writer; the channel calls a request back only through
+ * the events its context carries (set by the handler).  Work that may take
+ * milliseconds (loading the tokenizer, decoding a long body, tokenizing a
+ * long prompt) runs on the thread pool of pagedllm_thread_pool, never in
+ * the event loop.
  */
 
 
@@ -26,6 +36,8 @@
 #include "pl_tokenizer.h"
 #include "pl_chat.h"
 
+#include <jansson.h>
+
 
 #define NGX_HTTP_PAGEDLLM_ERR_LEN      512
 #define NGX_HTTP_PAGEDLLM_MAX_STOP     4
@@ -37,6 +49,10 @@ typedef struct {
     ngx_msec_t                    attach_timeout;
     ngx_msec_t                    reattach_interval;
     ngx_shm_zone_t               *metrics;       /* HTTP outcome counters */
+    ngx_str_t                     thread_pool_name;
+#if (NGX_THREADS)
+    ngx_thread_pool_t            *thread_pool;
+#endif
 } ngx_http_pagedllm_main_conf_t;
 
 
@@ -47,26 +63,51 @@ typedef struct {
 } ngx_http_pagedllm_loc_conf_t;
 
 
+/*
+ * The text side of the engine's model: its tokenizer, chat template and
+ * the text of its special tokens.  Reference-counted, in the event loop
+ * only: the channel holds one reference while it serves it, a request's
+ * pool one from parsing until it is destroyed (never while a thread task
+ * of the request runs); a re-attach that loads another tokenizer leaves
+ * the old one to whoever still holds it, and the last release frees it.
+ */
+typedef struct {
+    pl_tokenizer_t               *tokenizer;
+    pl_chat_t                    *chat;          /* NULL: chat_error says */
+    char                          chat_error[NGX_HTTP_PAGEDLLM_ERR_LEN];
+    ngx_str_t                    *specials;      /* special tokens' text */
+    ngx_uint_t                    n_specials;
+    char                          path[PL_PATH_LEN];
+    uint64_t                      hash;          /* of tokenizer.json */
+    ngx_uint_t                    refs;
+} ngx_http_pagedllm_tok_t;
+
+
 /* What the attached engine serves; valid while attached. */
 typedef struct {
     ngx_str_t                     model;
     uint32_t                      vocab_size;
     uint32_t                      max_model_len;
     uint32_t                      max_prompt;    /* fits one SUBMIT record */
-    pl_tokenizer_t               *tokenizer;
     float                         default_temperature;  /* < 0: unset */
     float                         default_top_p;
     int32_t                       default_top_k;
-    pl_chat_t                    *chat;          /* NULL: chat_error says */
-    const char                   *chat_error;
-    ngx_str_t                    *specials;      /* special tokens' text */
-    ngx_uint_t                    n_specials;
+    ngx_http_pagedllm_tok_t      *tok;
 } ngx_http_pagedllm_engine_t;
+
+
+typedef void (*ngx_http_pagedllm_work_pt)(void *data, ngx_log_t *log);
+typedef void (*ngx_http_pagedllm_done_pt)(void *data);
 
 
 typedef struct {
     int32_t                      *prompt;
     ngx_uint_t                    n_prompt;
+    /* left to tokenize when the prompt came as text: the text, or the
+       conversation for the chat template */
+    u_char                       *text;
+    size_t                        text_len;
+    json_t                       *messages;
     uint32_t                      max_tokens;
     uint32_t                      n;             /* choices, 1..16 */
     uint32_t                      best_of;       /* 0: n */
@@ -103,15 +144,66 @@ typedef struct {
 } ngx_http_pagedllm_error_t;
 
 
+/*
+ * Decoding a request body's JSON, on a thread or inline: the root is the
+ * request pool's (a cleanup releases it); bad_utf8 leaves the decoding to
+ * the parser, which names the field at fault.
+ */
+typedef struct {
+    u_char                       *body;
+    size_t                        len;
+    json_t                       *root;
+    json_error_t                  jerr;
+    unsigned                      decoded:1;
+    unsigned                      bad_utf8:1;
+} ngx_http_pagedllm_decode_t;
+
+
+/*
+ * Tokenizing a prompt given as text, on a thread or inline: only the
+ * reference-counted tokenizer and what the job holds are touched.  ids are
+ * malloc()ed and the request pool's (a cleanup frees them).
+ */
+typedef struct {
+    ngx_http_pagedllm_tok_t      *tok;
+    ngx_http_pagedllm_params_t   *params;        /* text or messages */
+    int32_t                      *ids;
+    ngx_uint_t                    n_ids;
+    ngx_int_t                     rc;
+    ngx_http_pagedllm_error_t     err;
+} ngx_http_pagedllm_tokenize_t;
+
+
 typedef enum {
     NGX_HTTP_PAGEDLLM_NEW = 0,
     NGX_HTTP_PAGEDLLM_PARKED,        /* waiting for the engine to attach */
+    NGX_HTTP_PAGEDLLM_OFFLOADED,     /* its body or prompt on a thread */
     NGX_HTTP_PAGEDLLM_RUNNING,       /* submitted, in the request table */
     NGX_HTTP_PAGEDLLM_DONE           /* finished, failed or aborted */
 } ngx_http_pagedllm_state_e;
 
 
 typedef void (*ngx_http_pagedllm_resume_pt)(ngx_http_request_t *r);
+
+typedef struct ngx_http_pagedllm_ctx_s  ngx_http_pagedllm_ctx_t;
+
+
+/* What the channel hands a running request while it drains the completion
+   ring: its tokens, a choice's end, the engine's error; then flush, once
+   per drain for every request the drain touched. */
+typedef struct {
+    ngx_int_t                   (*tokens)(ngx_http_pagedllm_ctx_t *ctx,
+                                    ngx_uint_t index, const int32_t *ids,
+                                    ngx_uint_t n, const float *lp,
+                                    const pl_top_logprob_t *top,
+                                    ngx_uint_t n_top);
+    ngx_int_t                   (*finish)(ngx_http_pagedllm_ctx_t *ctx,
+                                    ngx_uint_t index, uint32_t reason);
+    void                        (*error)(ngx_http_pagedllm_ctx_t *ctx,
+                                    ngx_uint_t status, u_char *msg,
+                                    size_t len);
+    void                        (*flush)(ngx_http_pagedllm_ctx_t *ctx);
+} ngx_http_pagedllm_events_t;
 
 
 /* One choice (one of the request's n sequences) and its output. */
@@ -141,11 +233,12 @@ typedef struct {
 } ngx_http_pagedllm_choice_t;
 
 
-typedef struct {
+struct ngx_http_pagedllm_ctx_s {
     ngx_rbtree_node_t             node;          /* key: request id */
     ngx_queue_t                   queue;         /* parked or dirty list */
     ngx_http_request_t           *request;
     ngx_http_pagedllm_resume_pt   resume;
+    const ngx_http_pagedllm_events_t  *events;
     ngx_http_pagedllm_state_e     state;
     ngx_uint_t                    generation;    /* attach it ran on */
     ngx_event_t                   timer;         /* engine silence limit */
@@ -154,6 +247,11 @@ typedef struct {
     ngx_str_t                     id;            /* "cmpl-..." */
     ngx_str_t                     model;
     time_t                        created;
+    ngx_http_pagedllm_tok_t      *tok;           /* held: parsed with it */
+    ngx_http_pagedllm_decode_t    decode;
+    ngx_http_pagedllm_tokenize_t  job;
+    void                        (*next)(ngx_http_request_t *r,
+                                      ngx_http_pagedllm_ctx_t *ctx);
 
     /* the request: STOP once every choice has ended normally (each
        choice has its own reason), ERROR when it failed */
@@ -169,13 +267,27 @@ typedef struct {
     ngx_chain_t                  *busy;
 
     unsigned                      dirty:1;
+    unsigned                      first_token:1;
     unsigned                      finished:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
-} ngx_http_pagedllm_ctx_t;
+};
 
 
 extern ngx_module_t  ngx_http_pagedllm_module;
 
+
+/* module */
+ngx_int_t ngx_http_pagedllm_thread_run(ngx_pool_t *pool, ngx_log_t *log,
+    ngx_http_pagedllm_work_pt work, ngx_http_pagedllm_done_pt done,
+    void *data);
+
+/* tokenizer */
+ngx_http_pagedllm_tok_t *ngx_http_pagedllm_tok_load(const char *path,
+    uint64_t hash, ngx_log_t *log, u_char *err, size_t len);
+void ngx_http_pagedllm_tok_hold(ngx_http_pagedllm_tok_t *tok);
+void ngx_http_pagedllm_tok_release(ngx_http_pagedllm_tok_t *tok);
+ngx_int_t ngx_http_pagedllm_tok_hold_pool(ngx_pool_t *pool,
+    ngx_http_pagedllm_tok_t *tok);
 
 /* channel */
 ngx_int_t ngx_http_pagedllm_channel_init(ngx_cycle_t *cycle,
@@ -197,21 +309,24 @@ ngx_int_t ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
 ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
 
-/* handler: called by the channel while it drains the completion ring */
-ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t index, const int32_t *ids, ngx_uint_t n, const float *lp,
-    const pl_top_logprob_t *top, ngx_uint_t n_top);
-ngx_int_t ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t index, uint32_t reason);
-void ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t status, u_char *msg, size_t len);
-void ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx);
-
-/* openai */
+/* request */
+ngx_int_t ngx_http_pagedllm_decode_init(ngx_pool_t *pool,
+    ngx_http_pagedllm_decode_t *d, u_char *body, size_t len);
+void ngx_http_pagedllm_decode(ngx_http_pagedllm_decode_t *d);
 ngx_int_t ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
-    u_char *body, size_t len, ngx_http_pagedllm_engine_t *engine,
+    ngx_http_pagedllm_decode_t *d, ngx_http_pagedllm_engine_t *engine,
     ngx_uint_t chat, ngx_http_pagedllm_params_t *params,
     ngx_http_pagedllm_error_t *err);
+ngx_int_t ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
+    ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
+    ngx_http_pagedllm_params_t *params);
+void ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job,
+    ngx_log_t *log);
+ngx_int_t ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err);
+
+/* response */
+json_t *ngx_http_pagedllm_json_pool(ngx_pool_t *pool, json_t *j);
 void ngx_http_pagedllm_error_set(ngx_http_pagedllm_error_t *err,
     ngx_uint_t status, const char *param, const char *fmt, ...);
 ngx_buf_t *ngx_http_pagedllm_error_json(ngx_pool_t *pool,

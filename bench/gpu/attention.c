@@ -5,8 +5,8 @@
  * measured in the same process; and one causal prefill of 4096 tokens,
  * reported in TFLOP/s (4 x heads x 128 x the (query, key) pairs the
  * causal mask keeps), on the default kernel and, for comparison in the
- * same run, on each variant of the wgmma kernel and on the mma.sync one
- * (the PAGEDLLM_CUDA_PREFILL* overrides); the kernel that ran is named.
+ * same run, on the wgmma kernel with cp.async loads and on the mma.sync
+ * one (the PAGEDLLM_CUDA_PREFILL* knobs); the kernel that ran is named.
  *
  * Physical blocks are shuffled (PAGEDLLM_BENCH_BLOCKS=ordered lays every
  * sequence's blocks out in order instead, to measure what the scatter
@@ -32,9 +32,8 @@
  * After the five shapes of docs/BENCHMARKS.md come the engine's
  * short-context decode shapes, with max_context_len rounded up to the
  * graph's context bucket as the engine passes it.  "decode" as argv[1]
- * runs only the decode part (the tools/gpu-run.sh sweep runs it under
- * each setting of the PAGEDLLM_CUDA_ATTN_* knobs, kernels/
- * decode_attention.cu).
+ * runs only the decode part (tools/gpu-run.sh runs it again under
+ * settings of the PAGEDLLM_CUDA_ATTN_* knobs, kernels/pl_cuda.cuh).
  */
 
 #include <cuda_runtime_api.h>
@@ -605,7 +604,8 @@ bench_prefill(int len, int heads)
 }
 
 
-/* set (on) or unset the "NAME=value" overrides of a variant */
+/* set (on) or unset the "NAME=value" knobs of a variant, and have the
+   backend read its knobs again */
 static void
 set_overrides(const char *const *kv, int on)
 {
@@ -622,32 +622,21 @@ set_overrides(const char *const *kv, int on)
             unsetenv(name);
         }
     }
+    pl_cuda_knobs_reload();
 }
 
 
 /*
- * The prefill on the default kernel, then under each override of
- * kernels/prefill_attention.cu, one "NAME=value" or two per line (the
- * wgmma kernel's variants: its TMA loads with two stages, without
- * ping-pong, in head-major block order, its cp.async loads, then the
- * mma.sync kernel); each is unset again after its line.
+ * The prefill on the default kernel, then under each knob of
+ * kernels/prefill_attention.cu (the wgmma kernel's cp.async loads, then
+ * the mma.sync kernel); each is unset again after its line.
  */
 static void
 bench_prefill_variants(void)
 {
     static const char  *variants[][2] = {
         { NULL, NULL },
-        { "PAGEDLLM_CUDA_PREFILL_STAGES=2", NULL },
-        { "PAGEDLLM_CUDA_PREFILL_PINGPONG=off", NULL },
-        { "PAGEDLLM_CUDA_PREFILL_ORDER=heads", NULL },
-        { "PAGEDLLM_CUDA_PREFILL_ORDER=heads",
-          "PAGEDLLM_CUDA_PREFILL_STAGES=2" },
         { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync", NULL },
-        { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync",
-          "PAGEDLLM_CUDA_PREFILL_STAGES=2" },
-        { "PAGEDLLM_CUDA_PREFILL_LOADS=wait", NULL },
-        { "PAGEDLLM_CUDA_PREFILL_LOADS=wait",
-          "PAGEDLLM_CUDA_PREFILL_PINGPONG=off" },
         { "PAGEDLLM_CUDA_PREFILL=mma", NULL },
     };
     size_t  i;

@@ -15,8 +15,9 @@
  * warpgroup sizes, prefixes on and off the tile grid, many KV tiles,
  * partial tiles of sequences that are not the batch's last, chunks over
  * a longer context, block sizes past the 128-token KV tile and under
- * the TMA box's 8 rows) run on both, the wgmma one in each of its
- * variants (KV stages, TMA or cp.async loads, ping-pong).  Every cache
+ * the TMA box's 8 rows) run on both, the wgmma one with TMA and with
+ * cp.async loads (PAGEDLLM_CUDA_PREFILL_LOADS=cpasync, what block sizes
+ * under 8 take).  Every cache
  * slot past the contexts holds NaN, as unwritten slots may: a kernel
  * that lets one reach a product (0 x NaN in P V) fails.  A failing
  * comparison says where the output differs: rows and dimensions as maps
@@ -25,18 +26,18 @@
  *
  * Decode rows run on one of two forms of the decode kernel: groups of up
  * to 8 query heads per KV head on the swapped one (query heads as the
- * MMA's 8 columns), larger ones, or every group under
- * PAGEDLLM_CUDA_ATTN_SWAP=0, on the 16-row one; every decode case checks
- * that the form it expects ran, and the group sizes 1, 2, 3, 4, 5, 8 and
- * 16 run on both head sizes under each setting.  decode_merge_cases
+ * MMA's 8 columns), larger ones on the 16-row one; every decode case
+ * checks that the form it expects ran, and the group sizes 1, 2, 3, 4, 5,
+ * 8, 12, 16 and 20 run on both head sizes.  decode_merge_cases
  * runs the split merge on both forms at split counts around its batch
  * of eight partials, empty splits among them, and checks that each
  * count ran (with a fixed count, through global partials and the last
  * block); decode_cluster_cases the merge within a thread-block cluster,
  * at cluster sizes 2, 3, 5 and 8 and as the default chooses it;
  * decode_heads_cases blocks that take two or four KV heads each;
- * decode_persistent_cases the persistent kernel, which walks many rows
- * per block.
+ * decode_knob_cases the remaining launch knobs.  The knobs are read once
+ * by the backend: every change here goes through knob_set and knob_unset,
+ * which have it read them again (pl_cuda_knobs_reload).
  *
  * Then again with fp16 activations (fp16_cases): a subset that still
  * takes every kernel (decode, split merge in both orderings, mma.sync and
@@ -54,7 +55,6 @@ const char *pl_cuda_prefill_kernel(void);
    its number of KV splits */
 const char *pl_cuda_decode_form(void);
 int pl_cuda_decode_splits(void);
-int pl_cuda_decode_persistent(void);
 int pl_cuda_decode_cluster(void);
 int pl_cuda_decode_heads(void);
 
@@ -76,6 +76,22 @@ typedef struct {
 static pair_t  P;
 static int     bucket;      /* max_context_len at least this (a CUDA
                                graph's context bucket); 0: the longest */
+
+
+/* set a kernel knob, and have the backend read the knobs again */
+static void
+knob_set(const char *name, const char *value)
+{
+    setenv(name, value, 1);
+    pl_cuda_knobs_reload();
+}
+
+static void
+knob_unset(const char *name)
+{
+    unsetenv(name);
+    pl_cuda_knobs_reload();
+}
 
 
 /* Fill host batch arrays: block tables over a shuffled pool. */
@@ -398,17 +414,15 @@ prefill_case(int bs, int hd, int nh, int nkv)
 
 /* The decode kernel's form that served a batch of decode rows with
    these heads: the swapped one when a KV head's query heads fit in its 8
-   columns, unless PAGEDLLM_CUDA_ATTN_SWAP=0. */
+   columns. */
 static void
 check_form(const attn_case_t *c)
 {
-    const char  *swap = getenv("PAGEDLLM_CUDA_ATTN_SWAP");
-    int          group = c->n_heads / c->n_kv_heads;
-    int          sw = group <= 8 && (swap == NULL || strcmp(swap, "0") != 0);
+    int  group = c->n_heads / c->n_kv_heads;
 
-    is_str(pl_cuda_decode_form(), sw ? "swapped" : "16 rows",
-           "decode form: head %d, heads %d/%d, SWAP=%s", c->head_dim,
-           c->n_heads, c->n_kv_heads, swap != NULL ? swap : "default");
+    is_str(pl_cuda_decode_form(), group <= 8 ? "swapped" : "16 rows",
+           "decode form: head %d, heads %d/%d", c->head_dim, c->n_heads,
+           c->n_kv_heads);
 }
 
 
@@ -459,35 +473,30 @@ decode_bucket_case(int hd, int nh, int nkv, int num_seqs)
 
 /* knob=n, said in the output */
 static void
-set_knob(const char *knob, int n)
+knob_set_int(const char *knob, int n)
 {
     char  v[16];
 
     snprintf(v, sizeof(v), "%d", n);
-    setenv(knob, v, 1);
+    knob_set(knob, v);
     diag("%s=%s", knob, v);
 }
 
 
-/* Each group size on the form that serves it, then (SWAP=0) all of them
-   on the 16-row form; 3 and 5 leave part of the swapped form's 8 columns
-   as padding, 16 fills the 16-row form's rows. */
+/* Each group size on the form that serves it: 3 and 5 leave part of the
+   swapped form's 8 columns as padding, 12 part of the 16-row form's rows,
+   16 fills them, 20 takes two blocks of rows, the second mostly
+   padding. */
 static void
 decode_group_cases(void)
 {
-    static const int  groups[] = { 1, 2, 3, 4, 5, 8, 16 };
-    int               n = sizeof(groups) / sizeof(groups[0]), sw, h, i;
+    static const int  groups[] = { 1, 2, 3, 4, 5, 8, 12, 16, 20 };
+    int               n = sizeof(groups) / sizeof(groups[0]), h, i;
 
-    for (sw = 1; sw >= 0; sw--) {
-        if (!sw) {
-            set_knob("PAGEDLLM_CUDA_ATTN_SWAP", 0);
+    for (h = 64; h <= 128; h += 64) {
+        for (i = 0; i < n; i++) {
+            decode_case(16, h, 2 * groups[i], 2, 4, 2500);
         }
-        for (h = 64; h <= 128; h += 64) {
-            for (i = 0; i < n; i++) {
-                decode_case(16, h, 2 * groups[i], 2, 4, 2500);
-            }
-        }
-        unsetenv("PAGEDLLM_CUDA_ATTN_SWAP");
     }
 }
 
@@ -518,7 +527,7 @@ merge_round(const char *knob, int n, int cluster)
                                    "16-row form" };
     int                 k;
 
-    set_knob(knob, n);
+    knob_set_int(knob, n);
     for (k = 0; k < 4; k++) {
         decode_case(cases[k][0], cases[k][1], cases[k][2], cases[k][3],
                     cases[k][4], cases[k][5]);
@@ -546,13 +555,13 @@ decode_merge_cases(void)
     for (i = 0; i < sizeof(splits) / sizeof(splits[0]); i++) {
         merge_round("PAGEDLLM_CUDA_ATTN_SPLITS", splits[i], 0);
     }
-    setenv("PAGEDLLM_CUDA_ATTN_SPLITS", "4", 1);
-    setenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "64", 1);
+    knob_set("PAGEDLLM_CUDA_ATTN_SPLITS", "4");
+    knob_set("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "64");
     diag("PAGEDLLM_CUDA_ATTN_SPLITS=4 PAGEDLLM_CUDA_ATTN_SPLIT_MIN=64");
     decode_bucket_case(128, 32, 32, 1);
     check_splits(4, "context bucket, empty last split");
-    unsetenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN");
-    unsetenv("PAGEDLLM_CUDA_ATTN_SPLITS");
+    knob_unset("PAGEDLLM_CUDA_ATTN_SPLIT_MIN");
+    knob_unset("PAGEDLLM_CUDA_ATTN_SPLITS");
 }
 
 
@@ -574,7 +583,7 @@ decode_cluster_cases(void)
 
     decode_case(16, 128, 32, 32, 1, 4096);
     check_cluster(1, "default, one sequence, 32 heads");
-    setenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "64", 1);
+    knob_set("PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "64");
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         merge_round("PAGEDLLM_CUDA_ATTN_CLUSTER", sizes[i], 1);
         decode_bucket_case(128, 32, 32, 1);
@@ -584,11 +593,11 @@ decode_cluster_cases(void)
         check_splits((256 + st - 1) / st, "cluster, context bucket");
         check_cluster(1, "context bucket");
     }
-    set_knob("PAGEDLLM_CUDA_ATTN_CLUSTER", 0);
+    knob_set_int("PAGEDLLM_CUDA_ATTN_CLUSTER", 0);
     decode_case(16, 128, 32, 32, 1, 4096);
     check_cluster(0, "off, one sequence, 32 heads");
-    unsetenv("PAGEDLLM_CUDA_ATTN_CLUSTER");
-    unsetenv("PAGEDLLM_CUDA_ATTN_SPLIT_MIN");
+    knob_unset("PAGEDLLM_CUDA_ATTN_CLUSTER");
+    knob_unset("PAGEDLLM_CUDA_ATTN_SPLIT_MIN");
 }
 
 
@@ -605,20 +614,19 @@ check_heads(int want, const char *what)
 
 
 /*
- * Blocks of several KV heads (the swapped form's HB: a tile is 64 / HB
- * tokens of HB heads, warp w computes head w / (4 / HB)), forced with
- * PAGEDLLM_CUDA_ATTN_HEADS=2 and 4: groups 1 to 8 where their query
- * heads fit (HB - 1 groups and the last warp's 8 rows in 16), larger
- * ones on one head a block; head sizes 64 and 128, block sizes 8, 16
- * and 32 (with HB = 4 a tile of 16 tokens: two blocks, one, half of
- * one); contexts of 1 to 3000 tokens in one batch, a context bucket
- * past every context, rows of short query chunks and prefill rows
- * beside (mixed_case), 32k tokens (the staged table page turns over); a
- * KV head count that HB does not divide stays on one head a block.  Then the default's choice (enough
- * (row, KV head) pairs for a wave of blocks: 12 rows of 128 KV heads or
- * of 64): 4 for groups of one at contexts up to 256, 1 past that; 2
- * for groups of 4 at any context; 1 for 12 rows of 8 KV heads (it
- * splits them instead), and 1 under HEADS=1.
+ * Blocks of several KV heads (the swapped form's HB: a tile is 64 / HB tokens
+ * of HB heads, warp w computes head w / (4 / HB)), forced with
+ * PAGEDLLM_CUDA_ATTN_HEADS=2 and 4: groups 1 to 8 where their query heads fit
+ * (HB - 1 groups and the last warp's 8 rows in 16), larger ones on one head a
+ * block; head sizes 64 and 128, block sizes 8, 16 and 32 (with HB = 4 a tile
+ * of 16 tokens: two blocks, one, half of one); contexts of 1 to 3000 tokens in
+ * one batch, a context bucket past every context, rows of short query chunks
+ * and prefill rows beside (mixed_case), 32k tokens (the staged table page
+ * turns over); a KV head count that HB does not divide stays on one head a
+ * block.  Then the default's choice (enough (row, KV head) pairs for a wave of
+ * blocks: 12 rows of 128 KV heads or of 64): 4 for groups of one at contexts
+ * up to 256, 1 past that; 2 for groups of 4 at any context; 1 for 12 rows of 8
+ * KV heads (it splits them instead), and 1 under HEADS=1.
  */
 static void
 decode_heads_cases(void)
@@ -641,7 +649,7 @@ decode_heads_cases(void)
     int               hb, fits, b;
 
     for (hb = 2; hb <= 4; hb *= 2) {
-        set_knob("PAGEDLLM_CUDA_ATTN_HEADS", hb);
+        knob_set_int("PAGEDLLM_CUDA_ATTN_HEADS", hb);
         for (i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
             fits = (hb - 1) * groups[i] + 8 <= 16;
             for (b = 0; b < 3; b++) {
@@ -664,10 +672,10 @@ decode_heads_cases(void)
         decode_case(16, 128, 6, 6, 5, 1000);
         check_heads(hb == 2 ? 2 : 1, "6 KV heads");
     }
-    set_knob("PAGEDLLM_CUDA_ATTN_HEADS", 1);
+    knob_set_int("PAGEDLLM_CUDA_ATTN_HEADS", 1);
     decode_case(16, 128, 128, 128, 12, 256);
     check_heads(1, "HEADS=1, 1536 (row, KV head) pairs");
-    unsetenv("PAGEDLLM_CUDA_ATTN_HEADS");
+    knob_unset("PAGEDLLM_CUDA_ATTN_HEADS");
     for (i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++) {
         decode_case(16, dflt[i].hd, dflt[i].nh, dflt[i].nkv, 12,
                     dflt[i].ctx);
@@ -676,137 +684,33 @@ decode_heads_cases(void)
 }
 
 
-/* the last decode launch was (1) or was not (0) the persistent kernel */
-static void
-check_persistent(int want, const char *what)
-{
-    is_int(pl_cuda_decode_persistent(), want, "decode persistent: %s", what);
-}
-
-
 /*
- * The persistent kernel (groups of up to 4, one split, more (row, KV
- * head) items than a wave holds): on a few blocks
- * (PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS), so that each walks many items and
- * its copy pipeline runs across them, with one split forced; groups 1 to
- * 4, head sizes 64 and 128, block sizes 8, 16 and 32, contexts from 1
- * token (items of one tile, several in flight at once) to 20000 (the
- * staged table page turns over inside an item), and rows of short query
- * chunks (a row's sequence found by search); then its choice: off by
- * default, and under PAGEDLLM_CUDA_ATTN_PERSIST=1 taken for a batch of
- * 384 items, not for 96 (one wave), past PAGEDLLM_CUDA_ATTN_PERSIST_CTX
- * or for a group of 5.
- */
-static void
-decode_persistent_cases(void)
-{
-    static const char  *blocks[] = { "1", "5", "7" };
-    /* chunks under the prefill kernel's 16 rows: every row on the
-       decode kernel, rows past the first sequence's are not their
-       sequence's number */
-    attn_case_t         chunks = { 16, 128, 8, 2, 5, {
-        { 3, 700, 0 },
-        { 1, 1, 0 },
-        { 5, 2000, 1 },
-        { 15, 90, 0 },
-        { 2, 3000, 0 },
-    } };
-    size_t              i;
-
-    setenv("PAGEDLLM_CUDA_ATTN_SPLITS", "1", 1);
-    for (i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
-        setenv("PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS", blocks[i], 1);
-        diag("PAGEDLLM_CUDA_ATTN_SPLITS=1 "
-             "PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS=%s", blocks[i]);
-        decode_case(16, 128, 8, 2, 12, 3000);
-        check_persistent(1, "group 4");
-        decode_case(8, 64, 4, 4, 12, 3000);
-        check_persistent(1, "group 1, head 64");
-        decode_case(32, 128, 4, 2, 12, 5000);
-        check_persistent(1, "group 2, block 32");
-        decode_case(16, 64, 6, 2, 10, 2000);
-        check_persistent(1, "group 3, head 64");
-        decode_case(16, 128, 8, 2, 3, 20000);
-        check_persistent(1, "20000 tokens");
-        decode_bucket_case(128, 32, 32, 12);
-        check_persistent(1, "contexts of 1 to 192");
-        decode_case(16, 128, 10, 2, 4, 1000);
-        check_persistent(0, "group 5");
-        run_case(&chunks, "short query chunks");
-        check_persistent(1, "short query chunks (row is not sequence)");
-    }
-    unsetenv("PAGEDLLM_CUDA_ATTN_PERSIST_BLOCKS");
-    unsetenv("PAGEDLLM_CUDA_ATTN_SPLITS");
-    decode_bucket_case(128, 32, 32, 12);
-    check_persistent(0, "384 items, off by default");
-    setenv("PAGEDLLM_CUDA_ATTN_PERSIST", "1", 1);
-    decode_bucket_case(128, 32, 32, 12);
-    check_persistent(1, "384 items, PERSIST=1");
-    decode_bucket_case(64, 32, 8, 12);
-    check_persistent(0, "96 items, PERSIST=1");
-    setenv("PAGEDLLM_CUDA_ATTN_PERSIST_CTX", "128", 1);
-    decode_bucket_case(128, 32, 32, 12);
-    check_persistent(0, "max_context_len 256, PERSIST_CTX=128");
-    setenv("PAGEDLLM_CUDA_ATTN_PERSIST_CTX", "256", 1);
-    decode_bucket_case(128, 32, 32, 12);
-    check_persistent(1, "max_context_len 256, PERSIST_CTX=256");
-    unsetenv("PAGEDLLM_CUDA_ATTN_PERSIST_CTX");
-    unsetenv("PAGEDLLM_CUDA_ATTN_PERSIST");
-}
-
-
-/*
- * The decode kernel's launch knobs (kernels/decode_attention.cu, read at
- * every call): heads-first grid with programmatic dependent launch and
- * early release; two stages with 7 splits (a split count that does not
- * divide the contexts); four stages with as many splits as allowed
+ * The decode kernel's other launch knobs (pl_cuda.cuh): blocks numbered
+ * rows first (ORDER=0, the default past 65535 rows); 7 splits (a count
+ * that does not divide the contexts); as many splits as allowed
  * (ATTN_MAX_SPLITS: the in-kernel merge of many partials, empty ones
- * among them); the short-context stage count; the split merge ordered
- * by a __threadfence in every thread, with splits of 128 tokens at least
- * (the defaults are one acquire-release atomic and 64); copies with the
- * L2::256B hint in one split per row, so that a 32k context walks four
- * pages of the staged block table; the 16-row form for the small groups
- * too (SWAP=0), under as many splits as allowed; the splitting launches
- * on the default's three stages instead of four (SPLIT_STAGES=3), with
- * their cluster merge and then with the global one (CLUSTER=0).  A
- * single sequence in the context bucket (the engine's batch-1 decode)
- * and the long contexts run under each setting.
+ * among them); one split a row, so that a 32k context walks four pages
+ * of the staged block table; the global merge where the default takes a
+ * cluster (CLUSTER=0).  A single sequence in the context bucket (the
+ * engine's batch-1 decode) and the long contexts run under each setting.
  */
+static const char  *decode_knobs[][2] = {
+    { "PAGEDLLM_CUDA_ATTN_ORDER=0", NULL },
+    { "PAGEDLLM_CUDA_ATTN_SPLITS=7", NULL },
+    { "PAGEDLLM_CUDA_ATTN_SPLIT_MIN=64", "PAGEDLLM_CUDA_ATTN_SPLITS=64" },
+    { "PAGEDLLM_CUDA_ATTN_SPLITS=1", NULL },
+    { "PAGEDLLM_CUDA_ATTN_CLUSTER=0", NULL },
+};
+
+static void set_variant(const char *const *kv, int on);
+
 static void
 decode_knob_cases(void)
 {
-    static const char  *knobs[][2] = {
-        { "PAGEDLLM_CUDA_ATTN_ORDER", "1" },
-        { "PAGEDLLM_CUDA_ATTN_PDL", "2" },
-        { "PAGEDLLM_CUDA_ATTN_STAGES", "2" },
-        { "PAGEDLLM_CUDA_ATTN_SPLITS", "7" },
-        { "PAGEDLLM_CUDA_ATTN_STAGES", "4" },
-        { "PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "64" },
-        { "PAGEDLLM_CUDA_ATTN_SPLITS", "64" },
-        { "PAGEDLLM_CUDA_ATTN_SHORT_CTX", "4096" },
-        { "PAGEDLLM_CUDA_ATTN_PDL", "1" },
-        { "PAGEDLLM_CUDA_ATTN_FENCE", "1" },
-        { "PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "128" },
-        { "PAGEDLLM_CUDA_ATTN_L2PF", "1" },
-        { "PAGEDLLM_CUDA_ATTN_SPLITS", "1" },
-        { "PAGEDLLM_CUDA_ATTN_SWAP", "0" },
-        { "PAGEDLLM_CUDA_ATTN_SPLITS", "64" },
-        { "PAGEDLLM_CUDA_ATTN_SPLIT_STAGES", "3" },
-        { "PAGEDLLM_CUDA_ATTN_SPLIT_STAGES", "3" },
-        { "PAGEDLLM_CUDA_ATTN_CLUSTER", "0" },
-    };
-    /* settings: knobs [from, to) of the table above */
-    static const int    set[][2] = { { 0, 2 }, { 2, 4 }, { 4, 7 },
-                                     { 7, 9 }, { 9, 11 }, { 11, 13 },
-                                     { 13, 15 }, { 15, 16 }, { 16, 18 } };
-    size_t              i;
-    int                 k;
+    size_t  i;
 
-    for (i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
-        for (k = set[i][0]; k < set[i][1]; k++) {
-            setenv(knobs[k][0], knobs[k][1], 1);
-            diag("%s=%s", knobs[k][0], knobs[k][1]);
-        }
+    for (i = 0; i < sizeof(decode_knobs) / sizeof(decode_knobs[0]); i++) {
+        set_variant(decode_knobs[i], 1);
         decode_case(16, 128, 8, 1, 1, 5000);
         decode_case(8, 64, 4, 4, 12, 3000);
         decode_case(32, 128, 32, 1, 3, 2000);
@@ -815,9 +719,7 @@ decode_knob_cases(void)
         decode_bucket_case(64, 8, 2, 5);
         decode_bucket_case(128, 32, 32, 1);
         long_case();
-        for (k = set[i][0]; k < set[i][1]; k++) {
-            unsetenv(knobs[k][0]);
-        }
+        set_variant(decode_knobs[i], 0);
     }
 }
 
@@ -911,16 +813,11 @@ long_case(void)
 }
 
 
-/* the prefill kernels' variants, one or two "NAME=value" each */
+/* the prefill kernels: the default (wgmma with TMA loads on Hopper), its
+   cp.async loads, the mma.sync kernel */
 static const char  *prefill_variants[][2] = {
     { NULL, NULL },
-    { "PAGEDLLM_CUDA_PREFILL_STAGES=2", NULL },
     { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync", NULL },
-    { "PAGEDLLM_CUDA_PREFILL_LOADS=wait", NULL },
-    { "PAGEDLLM_CUDA_PREFILL_PINGPONG=off",
-      "PAGEDLLM_CUDA_PREFILL_ORDER=heads" },
-    { "PAGEDLLM_CUDA_PREFILL_LOADS=wait",
-      "PAGEDLLM_CUDA_PREFILL_PINGPONG=off" },
     { "PAGEDLLM_CUDA_PREFILL=mma", NULL },
 };
 
@@ -937,10 +834,10 @@ set_variant(const char *const *kv, int on)
 
         snprintf(name, sizeof(name), "%.*s", (int) n, kv[k]);
         if (on) {
-            setenv(name, kv[k] + n + 1, 1);
+            knob_set(name, kv[k] + n + 1);
             diag("%s", kv[k]);
         } else {
-            unsetenv(name);
+            knob_unset(name);
         }
     }
 }
@@ -951,23 +848,14 @@ static void
 fp16_cases(void)
 {
     static const int    bss[] = { 8, 16, 32 };
-    static const char  *decode_knobs[][2][2] = {
-        { { "PAGEDLLM_CUDA_ATTN_FENCE", "1" },
-          { "PAGEDLLM_CUDA_ATTN_SPLIT_MIN", "128" } },
-        { { "PAGEDLLM_CUDA_ATTN_L2PF", "1" },
-          { "PAGEDLLM_CUDA_ATTN_SPLITS", "1" } },
-        { { "PAGEDLLM_CUDA_ATTN_SPLITS", "64" },
-          { "PAGEDLLM_CUDA_ATTN_ORDER", "0" } },
+    /* decode knobs, and the prefill kernels (fp16 builds the Hopper
+       kernel's TMA and cp.async producers and the mma.sync kernel) */
+    static const char  *knobs[][2] = {
+        { "PAGEDLLM_CUDA_ATTN_SPLIT_MIN=128", NULL },
+        { "PAGEDLLM_CUDA_ATTN_SPLITS=1", NULL },
+        { "PAGEDLLM_CUDA_ATTN_SPLITS=64", "PAGEDLLM_CUDA_ATTN_ORDER=0" },
     };
-    /* fp16 builds the Hopper kernel's default variant and its cp.async
-       twin only (kernels/prefill_attention.cu) */
-    static const char  *variants[][2] = {
-        { NULL, NULL },
-        { "PAGEDLLM_CUDA_PREFILL_LOADS=cpasync",
-          "PAGEDLLM_CUDA_PREFILL_ORDER=heads" },
-        { "PAGEDLLM_CUDA_PREFILL=mma", NULL },
-    };
-    int                 i, j, k;
+    int                 i, j;
 
     if (!pair_act(P.gpu, PL_DT_F16)) {
         return;
@@ -987,22 +875,16 @@ fp16_cases(void)
     decode_group_cases();
     decode_merge_cases();
     decode_heads_cases();
-    decode_persistent_cases();
     long_case();
     for (i = 0; i < 3; i++) {
-        for (k = 0; k < 2; k++) {
-            setenv(decode_knobs[i][k][0], decode_knobs[i][k][1], 1);
-            diag("%s=%s", decode_knobs[i][k][0], decode_knobs[i][k][1]);
-        }
+        set_variant(knobs[i], 1);
         decode_case(16, 128, 8, 1, 1, 5000);
         decode_case(8, 64, 4, 4, 12, 3000);
         decode_bucket_case(128, 32, 32, 1);
-        for (k = 0; k < 2; k++) {
-            unsetenv(decode_knobs[i][k][0]);
-        }
+        set_variant(knobs[i], 0);
     }
     for (i = 0; i < 3; i++) {
-        set_variant(variants[i], 1);
+        set_variant(prefill_variants[i], 1);
         tile_edge_cases(16, 8, 8);
         tile_edge_cases(32, 8, 2);
         many_tiles_case(16);
@@ -1011,7 +893,7 @@ fp16_cases(void)
         if (i == 0) {
             chunk_cases(256, 4, 2);
         }
-        set_variant(variants[i], 0);
+        set_variant(prefill_variants[i], 0);
     }
 }
 
@@ -1047,29 +929,24 @@ main(void)
     decode_merge_cases();
     decode_cluster_cases();
     decode_heads_cases();
-    decode_persistent_cases();
     decode_knob_cases();
     mixed_case(16, 64, 40, 2);
     long_case();
 
     /* the prefill edges on the default kernel (wgmma with TMA loads on
-       Hopper), with two KV stages instead of three, with the cp.async
-       producer, with the cp.async producer waiting for each tile, with
-       consumers that do not take turns and blocks head after head, with
-       consumers that do not take turns and the waiting producer, then on
-       the mma.sync one */
+       Hopper), with the cp.async producer, then on the mma.sync one */
     for (i = 0; i < (int) (sizeof(prefill_variants)
                            / sizeof(prefill_variants[0])); i++)
     {
         set_variant(prefill_variants[i], 1);
         tile_edge_cases(16, 8, 8);
-        tile_edge_cases(i == 1 ? 16 : 32, 8, 2);
+        tile_edge_cases(32, 8, 2);
         tile_edge_cases(8, 12, 2);
         many_tiles_case(16);
         chunk_cases(8, 4, 2);
         chunk_cases(16, 8, 8);
         chunk_cases(32, 4, 1);
-        if (i == 0 || i == 2) {
+        if (i < 2) {
             chunk_cases(256, 4, 2);
         }
         if (i == 0) {

@@ -27,12 +27,12 @@
  * temporary cache, and the graph made then must not survive the real
  * cache (a replay would write into freed memory).
  *
- * Last, programmatic dependent launch (PAGEDLLM_CUDA_PDL, read when a
- * backend is created) changes when kernels start, never what they
- * compute: a wider Llama, whose larger matrices take the GEMV kernel at
- * every batch size and the others cuBLAS, runs the same iterations on a
- * second backend created with PDL off, and its graph replays (and the
- * eager prefill) must give the PDL side's logits bit for bit.
+ * Last, programmatic dependent launch (PAGEDLLM_CUDA_PDL, read again here,
+ * taken by a backend when it is created) changes when kernels start, never
+ * what they compute: a wider Llama, whose larger matrices take the GEMV kernel
+ * at every batch size and the others cuBLAS, runs the same iterations on a
+ * second backend created with PDL off, and its graph replays (and the eager
+ * prefill) must give the PDL side's logits bit for bit.
  *
  * The two Llamas again with --dtype float16 (the engine's option, through
  * pl_model_set_default_options): the same checks with every kernel in
@@ -490,8 +490,10 @@ pdl_off_on(pl_backend_t *be, const char *dir, const char *label)
     char           err[256];
 
     setenv("PAGEDLLM_CUDA_PDL", "0", 1);
+    pl_cuda_knobs_reload();
     off = pl_backend_cuda_create(0, err, sizeof(err));
     unsetenv("PAGEDLLM_CUDA_PDL");
+    pl_cuda_knobs_reload();
     if (!ok(off != NULL, "%s: a second backend starts, PDL off", label)) {
         diag("%s", err);
         return;

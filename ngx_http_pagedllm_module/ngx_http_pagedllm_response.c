@@ -1,0 +1,709 @@
+
+/*
+ * ngx_http_pagedllm_response: the OpenAI answers out.  SSE events are
+ * formatted straight into output buffers (they are per token and must be
+ * cheap); whole bodies, errors and logprobs go through jansson.
+ */
+
+
+#include "ngx_http_pagedllm_module.h"
+
+#include <jansson.h>
+#include <math.h>
+
+
+#define NGX_HTTP_PAGEDLLM_TOKEN_TEXT  256
+
+
+typedef json_t *(*ngx_http_pagedllm_logprobs_pt)(ngx_pool_t *pool,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t first, ngx_uint_t n);
+
+
+/* What differs between /v1/completions and /v1/chat/completions on the
+   way out; indexed by params.chat. */
+typedef struct {
+    const char                   *object;
+    const char                   *chunk_object;
+    ngx_str_t                     text_open;     /* a chunk's text in */
+    ngx_str_t                     text_close;
+    const char                   *text_key;      /* a whole choice's */
+    ngx_uint_t                    message;       /* text as a message */
+    ngx_http_pagedllm_logprobs_pt logprobs;
+} ngx_http_pagedllm_api_t;
+
+
+static void ngx_http_pagedllm_json_cleanup(void *data);
+static size_t ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok,
+    int32_t id, char *buf);
+static json_t *ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t first, ngx_uint_t n);
+static json_t *ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t first, ngx_uint_t n);
+static u_char *ngx_http_pagedllm_sse_choice(u_char *p,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index);
+static u_char *ngx_http_pagedllm_sse_end(u_char *p, ngx_str_t *logprobs,
+    uint32_t finish_reason);
+static json_t *ngx_http_pagedllm_choice_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
+static ngx_uint_t ngx_http_pagedllm_completion_tokens(
+    ngx_http_pagedllm_ctx_t *ctx);
+
+static ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);
+static u_char *ngx_http_pagedllm_sse_head(u_char *p,
+    ngx_http_pagedllm_ctx_t *ctx);
+static const char *ngx_http_pagedllm_reason(uint32_t reason);
+
+
+static ngx_http_pagedllm_api_t  ngx_http_pagedllm_apis[] = {
+
+    { "text_completion", "text_completion",
+      ngx_string("\"text\":\""), ngx_string("\""),
+      "text", 0, ngx_http_pagedllm_logprobs_obj },
+
+    { "chat.completion", "chat.completion.chunk",
+      ngx_string("\"delta\":{\"content\":\""), ngx_string("\"}"),
+      "message", 1, ngx_http_pagedllm_chat_logprobs_obj }
+};
+
+
+/*
+ * A JSON value the pool owns: released when the pool is destroyed.  Every
+ * document this module builds or parses has its root owned this way; the
+ * values inside belong to their container.  NULL when j is NULL or no
+ * cleanup could be added (j is then released at once).
+ */
+json_t *
+ngx_http_pagedllm_json_pool(ngx_pool_t *pool, json_t *j)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    if (j == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        json_decref(j);
+        return NULL;
+    }
+
+    cln->handler = ngx_http_pagedllm_json_cleanup;
+    cln->data = j;
+
+    return j;
+}
+
+
+static void
+ngx_http_pagedllm_json_cleanup(void *data)
+{
+    json_decref(data);
+}
+
+
+void
+ngx_http_pagedllm_error_set(ngx_http_pagedllm_error_t *err,
+    ngx_uint_t status, const char *param, const char *fmt, ...)
+{
+    u_char   *last;
+    va_list   args;
+
+    err->status = status;
+    err->type = status < 500 ? "invalid_request_error" : "server_error";
+    err->code = NULL;
+
+    if (param) {
+        ngx_cpystrn((u_char *) err->param, (u_char *) param,
+                    sizeof(err->param));
+    } else {
+        err->param[0] = '\0';
+    }
+
+    va_start(args, fmt);
+    last = ngx_vslprintf(err->message, err->message + sizeof(err->message) - 1,
+                         fmt, args);
+    va_end(args);
+
+    *last = '\0';
+}
+
+
+ngx_buf_t *
+ngx_http_pagedllm_error_json(ngx_pool_t *pool, ngx_http_pagedllm_error_t *err)
+{
+    json_t  *j, *msg;
+
+    msg = json_string((char *) err->message);
+    if (msg == NULL) {
+        msg = json_string("invalid request");
+    }
+
+    j = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error",
+                  "message", msg,
+                  "type", err->type,
+                  "param", err->param[0] ? json_string(err->param)
+                                         : json_null(),
+                  "code", err->code ? json_string(err->code) : json_null());
+
+    return ngx_http_pagedllm_json_buf(pool,
+                                      ngx_http_pagedllm_json_pool(pool, j));
+}
+
+
+size_t
+ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx, size_t text_len)
+{
+    return sizeof("data: {\"id\":\"\",\"object\":\"text_completion\","
+                  "\"created\":,\"model\":\"\",\"choices\":[{\"index\":00,"
+                  "\"text\":\"\",\"logprobs\":null,\"finish_reason\":"
+                  "\"length\"}]}\n\n")
+           + sizeof("chat.completion.chunk\"delta\":{\"content\":}")
+           + NGX_TIME_T_LEN + ctx->id.len + 6 * ctx->model.len
+           + 6 * text_len;
+}
+
+
+static u_char *
+ngx_http_pagedllm_sse_head(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+{
+    p = ngx_sprintf(p, "data: {\"id\":\"%V\",\"object\":\"%s\","
+                    "\"created\":%T,\"model\":\"", &ctx->id,
+                    ngx_http_pagedllm_apis[ctx->params.chat].chunk_object,
+                    ctx->created);
+    p = (u_char *) ngx_escape_json(p, ctx->model.data, ctx->model.len);
+
+    return ngx_cpymem(p, "\",", 2);
+}
+
+
+u_char *
+ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index, u_char *text, size_t len, ngx_str_t *logprobs,
+    uint32_t finish_reason)
+{
+    ngx_http_pagedllm_api_t  *api;
+
+    api = &ngx_http_pagedllm_apis[ctx->params.chat];
+
+    p = ngx_http_pagedllm_sse_choice(p, ctx, index);
+    p = ngx_cpymem(p, api->text_open.data, api->text_open.len);
+    p = (u_char *) ngx_escape_json(p, text, len);
+    p = ngx_cpymem(p, api->text_close.data, api->text_close.len);
+
+    return ngx_http_pagedllm_sse_end(p, logprobs, finish_reason);
+}
+
+
+/* chat: the first chunk names the role */
+u_char *
+ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index)
+{
+    p = ngx_http_pagedllm_sse_choice(p, ctx, index);
+    p = ngx_sprintf(p, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}");
+
+    return ngx_http_pagedllm_sse_end(p, NULL, 0);
+}
+
+
+static u_char *
+ngx_http_pagedllm_sse_choice(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index)
+{
+    p = ngx_http_pagedllm_sse_head(p, ctx);
+
+    return ngx_sprintf(p, "\"choices\":[{\"index\":%ui,", index);
+}
+
+
+/* A chunk's choice after its text: logprobs and finish_reason. */
+static u_char *
+ngx_http_pagedllm_sse_end(u_char *p, ngx_str_t *logprobs,
+    uint32_t finish_reason)
+{
+    const char  *reason;
+
+    p = ngx_cpymem(p, ",\"logprobs\":", sizeof(",\"logprobs\":") - 1);
+
+    if (logprobs) {
+        p = ngx_cpymem(p, logprobs->data, logprobs->len);
+
+    } else {
+        p = ngx_cpymem(p, "null", 4);
+    }
+
+    reason = ngx_http_pagedllm_reason(finish_reason);
+
+    if (reason) {
+        return ngx_sprintf(p, ",\"finish_reason\":\"%s\"}]}\n\n", reason);
+    }
+
+    return ngx_sprintf(p, ",\"finish_reason\":null}]}\n\n");
+}
+
+
+/* A token's text on its own into buf (2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT
+   bytes), always valid UTF-8 (U+FFFD for a part of a character), special
+   tokens included; its length. */
+static size_t
+ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok, int32_t id,
+    char *buf)
+{
+    long        n, m;
+    pl_detok_t  d;
+
+    pl_detok_init(&d, tok, 0);
+
+    n = pl_detok_push(&d, id, buf, NGX_HTTP_PAGEDLLM_TOKEN_TEXT);
+    m = pl_detok_flush(&d, buf + (n > 0 ? n : 0),
+                       NGX_HTTP_PAGEDLLM_TOKEN_TEXT);
+
+    return (n < 0 || m < 0) ? 0 : (size_t) (n + m);
+}
+
+
+static double
+ngx_http_pagedllm_lp_value(float lp)
+{
+    return (isfinite(lp) && lp > -9999.0f) ? (double) lp : -9999.0;
+}
+
+
+/* OpenAI's completions logprobs of pieces [first, first + n). */
+static json_t *
+ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n)
+{
+    char               key[2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
+    json_t            *j, *tokens, *lps, *tops, *offsets, *top;
+    size_t             len;
+    uint32_t           start, end;
+    ngx_uint_t         i, k;
+    pl_top_logprob_t  *t;
+
+    j = ngx_http_pagedllm_json_pool(pool,
+            json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs",
+                      "top_logprobs", "text_offset"));
+    if (j == NULL) {
+        return NULL;
+    }
+
+    tokens = json_object_get(j, "tokens");
+    lps = json_object_get(j, "token_logprobs");
+    tops = json_object_get(j, "top_logprobs");
+    offsets = json_object_get(j, "text_offset");
+
+    for (i = first; i < first + n; i++) {
+        start = i ? ch->piece_end[i - 1] : 0;
+        end = ch->piece_end[i];
+        top = json_object();
+
+        if (json_array_append_new(tokens,
+                json_stringn((char *) ch->text + start, end - start))
+            || json_array_append_new(lps,
+                   json_real(ngx_http_pagedllm_lp_value(ch->piece_lp[i])))
+            || json_array_append_new(offsets,
+                   json_integer(ch->chars_sent
+                                + ngx_http_pagedllm_utf8_chars(ch->text,
+                                                               start)))
+            || json_array_append_new(tops, top))
+        {
+            return NULL;
+        }
+
+        for (k = 0; k < ctx->n_top; k++) {
+            t = &ch->piece_top[i * ctx->n_top + k];
+            len = ngx_http_pagedllm_token_text(ctx->tok->tokenizer, t->id, key);
+
+            if (json_object_getn(top, key, len) == NULL
+                && json_object_setn_new(top, key, len,
+                       json_real(ngx_http_pagedllm_lp_value(t->logprob)))
+                   != 0)
+            {
+                return NULL;
+            }
+        }
+    }
+
+    return j;
+}
+
+
+/* Characters (code points) in valid UTF-8: the bytes that start one. */
+size_t
+ngx_http_pagedllm_utf8_chars(u_char *p, size_t n)
+{
+    size_t  i, chars;
+
+    chars = 0;
+
+    for (i = 0; i < n; i++) {
+        chars += (p[i] & 0xc0) != 0x80;
+    }
+
+    return chars;
+}
+
+
+/* {"token", "logprob", "bytes"} of one token's text */
+static json_t *
+ngx_http_pagedllm_chat_entry(u_char *text, size_t len, float lp)
+{
+    size_t   i;
+    json_t  *bytes;
+
+    bytes = json_array();
+
+    for (i = 0; bytes && i < len; i++) {
+        json_array_append_new(bytes, json_integer(text[i]));
+    }
+
+    return json_pack("{s:s%,s:f,s:o}", "token", (char *) text, len,
+                     "logprob", ngx_http_pagedllm_lp_value(lp),
+                     "bytes", bytes);
+}
+
+
+/* OpenAI's chat logprobs of pieces [first, first + n). */
+static json_t *
+ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    ngx_uint_t first, ngx_uint_t n)
+{
+    char               key[2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
+    json_t            *j, *content, *e, *top;
+    size_t             len;
+    uint32_t           start, end;
+    ngx_uint_t         i, k;
+    pl_top_logprob_t  *t;
+
+    j = ngx_http_pagedllm_json_pool(pool, json_pack("{s:[]}", "content"));
+    if (j == NULL) {
+        return NULL;
+    }
+
+    content = json_object_get(j, "content");
+
+    for (i = first; i < first + n; i++) {
+        start = i ? ch->piece_end[i - 1] : 0;
+        end = ch->piece_end[i];
+
+        e = ngx_http_pagedllm_chat_entry(ch->text + start, end - start,
+                                         ch->piece_lp[i]);
+        top = json_array();
+
+        if (json_array_append_new(content, e) != 0
+            || json_object_set_new(e, "top_logprobs", top) != 0)
+        {
+            return NULL;
+        }
+
+        for (k = 0; k < ctx->n_top; k++) {
+            t = &ch->piece_top[i * ctx->n_top + k];
+            len = ngx_http_pagedllm_token_text(ctx->tok->tokenizer, t->id, key);
+
+            if (json_array_append_new(top,
+                    ngx_http_pagedllm_chat_entry((u_char *) key, len,
+                                                 t->logprob))
+                != 0)
+            {
+                return NULL;
+            }
+        }
+    }
+
+    return j;
+}
+
+
+/* The logprobs of pieces [first, first + n) as JSON text in the request's
+   pool; the document is built in a pool of its own, gone once dumped (a
+   streamed request makes one per token). */
+ngx_int_t
+ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n,
+    ngx_str_t *out)
+{
+    char        *s;
+    json_t      *j;
+    ngx_int_t    rc;
+    ngx_pool_t  *pool;
+
+    pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE,
+                           ctx->request->connection->log);
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = NGX_ERROR;
+
+    j = ngx_http_pagedllm_apis[ctx->params.chat].logprobs(pool, ctx, ch,
+                                                          first, n);
+    s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+    if (s != NULL) {
+        out->len = ngx_strlen(s);
+        out->data = ngx_pnalloc(ctx->request->pool, out->len);
+
+        if (out->data != NULL) {
+            ngx_memcpy(out->data, s, out->len);
+            rc = NGX_OK;
+        }
+
+        free(s);
+    }
+
+    ngx_destroy_pool(pool);
+
+    return rc;
+}
+
+
+/* usage counts every choice's tokens */
+static ngx_uint_t
+ngx_http_pagedllm_completion_tokens(ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_uint_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < ctx->params.n; i++) {
+        n += ctx->choices[i].completion_tokens;
+    }
+
+    return n;
+}
+
+
+u_char *
+ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_uint_t  n;
+
+    n = ngx_http_pagedllm_completion_tokens(ctx);
+    p = ngx_http_pagedllm_sse_head(p, ctx);
+
+    return ngx_sprintf(p, "\"choices\":[],\"usage\":{\"prompt_tokens\":%ui,"
+                       "\"completion_tokens\":%ui,\"total_tokens\":%ui}}"
+                       "\n\n", ctx->params.n_prompt, n,
+                       ctx->params.n_prompt + n);
+}
+
+
+u_char *
+ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t status, ngx_str_t *message)
+{
+    p = ngx_sprintf(p, "data: {\"error\":{\"message\":\"");
+    p = (u_char *) ngx_escape_json(p, message->data, message->len);
+
+    return ngx_sprintf(p, "\",\"type\":\"%s\",\"param\":null,\"code\":%ui}}"
+                       "\n\n",
+                       status < 500 ? "invalid_request_error"
+                                    : "server_error",
+                       status);
+}
+
+
+static json_t *
+ngx_http_pagedllm_choice_json(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
+{
+    json_t                   *text, *lp;
+    ngx_http_pagedllm_api_t  *api;
+
+    api = &ngx_http_pagedllm_apis[ctx->params.chat];
+
+    lp = (ctx->params.flags & PL_SUBMIT_LOGPROBS)
+         ? api->logprobs(pool, ctx, ch, 0, ch->npieces) : json_null();
+
+    if (lp == NULL) {
+        return NULL;
+    }
+
+    text = json_stringn((char *) ch->text, ch->text_len);
+
+    if (api->message) {
+        text = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
+    }
+
+    return json_pack("{s:I,s:o,s:O,s:s}", "index", (json_int_t) ch->index,
+                     api->text_key, text, "logprobs", lp,
+                     "finish_reason",
+                     ngx_http_pagedllm_reason(ch->finish_reason));
+}
+
+
+ngx_buf_t *
+ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
+{
+    json_t      *j, *choices;
+    ngx_uint_t   i, tokens;
+    ngx_pool_t  *pool;
+
+    pool = ctx->request->pool;
+    tokens = ngx_http_pagedllm_completion_tokens(ctx);
+
+    j = ngx_http_pagedllm_json_pool(pool,
+            json_pack("{s:s%,s:s,s:I,s:s%,s:[],s:{s:I,s:I,s:I}}",
+                "id", ctx->id.data, ctx->id.len,
+                "object", ngx_http_pagedllm_apis[ctx->params.chat].object,
+                "created", (json_int_t) ctx->created,
+                "model", ctx->model.data, ctx->model.len,
+                "choices",
+                "usage",
+                    "prompt_tokens", (json_int_t) ctx->params.n_prompt,
+                    "completion_tokens", (json_int_t) tokens,
+                    "total_tokens",
+                    (json_int_t) (ctx->params.n_prompt + tokens)));
+    if (j == NULL) {
+        return NULL;
+    }
+
+    choices = json_object_get(j, "choices");
+
+    for (i = 0; i < ctx->params.n; i++) {
+        if (json_array_append_new(choices,
+                ngx_http_pagedllm_choice_json(pool, ctx, &ctx->choices[i]))
+            != 0)
+        {
+            return NULL;
+        }
+    }
+
+    return ngx_http_pagedllm_json_buf(pool, j);
+}
+
+
+/* GET models: the list of the one model; one: that model's object alone
+   (GET models/ID) */
+ngx_buf_t *
+ngx_http_pagedllm_models_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_engine_t *engine, ngx_uint_t one)
+{
+    json_t  *j;
+
+    j = json_pack("{s:s%,s:s,s:I,s:s,s:I}",
+                  "id", engine->model.data, engine->model.len,
+                  "object", "model",
+                  "created", (json_int_t) ngx_time(),
+                  "owned_by", "pagedllm",
+                  "max_model_len", (json_int_t) engine->max_model_len);
+
+    if (!one) {
+        j = json_pack("{s:s,s:[o]}", "object", "list", "data", j);
+    }
+
+    return ngx_http_pagedllm_json_buf(pool,
+                                      ngx_http_pagedllm_json_pool(pool, j));
+}
+
+
+ngx_buf_t *
+ngx_http_pagedllm_status_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_engine_t *engine, pl_stats_t *s)
+{
+    json_t  *j;
+
+    if (engine == NULL) {
+        j = json_pack("{s:s}", "engine", "detached");
+        return ngx_http_pagedllm_json_buf(pool,
+                                          ngx_http_pagedllm_json_pool(pool, j));
+    }
+
+    j = json_pack("{s:s,s:s%,s:s,s:I,s:{s:I,s:I,s:I},"
+                  "s:{s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I}",
+                  "engine", "attached",
+                  "model", engine->model.data, engine->model.len,
+                  "device", s->device,
+                  "workers", (json_int_t) s->workers,
+                  "requests",
+                      "running", (json_int_t) s->running,
+                      "waiting", (json_int_t) s->waiting,
+                      "swapped", (json_int_t) s->swapped,
+                  "kv_blocks",
+                      "total", (json_int_t) s->kv_blocks_total,
+                      "used", (json_int_t) s->kv_blocks_used,
+                      "free", (json_int_t) s->kv_blocks_free,
+                      "cached", (json_int_t) s->kv_blocks_cached,
+                      "block_size", (json_int_t) s->block_size,
+                  "iterations", (json_int_t) s->iterations,
+                  "requests_total", (json_int_t) s->requests_total,
+                  "prompt_tokens_total", (json_int_t) s->prompt_tokens_total,
+                  "generation_tokens_total",
+                  (json_int_t) s->generation_tokens_total,
+                  "preemptions_total", (json_int_t) s->preemptions_total);
+
+    j = ngx_http_pagedllm_json_pool(pool, j);
+
+    if (j == NULL
+        || json_object_update_new(j,
+               json_pack("{s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I}}",
+                   "swap_blocks",
+                       "total", (json_int_t) s->swap_blocks_total,
+                       "used", (json_int_t) s->swap_blocks_used,
+                   "prefix_cache",
+                       "queries", (json_int_t) s->prefix_cache_queries,
+                       "hits", (json_int_t) s->prefix_cache_hits,
+                   "preemptions",
+                       "recompute", (json_int_t) s->preemptions_recompute,
+                       "swap", (json_int_t) s->preemptions_swap,
+                   "blocks_swapped",
+                       "out", (json_int_t) s->blocks_swapped_out,
+                       "in", (json_int_t) s->blocks_swapped_in))
+           != 0)
+    {
+        return NULL;
+    }
+
+    return ngx_http_pagedllm_json_buf(pool, j);
+}
+
+
+/* j's text and a newline in a buffer of the pool; j stays its owner's */
+static ngx_buf_t *
+ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j)
+{
+    char       *s;
+    size_t      len;
+    ngx_buf_t  *b;
+
+    if (j == NULL) {
+        return NULL;
+    }
+
+    s = json_dumps(j, JSON_COMPACT);
+
+    if (s == NULL) {
+        return NULL;
+    }
+
+    len = ngx_strlen(s);
+
+    b = ngx_create_temp_buf(pool, len + 1);
+    if (b != NULL) {
+        b->last = ngx_cpymem(b->last, s, len);
+        *b->last++ = '\n';
+    }
+
+    free(s);
+
+    return b;
+}
+
+
+static const char *
+ngx_http_pagedllm_reason(uint32_t reason)
+{
+    switch (reason) {
+    case PL_FINISH_STOP:
+        return "stop";
+    case PL_FINISH_LENGTH:
+        return "length";
+    default:
+        return NULL;
+    }
+}
