@@ -24,7 +24,10 @@
  *
  * The ranges are OpenAI's where OpenAI has the parameter (temperature
  * 0..2, top_p 0..1, penalties -2..2, logprobs 0..20, n 1..16 here) and
- * vLLM's otherwise.  top_k -1 is vLLM's "off", sent as 0.  PL_PARAM_BIAS_*
+ * vLLM's otherwise.  top_k -1 is vLLM's "off", sent as 0.  length_penalty
+ * (beam search's; vLLM and transformers take any number) is held to
+ * [-10, 10], past which length ** it only overflows; it is read only with
+ * use_beam_search, where 0 is a real value, so it is not zero_off.  PL_PARAM_BIAS_*
  * bound each logit_bias value, which travels after the record.
  */
 
@@ -55,7 +58,8 @@
     X(best_of,            PL_PARAM_INT,   1,  PL_MAX_SEQS,                    \
                                                PL_PARAM_FIXED,   0, 1, 0) \
     X(logprobs,           PL_PARAM_INT,   0,  PL_MAX_LOGPROBS,                \
-                                               PL_PARAM_FIXED,   0, 0, 0)
+                                               PL_PARAM_FIXED,   0, 0, 0) \
+    X(length_penalty,     PL_PARAM_FLOAT, -10, 10, PL_PARAM_FIXED,   0, 0, 1)
 
 #define PL_PARAM_BIAS_LO    (-100)
 #define PL_PARAM_BIAS_HI    100

@@ -267,8 +267,9 @@ pl_engine_beam_unsupported(const pl_rec_submit_t *r)
  * Beam search's parameters and what it cannot be combined with (vLLM's
  * rules: width best_of > 1, greedy scoring, so temperature 0, top_p 1,
  * top_k off; here also none of the logit processors, which beam search
- * scores without, nor per-token logprobs); without beam search its two
- * fields must be at their defaults.  NULL when all is well.
+ * scores without, nor per-token logprobs; length_penalty's range is the
+ * parameter table's); without beam search early_stopping must be false
+ * (length_penalty is then ignored).  NULL when all is well.
  */
 static const char *
 pl_engine_check_beam(const pl_rec_submit_t *r)
@@ -276,13 +277,8 @@ pl_engine_check_beam(const pl_rec_submit_t *r)
     uint32_t  n = r->n ? r->n : 1;
 
     if (!(r->flags & PL_SUBMIT_BEAM_SEARCH)) {
-        if (r->early_stopping != PL_EARLY_STOPPING_FALSE) {
-            return "early_stopping needs use_beam_search";
-        }
-        if (r->length_penalty != 0 && r->length_penalty != 1) {
-            return "length_penalty needs use_beam_search";
-        }
-        return NULL;
+        return r->early_stopping != PL_EARLY_STOPPING_FALSE
+               ? "early_stopping needs use_beam_search" : NULL;
     }
 
     if ((r->best_of ? r->best_of : n) < 2) {
@@ -296,9 +292,6 @@ pl_engine_check_beam(const pl_rec_submit_t *r)
     }
     if (r->top_k != 0) {
         return "top_k must be -1 when using beam search";
-    }
-    if (!isfinite(r->length_penalty)) {
-        return "length_penalty must be a finite number";
     }
     if (r->early_stopping > PL_EARLY_STOPPING_NEVER) {
         return "early_stopping must be true, false or \"never\"";

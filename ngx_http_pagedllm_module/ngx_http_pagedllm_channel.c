@@ -271,6 +271,8 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
     rec.n_stop_ids = (uint32_t) p->n_stop_ids;
     rec.n = p->n;
     rec.best_of = p->best_of;
+    rec.length_penalty = p->length_penalty;
+    rec.early_stopping = p->early_stopping;
 
     if (pl_ring_write(&ch->sub, PL_REC_SUBMIT, &rec, sizeof(rec), body,
                       (uint32_t) size)
@@ -1190,7 +1192,8 @@ ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
     }
 
     if ((rec.reason == PL_FINISH_STOP || rec.reason == PL_FINISH_LENGTH)
-        && ctx->events->finish(ctx, rec.index, rec.reason) == NGX_OK)
+        && ctx->events->finish(ctx, rec.index, rec.reason, rec.cum_logprob)
+           == NGX_OK)
     {
         /* one choice ended; the request, once all have (or it was cut) */
         if (ctx->finished && ctx->state == NGX_HTTP_PAGEDLLM_RUNNING) {

@@ -77,7 +77,7 @@ static ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t index, const int32_t *ids, ngx_uint_t n, const float *lp,
     const pl_top_logprob_t *top, ngx_uint_t n_top);
 static ngx_int_t ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_uint_t index, uint32_t reason);
+    ngx_uint_t index, uint32_t reason, double cum_logprob);
 static void ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, u_char *msg, size_t len);
 static void ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx);
@@ -951,7 +951,7 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
  */
 static ngx_int_t
 ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
-    uint32_t reason)
+    uint32_t reason, double cum_logprob)
 {
     ngx_http_pagedllm_choice_t  *ch;
 
@@ -966,6 +966,7 @@ ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
     }
 
     ch->engine_done = 1;
+    ch->cum_logprob = cum_logprob;
 
     if (!ch->finished) {
         ch->finish_reason = reason;

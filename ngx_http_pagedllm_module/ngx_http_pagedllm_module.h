@@ -122,6 +122,8 @@ typedef struct {
     float                         frequency_penalty;
     uint32_t                      min_tokens;
     uint32_t                      logprobs;      /* top-N, with the flag */
+    float                         length_penalty;   /* beam search */
+    uint32_t                      early_stopping;   /* PL_EARLY_STOPPING_* */
     pl_bias_pair_t               *bias;
     ngx_uint_t                    n_bias;
     int32_t                      *stop_ids;
@@ -198,7 +200,8 @@ typedef struct {
                                     const pl_top_logprob_t *top,
                                     ngx_uint_t n_top);
     ngx_int_t                   (*finish)(ngx_http_pagedllm_ctx_t *ctx,
-                                    ngx_uint_t index, uint32_t reason);
+                                    ngx_uint_t index, uint32_t reason,
+                                    double cum_logprob);
     void                        (*error)(ngx_http_pagedllm_ctx_t *ctx,
                                     ngx_uint_t status, u_char *msg,
                                     size_t len);
@@ -212,6 +215,7 @@ typedef struct {
     pl_detok_t                    detok;
     ngx_uint_t                    completion_tokens;
     uint32_t                      finish_reason; /* PL_FINISH_*, 0: none */
+    double                        cum_logprob;   /* beam search: FINISH's */
 
     /* text decoded and not sent yet (all of it when not streaming); one
        piece per token, with its logprobs when they were asked for */

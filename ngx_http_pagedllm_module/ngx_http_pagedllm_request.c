@@ -100,6 +100,10 @@ static ngx_int_t ngx_http_pagedllm_f_seed(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stream(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_early_stopping(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_beam_search(json_t *root,
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_f_stream_options(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_user(
@@ -131,6 +135,7 @@ static size_t  ngx_http_pagedllm_param_offsets[] = {
 
 static uint32_t  ngx_http_pagedllm_ignore_eos = PL_SUBMIT_IGNORE_EOS;
 static uint32_t  ngx_http_pagedllm_want_logprobs = PL_SUBMIT_LOGPROBS;
+static uint32_t  ngx_http_pagedllm_use_beam_search = PL_SUBMIT_BEAM_SEARCH;
 
 
 /* The fields both endpoints take, after the endpoint's own. */
@@ -157,6 +162,10 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
       NULL },
     { "min_tokens", NGX_HTTP_PAGEDLLM_PARAM(min_tokens), NULL },
     { "stop_token_ids", ngx_http_pagedllm_f_stop_token_ids, -1, NULL },
+    { "use_beam_search", ngx_http_pagedllm_f_flag, -1,
+      &ngx_http_pagedllm_use_beam_search },
+    { "length_penalty", NGX_HTTP_PAGEDLLM_PARAM(length_penalty), NULL },
+    { "early_stopping", ngx_http_pagedllm_f_early_stopping, -1, NULL },
     { NULL, NULL, -1, NULL }
 };
 
@@ -521,13 +530,6 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
-    if (p->stream && p->best_of > p->n) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "best_of",
-                                    "'best_of' greater than 'n' cannot be "
-                                    "streamed");
-        return NGX_ERROR;
-    }
-
     if (ngx_http_pagedllm_given(root, "stream_options") && !p->stream) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                     "stream_options",
@@ -535,6 +537,80 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
                                     "'stream' is true");
         return NGX_ERROR;
     }
+
+    if (p->flags & PL_SUBMIT_BEAM_SEARCH) {
+        return ngx_http_pagedllm_beam_search(root, p, err);
+    }
+
+    if (p->early_stopping != PL_EARLY_STOPPING_FALSE) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    "early_stopping",
+                                    "early_stopping is not effective and "
+                                    "must be False when not using beam "
+                                    "search");
+        return NGX_ERROR;
+    }
+
+    if (p->stream && p->best_of > p->n) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "best_of",
+                                    "'best_of' greater than 'n' cannot be "
+                                    "streamed");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * use_beam_search, as vLLM's OpenAI server takes it: the width is best_of
+ * (n when absent; chat has only n) and must be above 1; the search is
+ * greedy, so temperature must be 0, top_p 1 and top_k off, and when
+ * absent they are that (not the model's generation_config.json).  Like
+ * vLLM's /v1/completions, stream: true answers one JSON response: nothing
+ * is known before the search is over.  What beam search scores without
+ * (penalties, logit_bias, min_p, logprobs) the engine refuses by name.
+ */
+static ngx_int_t
+ngx_http_pagedllm_beam_search(json_t *root, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_error_t *err)
+{
+    uint32_t  width = p->best_of ? p->best_of : p->n;
+
+    if (width < 2) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    p->best_of ? "best_of" : "n",
+                                    "best_of must be greater than 1 when "
+                                    "using beam search. Got %uD.", width);
+        return NGX_ERROR;
+    }
+
+    if (!ngx_http_pagedllm_given(root, "temperature")) {
+        p->temperature = 0;
+
+    } else if (p->temperature != 0) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "temperature",
+                                    "temperature must be 0 when using beam "
+                                    "search.");
+        return NGX_ERROR;
+    }
+
+    if (p->top_p != 1) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "top_p",
+                                    "top_p must be 1 when using beam "
+                                    "search.");
+        return NGX_ERROR;
+    }
+
+    if (p->top_k != 0) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "top_k",
+                                    "top_k must be -1 when using beam "
+                                    "search.");
+        return NGX_ERROR;
+    }
+
+    p->stream = 0;
+    p->include_usage = 0;
 
     return NGX_OK;
 }
@@ -559,6 +635,10 @@ ngx_http_pagedllm_defaults(json_t *root, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine)
 {
     double  ctx, vocab;
+
+    if (p->flags & PL_SUBMIT_BEAM_SEARCH) {
+        return;         /* greedy by definition: ngx_http_pagedllm_beam_search */
+    }
 
     ctx = engine->max_model_len;
     vocab = engine->vocab_size;
@@ -936,6 +1016,29 @@ ngx_http_pagedllm_f_stream(ngx_http_pagedllm_parse_t *ps, json_t *v)
     }
 
     p->stream = b;
+
+    return NGX_OK;
+}
+
+
+/* early_stopping: true, false or "never" */
+static ngx_int_t
+ngx_http_pagedllm_f_early_stopping(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    if (json_is_string(v) && ngx_strcmp(json_string_value(v), "never") == 0)
+    {
+        p->early_stopping = PL_EARLY_STOPPING_NEVER;
+        return NGX_OK;
+    }
+
+    if (!json_is_boolean(v) && !json_is_null(v)) {
+        return ngx_http_pagedllm_type_error(ps, "true, false or \"never\"");
+    }
+
+    p->early_stopping = json_is_true(v) ? PL_EARLY_STOPPING_TRUE
+                                        : PL_EARLY_STOPPING_FALSE;
 
     return NGX_OK;
 }

@@ -530,6 +530,14 @@ ngx_http_pagedllm_choice_json(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
         text = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
     }
 
+    if (ctx->params.flags & PL_SUBMIT_BEAM_SEARCH) {
+        return json_pack("{s:I,s:o,s:O,s:s,s:f}", "index",
+                         (json_int_t) ch->index, api->text_key, text,
+                         "logprobs", lp, "finish_reason",
+                         ngx_http_pagedllm_reason(ch->finish_reason),
+                         "cumulative_logprob", ch->cum_logprob);
+    }
+
     return json_pack("{s:I,s:o,s:O,s:s}", "index", (json_int_t) ch->index,
                      api->text_key, text, "logprobs", lp,
                      "finish_reason",

@@ -390,11 +390,14 @@ test_sharing(void)
 }
 
 
+/* Width 8 over 450 tokens (8 x 32 blocks at most: the whole cache),
+   aborted as soon as the eight beams run: the search stops there (the
+   token count says so) and frees every block. */
 static void
 test_abort(void)
 {
     int32_t          prompt[60];
-    pl_rec_submit_t  r = bc_beam(201, 60, 600, 6, 2, 1.0f,
+    pl_rec_submit_t  r = bc_beam(201, 60, 450, 8, 2, 1.0f,
                                  PL_EARLY_STOPPING_NEVER);
     pl_stats_t       st;
     uint64_t         until = fw_now_ms() + FW_WAIT_MS, start;
@@ -404,19 +407,25 @@ test_abort(void)
     pl_stats_read(worker.hdr, &st);
     start = st.generation_tokens_total;
     bc_submit(&worker, &r, prompt, NULL);
-    while (fw_now_ms() < until && pl_stats_read(worker.hdr, &st) == 0
-           && st.generation_tokens_total < start + 6 * 30)
+    while (fw_now_ms() < until
+           && (pl_stats_read(worker.hdr, &st) != 0 || st.running < 8))
     {
-        usleep(1000);
+        /* spin: the whole search takes well under a second */
     }
-    ok(st.running == 6 && st.kv_blocks_used > 60 / 16,
-       "width 6 runs as six beams (%u blocks in use)", st.kv_blocks_used);
+    ok(st.running == 8 && st.kv_blocks_used > 60 / 16,
+       "width 8 runs as eight beams (%u blocks in use)",
+       st.kv_blocks_used);
 
     fw_abort(&worker, 201);
     ok(bc_wait(&worker, 201, 202) == 0
        && bc_res[201].fail_reason == PL_FINISH_ABORT
        && bc_res[201].finishes == 1 && bc_res[201].tokens_records == 0,
        "ABORT mid-search: one FINISH(ABORT), no tokens");
+    pl_stats_read(worker.hdr, &st);
+    ok(st.generation_tokens_total - start < 1 + 449 * 8,
+       "the search stopped mid-way (%llu of %d tokens)",
+       (unsigned long long) (st.generation_tokens_total - start),
+       1 + 449 * 8);
     is_int((int) bc_blocks_used(&worker), 0, "and every block is free "
            "(status shows 0 used)");
 }
