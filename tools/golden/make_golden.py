@@ -430,8 +430,7 @@ def beam_stop_tokens(model, prompt, eos):
     return stops
 
 
-def beam_case(model, prompt, cfg, log):
-    eos = model_eos(model)
+def beam_case(model, eos, prompt, cfg, log):
     stops = beam_stop_tokens(model, prompt, eos)
     full = eos + stops
     beams, scores = run_beam(model, prompt, full, cfg)
@@ -481,6 +480,7 @@ def beam_model(name, fixtures, root, log):
         if int(torch.argmax(row)) != case["greedy"][0]:
             raise RuntimeError("loaded model disagrees with golden.json")
     g = torch.Generator().manual_seed(4242)
+    eos = model_eos(model)
     prompts = [c["prompt"] for c in golden["cases"]]
     cases = []
     for i, cfg in enumerate(BEAM_CONFIGS):
@@ -492,7 +492,7 @@ def beam_model(name, fixtures, root, log):
                 length = int(torch.randint(4, 14, (1,), generator=g))
                 prompt = torch.randint(3, VOCAB, (length,),
                                        generator=g).tolist()
-            got = beam_case(model, prompt, cfg, log)
+            got = beam_case(model, eos, prompt, cfg, log)
             if got is not None:
                 break
         if got is None:
