@@ -19,13 +19,14 @@ CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a \
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fopenmp \
-            -Icommon -Ikernels -Iengine
+            -Iproto -Itext -Ikernels -Iengine
 KCFLAGS  := -O3 -march=native
 LDLIBS   := -ljansson -lm -pthread -fopenmp
-NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Icommon -Ikernels -Iengine \
+NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Iproto -Ikernels -Iengine \
             -Xcompiler -fPIC,-Wall
 
-COMMON_SRCS := $(wildcard common/*.c)
+PROTO_SRCS  := $(wildcard proto/*.c)
+TEXT_SRCS   := $(wildcard text/*.c)
 KERNEL_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
 ENGINE_SRCS := $(filter-out engine/main.c,$(wildcard engine/*.c))
 CUDA_SRCS   := $(wildcard kernels/*.cu)
@@ -50,11 +51,15 @@ else
 CUDA_SRCS   :=
 endif
 
-LIB_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o) \
+# the engine's library: protocol, kernels, engine.  The text stack
+# (tokenizer, templates) is the nginx module's; programs that use it link
+# libpltext.a.
+LIB_OBJS := $(PROTO_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(KERNEL_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
-HEADERS  := $(wildcard common/*.h kernels/*.h kernels/*.cuh engine/*.h)
+TEXT_OBJS := $(TEXT_SRCS:%.c=$(BUILD)/obj/%.o)
+HEADERS  := $(wildcard proto/*.h text/*.h kernels/*.h kernels/*.cuh engine/*.h)
 
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
 UNITS    := $(patsubst t/unit/%.c,$(BUILD)/t/%.t,$(wildcard t/unit/*.c))
@@ -62,6 +67,11 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 MODULE   := $(BUILD)/ngx_http_pagedllm_module.so
 ENGINE   := $(BUILD)/pagedllm-engine
 TINY     := $(BUILD)/models/tiny/model.safetensors
+LIB      := $(BUILD)/libpagedllm.a
+TEXTLIB  := $(BUILD)/libpltext.a
+# the programs that use the text stack and nothing of the engine's library
+TEXT_PROGS := $(BUILD)/pagedllm-tokenize $(BUILD)/bench/tokenizer \
+              $(patsubst t/unit/%.c,$(BUILD)/t/%.t,$(wildcard t/unit/tokenizer*.c))
 
 .PHONY: all deps test-deps engine module model tools units run test bench \
         clean
@@ -95,27 +105,36 @@ $(BUILD)/obj/%.cu.o: %.cu $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(BUILD)/libpagedllm.a: $(LIB_OBJS)
+$(LIB): $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(ENGINE): $(BUILD)/obj/engine/main.o $(BUILD)/libpagedllm.a
+$(TEXTLIB): $(TEXT_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(ENGINE): $(BUILD)/obj/engine/main.o $(LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%: tools/%.c $(BUILD)/libpagedllm.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# each program links the archives it is given below ($(filter %.a,$^))
+$(filter-out $(TEXT_PROGS),$(TOOLS) $(UNITS) $(BENCHES)): $(LIB)
+$(TEXT_PROGS): $(TEXTLIB)
 
-$(BUILD)/t/%.t: t/unit/%.c $(wildcard t/unit/*.h) $(BUILD)/libpagedllm.a
+$(BUILD)/%: tools/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -It/unit -o $@ $< $(BUILD)/libpagedllm.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(filter %.a,$^) $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libpagedllm.a
+$(BUILD)/t/%.t: t/unit/%.c $(wildcard t/unit/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -It/unit -o $@ $< $(filter %.a,$^) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(filter %.a,$^) $(LDLIBS)
 
 $(MODULE): config $(wildcard ngx_http_pagedllm_module/*.[ch]) \
-           $(wildcard common/*.[ch]) tools/build-module.sh | $(BUILD)/.deps
+           $(wildcard proto/*.[ch] text/*.[ch]) tools/build-module.sh \
+           | $(BUILD)/.deps
 	tools/build-module.sh $(BUILD)
 
 $(TINY): $(BUILD)/mktinymodel
@@ -142,13 +161,13 @@ GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,\
 .PHONY: test-gpu bench-gpu
 
 $(BUILD)/t/gpu/%.t: t/gpu/%.c $(wildcard t/gpu/*.h) t/unit/tap.h \
-                    $(BUILD)/libpagedllm.a
+                    $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -It/unit -It/gpu -o $@ $< $(BUILD)/libpagedllm.a $(LDLIBS)
+	$(CC) $(CFLAGS) -It/unit -It/gpu -o $@ $< $(LIB) $(LDLIBS)
 
-$(BUILD)/bench/gpu/%: bench/gpu/%.c $(wildcard bench/gpu/*.h) $(BUILD)/libpagedllm.a
+$(BUILD)/bench/gpu/%: bench/gpu/%.c $(wildcard bench/gpu/*.h) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/libpagedllm.a \
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(LIB) \
 	    $(LDLIBS)
 
 # bench/gpu/attention with the decode kernel's phase trace built in
@@ -160,10 +179,10 @@ $(BUILD)/obj/trace/decode_attention.cu.o: kernels/decode_attention.cu $(HEADERS)
 
 $(BUILD)/bench/gpu/attention-trace: bench/gpu/attention.c \
         $(wildcard bench/gpu/*.h) $(BUILD)/obj/trace/decode_attention.cu.o \
-        $(BUILD)/libpagedllm.a
+        $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< \
-	    $(BUILD)/obj/trace/decode_attention.cu.o $(BUILD)/libpagedllm.a \
+	    $(BUILD)/obj/trace/decode_attention.cu.o $(LIB) \
 	    $(LDLIBS)
 
 # no GPU in CI, but it compiles every program that runs on one
