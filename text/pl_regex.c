@@ -9,8 +9,9 @@
  * ranges, general-category masks, property masks and nested classes
  * (each possibly negated, built by pl_regex_class.c); each class is also
  * flattened at compile time into a bitmap over the Basic Multilingual
- * Plane so that matching a class there is one bit test.  An unbounded repetition of an expression
- * that can match empty is refused, so a program always makes progress.
+ * Plane so that matching a class there is one bit test.  An unbounded
+ * repetition of an expression that can match empty is refused, so a
+ * program always makes progress.
  */
 
 #include <stdio.h>

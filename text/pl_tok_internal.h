@@ -1,8 +1,9 @@
 /*
  * pl_tok_internal: the loaded form of a tokenizer.json, shared by the
  * loader (pl_tokenizer.c, pl_tok_pipeline.c), the encoder
- * (pl_tok_encode.c) and the decoder (pl_tok_decode.c).  Nothing here changes after pl_tokenizer_load
- * returns, so one tokenizer may serve any number of callers.
+ * (pl_tok_encode.c) and the decoder (pl_tok_decode.c).  Nothing here
+ * changes after pl_tokenizer_load returns, so one tokenizer may serve any
+ * number of callers.
  */
 
 #ifndef PL_TOK_INTERNAL_H

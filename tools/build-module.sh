@@ -39,7 +39,8 @@ configure() {
 }
 
 srcs=$(cd "$top" \
-       && ls ngx_http_pagedllm_module/*.[ch] proto/*.[ch] text/*.[ch] 2>/dev/null)
+       && ls ngx_http_pagedllm_module/*.[ch] proto/*.[ch] text/*.[ch] \
+             2>/dev/null)
 if [ ! -f "$tree/objs/Makefile" ] || [ "$top/config" -nt "$tree/objs/Makefile" ] \
    || [ "$srcs" != "$(cat "$out/module-srcs" 2>/dev/null)" ]
 then
