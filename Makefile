@@ -151,11 +151,12 @@ $(BUILD)/bench/%: bench/%.c | $(LIB) $(TEXTLIB)
 
 # pagedllm-load's pure parts (bench/load/), linked by it and its unit tests
 LOAD_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard bench/load/*.c))
-$(LOAD_OBJS): $(wildcard bench/load/*.h)
-$(BUILD)/bench/pagedllm-load: $(LOAD_OBJS)
-$(BUILD)/t/load_%.t: t/unit/load_%.c t/unit/tap.h $(LOAD_OBJS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -It/unit -Ibench -o $@ $< $(LOAD_OBJS) $(LDLIBS)
+$(BUILD)/bench/pagedllm-load: bench/pagedllm-load.c $(LOAD_OBJS) \
+        | $(LIB) $(TEXTLIB)
+	$(call link,$(LOAD_OBJS))
+
+$(BUILD)/t/load_%.t: t/unit/load_%.c $(LOAD_OBJS) | $(LIB) $(TEXTLIB)
+	$(call link,-It/unit -Ibench $(LOAD_OBJS))
 
 $(MODULE): config $(wildcard ngx_http_pagedllm_module/*.[ch]) \
            $(wildcard proto/*.[ch] text/*.[ch]) tools/build-module.sh \
@@ -222,7 +223,7 @@ bench-gpu: $(GPU_BENCHES) $(TRACE_BENCH)
 
 PROGRAMS := $(ENGINE) $(TOOLS) $(UNITS) $(BENCHES) $(GPU_TESTS) \
             $(GPU_BENCHES) $(TRACE_BENCH)
-OBJECTS  := $(LIB_OBJS) $(TEXT_OBJS) $(BUILD)/obj/engine/main.o \
+OBJECTS  := $(LIB_OBJS) $(TEXT_OBJS) $(LOAD_OBJS) $(BUILD)/obj/engine/main.o \
             $(BUILD)/obj/trace/decode_attention.cu.o
 # an object without its .d, or a program without its .ld (both built by a
 # Makefile that wrote none), depends on every header and on the archives
