@@ -1,11 +1,15 @@
 # pagedllm: nginx module + engine + kernels.
-#   make            build everything (installs missing Debian packages)
+#   make            build everything (installs missing Debian packages);
+#                   one job per core unless -jN is given (or JOBS=N)
 #   make run        start engine + nginx on 127.0.0.1:8080 with the tiny model
 #   make test       build and run every test (prove)
 #   make bench      serving benchmark: engine + nginx under pagedllm-load
 #   make CUDA=0     build without the CUDA backend
 #   make BUILD=dir  build into another folder
 #   make NCCL_HOME=dir  use the NCCL in dir (else the one the compiler finds)
+#   make CFLAGS='-O0 -g'  replaces the optimisation and debug flags only
+#                   (likewise KCFLAGS, NVFLAGS; LDFLAGS, LDLIBS are added):
+#                   warnings, -std and include paths (PL_*) always apply
 
 BUILD    ?= build
 CC       ?= gcc
@@ -17,44 +21,57 @@ CUDA_HOME ?= $(abspath $(dir $(NVCC))/..)
 CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a \
              -gencode arch=compute_90,code=compute_90
 
-CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fopenmp \
-            -Icommon -Ikernels -Iengine
-KCFLAGS  := -O3 -march=native
-LDLIBS   := -ljansson -lm -pthread -fopenmp
-NVFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Icommon -Ikernels -Iengine \
-            -Xcompiler -fPIC,-Wall
+JOBS     ?= $(shell nproc 2>/dev/null || echo 1)
+MAKEFLAGS += -j$(JOBS)
 
-COMMON_SRCS := $(wildcard common/*.c)
+# optimisation and debug: the command line's replace these ...
+CFLAGS   ?= -O2 -g
+KCFLAGS  := -O3 -march=native
+NVFLAGS  := -O3
+# ... and the flags the code needs, always there
+PL_CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fopenmp \
+              -Iproto -Itext -Ikernels -Iengine
+PL_NVFLAGS := -std=c++17 $(CUDA_ARCH) -Iproto -Ikernels -Iengine \
+              -Xcompiler -fPIC,-Wall
+PL_LDLIBS  := -ljansson -lm -pthread -fopenmp
+# each object's and program's own header list ($@.d), so a header change
+# rebuilds only what includes it
+DEPFLAGS    = -MMD -MP -MF $(@:.o=.d)
+
+PROTO_SRCS  := $(wildcard proto/*.c)
+TEXT_SRCS   := $(wildcard text/*.c)
 KERNEL_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
 ENGINE_SRCS := $(filter-out engine/main.c,$(wildcard engine/*.c))
 CUDA_SRCS   := $(wildcard kernels/*.cu)
 
 ifeq ($(CUDA),1)
 KERNEL_SRCS := $(filter-out kernels/nocuda.c,$(KERNEL_SRCS))
-LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+PL_LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublas -lcudart -lstdc++
-CFLAGS      += -DPL_HAVE_CUDA=1
+PL_CFLAGS   += -DPL_HAVE_CUDA=1
 # NCCL: Debian's or the toolkit's (found by its header), or NCCL_HOME=DIR
 # for a copy with DIR/include/nccl.h and DIR/lib/libnccl.so.2 (pip's)
 ifneq ($(NCCL_HOME),)
-NVFLAGS     += -DPL_HAVE_NCCL=1 -I$(NCCL_HOME)/include
-LDLIBS      += -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib -l:libnccl.so.2
+PL_NVFLAGS  += -DPL_HAVE_NCCL=1 -I$(NCCL_HOME)/include
+PL_LDLIBS   += -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib -l:libnccl.so.2
 else ifneq ($(shell printf '\#include <nccl.h>\n' \
                 | $(CC) -E -I$(CUDA_HOME)/include -x c - >/dev/null 2>&1 \
                 && echo 1),)
-NVFLAGS     += -DPL_HAVE_NCCL=1
-LDLIBS      += -lnccl
+PL_NVFLAGS  += -DPL_HAVE_NCCL=1
+PL_LDLIBS   += -lnccl
 endif
 else
 CUDA_SRCS   :=
 endif
 
-LIB_OBJS := $(COMMON_SRCS:%.c=$(BUILD)/obj/%.o) \
+# the engine's library: protocol, kernels, engine.  The text stack
+# (tokenizer, templates) is the nginx module's; programs that use it link
+# libpltext.a.
+LIB_OBJS := $(PROTO_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(KERNEL_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
-HEADERS  := $(wildcard common/*.h kernels/*.h kernels/*.cuh engine/*.h)
+TEXT_OBJS := $(TEXT_SRCS:%.c=$(BUILD)/obj/%.o)
 
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
 UNITS    := $(patsubst t/unit/%.c,$(BUILD)/t/%.t,$(wildcard t/unit/*.c))
@@ -62,6 +79,8 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 MODULE   := $(BUILD)/ngx_http_pagedllm_module.so
 ENGINE   := $(BUILD)/pagedllm-engine
 TINY     := $(BUILD)/models/tiny/model.safetensors
+LIB      := $(BUILD)/libpagedllm.a
+TEXTLIB  := $(BUILD)/libpltext.a
 
 .PHONY: all deps test-deps engine module model tools units run test bench \
         clean
@@ -83,48 +102,66 @@ model: $(TINY)
 tools: $(TOOLS)
 units: $(UNITS)
 
-$(BUILD)/obj/kernels/cpu/%.o: kernels/cpu/%.c $(HEADERS) | $(BUILD)/.deps
+$(BUILD)/obj/kernels/cpu/%.o: kernels/cpu/%.c | $(BUILD)/.deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(KCFLAGS) -c $< -o $@
+	$(CC) $(PL_CFLAGS) $(CFLAGS) $(KCFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) | $(BUILD)/.deps
+$(BUILD)/obj/%.o: %.c | $(BUILD)/.deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(PL_CFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu $(HEADERS)
+$(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(PL_NVFLAGS) $(NVFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/libpagedllm.a: $(LIB_OBJS)
+$(LIB): $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(ENGINE): $(BUILD)/obj/engine/main.o $(BUILD)/libpagedllm.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(TEXTLIB): $(TEXT_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
 
-$(BUILD)/%: tools/%.c $(BUILD)/libpagedllm.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# Links program $@ from $< (and $(1), more objects or flags) against the
+# archives among its prerequisites.  A program depends on the archive
+# members the linker took (its link map, written to $@.ld as a rule), not
+# on the archives: touching one source relinks only the programs that
+# contain its object.
+define link
+@mkdir -p $(dir $@)
+$(CC) $(PL_CFLAGS) $(CFLAGS) -MMD -MP -MF $@.d -MT $@ -o $@ $< $(1) \
+    $(filter %.a,$^ $|) $(LDFLAGS) $(PL_LDLIBS) $(LDLIBS) -Wl,-Map=$@.map
+@{ printf '%s: $$(filter ' '$@'; \
+   sed -n 's,^[^ ]*/lib\(pagedllm\|pltext\)\.a(\([^)]*\)).*, %/\2,p' \
+       $@.map | sort -u | tr -d '\n'; \
+   printf ',$$(LIB_OBJS) $$(TEXT_OBJS))\n'; } >$@.ld && rm -f $@.map
+endef
 
-$(BUILD)/t/%.t: t/unit/%.c $(wildcard t/unit/*.h) $(BUILD)/libpagedllm.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -It/unit -o $@ $< $(BUILD)/libpagedllm.a $(LDLIBS)
+$(ENGINE): $(BUILD)/obj/engine/main.o | $(LIB)
+	$(call link)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libpagedllm.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/%: tools/%.c | $(LIB) $(TEXTLIB)
+	$(call link)
+
+$(BUILD)/t/%.t: t/unit/%.c | $(LIB) $(TEXTLIB)
+	$(call link,-It/unit)
+
+$(BUILD)/bench/%: bench/%.c | $(LIB) $(TEXTLIB)
+	$(call link)
 
 # pagedllm-load's pure parts (bench/load/), linked by it and its unit tests
 LOAD_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard bench/load/*.c))
-$(LOAD_OBJS): $(wildcard bench/load/*.h)
-$(BUILD)/bench/pagedllm-load: $(LOAD_OBJS)
-$(BUILD)/t/load_%.t: t/unit/load_%.c t/unit/tap.h $(LOAD_OBJS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -It/unit -Ibench -o $@ $< $(LOAD_OBJS) $(LDLIBS)
+$(BUILD)/bench/pagedllm-load: bench/pagedllm-load.c $(LOAD_OBJS) \
+        | $(LIB) $(TEXTLIB)
+	$(call link,$(LOAD_OBJS))
+
+$(BUILD)/t/load_%.t: t/unit/load_%.c $(LOAD_OBJS) | $(LIB) $(TEXTLIB)
+	$(call link,-It/unit -Ibench $(LOAD_OBJS))
 
 $(MODULE): config $(wildcard ngx_http_pagedllm_module/*.[ch]) \
-           $(wildcard common/*.[ch]) tools/build-module.sh | $(BUILD)/.deps
-	tools/build-module.sh $(BUILD)
+           $(wildcard proto/*.[ch] text/*.[ch]) tools/build-module.sh \
+           | $(BUILD)/.deps
+	+tools/build-module.sh $(BUILD)
 
 $(TINY): $(BUILD)/mktinymodel
 	$(BUILD)/mktinymodel $(BUILD)/models/tiny
@@ -149,42 +186,58 @@ GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,\
 
 .PHONY: test-gpu bench-gpu
 
-$(BUILD)/t/gpu/%.t: t/gpu/%.c $(wildcard t/gpu/*.h) t/unit/tap.h \
-                    $(BUILD)/libpagedllm.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -It/unit -It/gpu -o $@ $< $(BUILD)/libpagedllm.a $(LDLIBS)
+$(BUILD)/t/gpu/%.t: t/gpu/%.c | $(LIB) $(TEXTLIB)
+	$(call link,-It/unit -It/gpu)
 
-$(BUILD)/bench/gpu/%: bench/gpu/%.c $(wildcard bench/gpu/*.h) $(BUILD)/libpagedllm.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/libpagedllm.a \
-	    $(LDLIBS)
+$(BUILD)/bench/gpu/%: bench/gpu/%.c | $(LIB) $(TEXTLIB)
+	$(call link,-I$(CUDA_HOME)/include)
 
 # bench/gpu/attention with the decode kernel's phase trace built in
-# (kernels/decode_attention.cu, PL_DEC_TRACE): its object comes before the
-# library, so the library's untraced one is not linked
-$(BUILD)/obj/trace/decode_attention.cu.o: kernels/decode_attention.cu $(HEADERS)
+# (kernels/decode_attention.cu, PL_DEC_TRACE), for make bench-gpu only: its
+# object comes before the library, so the library's untraced one is not
+# linked
+TRACE_BENCH := $(BUILD)/bench/gpu/attention-trace
+$(BUILD)/obj/trace/decode_attention.cu.o: kernels/decode_attention.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -DPL_DEC_TRACE=1 -c $< -o $@
+	$(NVCC) $(PL_NVFLAGS) $(NVFLAGS) $(DEPFLAGS) -DPL_DEC_TRACE=1 -c $< -o $@
 
-$(BUILD)/bench/gpu/attention-trace: bench/gpu/attention.c \
-        $(wildcard bench/gpu/*.h) $(BUILD)/obj/trace/decode_attention.cu.o \
-        $(BUILD)/libpagedllm.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< \
-	    $(BUILD)/obj/trace/decode_attention.cu.o $(BUILD)/libpagedllm.a \
-	    $(LDLIBS)
+$(TRACE_BENCH): bench/gpu/attention.c \
+        $(BUILD)/obj/trace/decode_attention.cu.o | $(LIB) $(TEXTLIB)
+	$(call link,-I$(CUDA_HOME)/include \
+	    $(BUILD)/obj/trace/decode_attention.cu.o)
 
-# no GPU in CI, but it compiles every program that runs on one
+# no GPU in CI, but it compiles every CUDA file and every program that runs
+# on one
 ifeq ($(CUDA),1)
-GPU_BENCHES += $(BUILD)/bench/gpu/attention-trace
 all: $(GPU_TESTS) $(GPU_BENCHES)
 endif
 
 test-gpu: $(GPU_TESTS) $(if $(wildcard tools/mktinymodel.c),$(TINY))
 	PAGEDLLM_BUILD=$(abspath $(BUILD)) prove -v $(GPU_TESTS)
 
-bench-gpu: $(GPU_BENCHES)
+bench-gpu: $(GPU_BENCHES) $(TRACE_BENCH)
 	$(BUILD)/bench/gpu/attention
 	PAGEDLLM_BENCH_BLOCKS=engine $(BUILD)/bench/gpu/attention decode
 	python3 bench/gpu/attention_torch.py
 	$(BUILD)/bench/gpu/gemv
+
+PROGRAMS := $(ENGINE) $(TOOLS) $(UNITS) $(BENCHES) $(GPU_TESTS) \
+            $(GPU_BENCHES) $(TRACE_BENCH)
+OBJECTS  := $(LIB_OBJS) $(TEXT_OBJS) $(LOAD_OBJS) $(BUILD)/obj/engine/main.o \
+            $(BUILD)/obj/trace/decode_attention.cu.o
+# an object without its .d, or a program without its .ld (both built by a
+# Makefile that wrote none), depends on every header and on the archives
+# whole until it is built again
+HEADERS  := $(wildcard proto/*.h text/*.h kernels/*.h kernels/*.cuh \
+                       engine/*.h t/unit/*.h t/gpu/*.h bench/gpu/*.h)
+UNTRACKED := $(filter-out $(patsubst %.d,%.o,$(wildcard $(OBJECTS:.o=.d))),\
+                          $(OBJECTS))
+UNMAPPED  := $(filter-out $(patsubst %.ld,%,$(wildcard $(PROGRAMS:=.ld))),\
+                          $(PROGRAMS))
+ifneq ($(UNTRACKED),)
+$(UNTRACKED): $(HEADERS)
+endif
+ifneq ($(UNMAPPED),)
+$(UNMAPPED): $(HEADERS) $(LIB) $(TEXTLIB)
+endif
+-include $(OBJECTS:.o=.d) $(PROGRAMS:=.d) $(PROGRAMS:=.ld)

@@ -1,5 +1,5 @@
 /*
- * ipc: the engine's side of the worker protocol (common/pl_proto.h).  The
+ * ipc: the engine's side of the worker protocol (proto/pl_proto.h).  The
  * unix socket a worker attaches through, the shared-memory region and the
  * two doorbells each attached worker gets, decoding and checking of the
  * records a worker submits, and writing of the records it receives.

@@ -16,7 +16,7 @@ use Test::More;
 
 use PagedLLM::Test;
 
-my ($header) = grep { -e } map { "$_/pl_params.h" } qw(common proto);
+my ($header) = grep { -e } map { "$_/pl_params.h" } qw(proto);
 die "pl_params.h not found\n" unless $header;
 (my $dir = $header) =~ s{/[^/]*$}{};
 

@@ -38,7 +38,9 @@ configure() {
     printf '%s\n' "$srcs" >"$out/module-srcs"
 }
 
-srcs=$(cd "$top" && ls ngx_http_pagedllm_module/*.[ch] common/*.[ch] 2>/dev/null)
+srcs=$(cd "$top" \
+       && ls ngx_http_pagedllm_module/*.[ch] proto/*.[ch] text/*.[ch] \
+             2>/dev/null)
 if [ ! -f "$tree/objs/Makefile" ] || [ "$top/config" -nt "$tree/objs/Makefile" ] \
    || [ "$srcs" != "$(cat "$out/module-srcs" 2>/dev/null)" ]
 then

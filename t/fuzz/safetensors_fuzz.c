@@ -8,7 +8,7 @@
  * Build and run (clang, from the repository root):
  *
  *     clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 \
- *         -D_GNU_SOURCE -Icommon -Ikernels -Iengine \
+ *         -D_GNU_SOURCE -Iproto -Itext -Ikernels -Iengine \
  *         t/fuzz/safetensors_fuzz.c engine/safetensors.c kernels/dtype.c \
  *         -ljansson -o /tmp/safetensors_fuzz
  *     mkdir -p /tmp/st-corpus

@@ -1,8 +1,9 @@
 /*
  * pl_tok_internal: the loaded form of a tokenizer.json, shared by the
- * loader (pl_tokenizer.c), the encoder (pl_tok_encode.c) and the decoder
- * (pl_tok_decode.c).  Nothing here changes after pl_tokenizer_load
- * returns, so one tokenizer may serve any number of callers.
+ * loader (pl_tokenizer.c, pl_tok_pipeline.c), the encoder
+ * (pl_tok_encode.c) and the decoder (pl_tok_decode.c).  Nothing here
+ * changes after pl_tokenizer_load returns, so one tokenizer may serve any
+ * number of callers.
  */
 
 #ifndef PL_TOK_INTERNAL_H
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include "pl_regex.h"
+#include "pl_tok_json.h"
 #include "pl_tokenizer.h"
 #include "pl_unicode.h"
 
@@ -184,5 +186,21 @@ pl_tok_piece(const pl_tokenizer_t *t, int32_t id, size_t *len)
     *len = t->piece_len[id];
     return t->pool + t->piece_off[id];
 }
+
+/* ---- loading (pl_tokenizer.c: the model; pl_tok_pipeline.c: the rest) */
+
+typedef struct {
+    pl_tokenizer_t  *t;
+    char            *err;
+    size_t           errlen;
+} pl_tok_loader_t;
+
+int pl_tok_fail(pl_tok_loader_t *ld, const char *fmt, const char *arg);
+int pl_tok_id_of(pl_tok_loader_t *ld, const pl_json_t *v, const char *what,
+    int32_t *id);
+int pl_tok_load_normalizer(pl_tok_loader_t *ld, const pl_json_t *cfg);
+int pl_tok_load_pre(pl_tok_loader_t *ld, const pl_json_t *cfg);
+int pl_tok_load_post(pl_tok_loader_t *ld, const pl_json_t *cfg);
+int pl_tok_load_decoder(pl_tok_loader_t *ld, const pl_json_t *cfg);
 
 #endif /* PL_TOK_INTERNAL_H */
