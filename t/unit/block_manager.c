@@ -759,6 +759,21 @@ check_all(const pl_block_manager_t *bm)
 }
 
 
+/* check_all after operation op; the first failure's op into *first. */
+static int
+check_op(const pl_block_manager_t *bm, int op, int *first)
+{
+    int  r = check_all(bm);
+
+    if (r && *first < 0) {
+        *first = op;
+        diag("invariant bits 0x%x broken at op %d", r, op);
+    }
+
+    return r;
+}
+
+
 static void
 test_property(void)
 {
@@ -788,12 +803,7 @@ test_property(void)
             op_free(&bm, i);
         }
 
-        r = check_all(&bm);
-        if (r && first_bad < 0) {
-            first_bad = op;
-            diag("invariant bits 0x%x broken at op %d", r, op);
-        }
-        bad |= r;
+        bad |= check_op(&bm, op, &first_bad);
     }
 
     is_int(bad, 0, "%d random admit/compute/fork/swap/free operations: "
@@ -1125,12 +1135,7 @@ test_beam_groups(void)
         }
         bad_write |= r;
 
-        r = check_all(&bm);
-        if (r && first_bad < 0) {
-            first_bad = op;
-            diag("invariant bits 0x%x broken at op %d", r, op);
-        }
-        bad |= r;
+        bad |= check_op(&bm, op, &first_bad);
     }
 
     is_int(bad, 0, "%d random beam-group operations (%d steps, %d "
