@@ -28,7 +28,10 @@
  *
  * Timing: a request starts when its first byte is sent; its first token
  * is its first streamed event that carries text; it ends at [DONE].  The
- * token counts are the stream's usage (stream_options.include_usage).
+ * token counts are the stream's usage (stream_options.include_usage).  A
+ * beam search is asked with stream: true too, and answered, as vLLM does,
+ * with one JSON response: its first token and its end are that response's
+ * end, its counts the response's usage.
  * The server's /metrics is read every 0.5 s during a run for the number
  * of running requests and the share of KV blocks in use.
  */
@@ -149,6 +152,7 @@ typedef struct {
     double          t_read;
     int             got_done;
     int             got_usage;
+    int             whole;          /* beam search: one JSON response */
     char            error[512];
     int             finished;
 } load_conn_t;
@@ -494,13 +498,38 @@ on_body(void *data, const char *p, size_t n)
 {
     load_conn_t  *c = data;
 
-    if (c->http.status == 200 && !c->is_metrics) {
+    if (c->http.status == 200 && !c->is_metrics && !c->whole) {
         if (load_sse_feed(&c->sse, p, n, on_event, c) != 0) {
             conn_fail(c, "out of memory");
         }
         return;
     }
     append(&c->body, &c->body_len, &c->body_cap, p, n);
+}
+
+
+/* A beam search's one JSON response: its usage, choice 0's text (chat),
+   and its end as both its first token and its last. */
+static void
+whole_response(load_conn_t *c)
+{
+    json_t  *j, *text;
+
+    c->rec.first = c->rec.end = c->t_read;
+    event_usage(c, c->body ? c->body : "", c->body_len);
+    if (!c->got_usage) {
+        conn_fail(c, "the response carried no usage");
+        return;
+    }
+
+    j = json_loadb(c->body, c->body_len, 0, NULL);
+    text = json_object_get(json_object_get(json_array_get(
+               json_object_get(j, "choices"), 0), "message"), "content");
+    if (c->conv->history && json_is_string(text)) {
+        append(&c->reply, &c->reply_len, &c->reply_cap,
+               json_string_value(text), json_string_length(text));
+    }
+    json_decref(j);
 }
 
 
@@ -519,6 +548,8 @@ conn_complete(load_conn_t *c)
         error_message(c->body ? c->body : "", msg, sizeof(msg));
         snprintf(c->error, sizeof(c->error), "HTTP %d: %s", c->http.status,
                  msg);
+    } else if (c->whole) {
+        whole_response(c);
     } else if (!c->got_done) {
         conn_fail(c, "the stream ended without [DONE]");
     } else if (!c->got_usage) {
@@ -841,6 +872,7 @@ run_send_turn(load_run_t *run, load_conv_t *cv)
     c->conv = cv;
     c->rec.start = now();
     c->rec.seqs = run->cf->beam ? run->cf->beam : run->cf->n;
+    c->whole = run->cf->beam > 0;
     run->in_flight++;
     run_add_conn(run, c);
 }
