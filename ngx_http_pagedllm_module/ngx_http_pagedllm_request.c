@@ -637,7 +637,7 @@ ngx_http_pagedllm_defaults(json_t *root, ngx_http_pagedllm_params_t *p,
     double  ctx, vocab;
 
     if (p->flags & PL_SUBMIT_BEAM_SEARCH) {
-        return;         /* greedy by definition: ngx_http_pagedllm_beam_search */
+        return;         /* greedy: ngx_http_pagedllm_beam_search */
     }
 
     ctx = engine->max_model_len;

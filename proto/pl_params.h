@@ -27,8 +27,9 @@
  * vLLM's otherwise.  top_k -1 is vLLM's "off", sent as 0.  length_penalty
  * (beam search's; vLLM and transformers take any number) is held to
  * [-10, 10], past which length ** it only overflows; it is read only with
- * use_beam_search, where 0 is a real value, so it is not zero_off.  PL_PARAM_BIAS_*
- * bound each logit_bias value, which travels after the record.
+ * use_beam_search, where 0 is a real value, so it is not zero_off.
+ * PL_PARAM_BIAS_* bound each logit_bias value, which travels after the
+ * record.
  */
 
 #ifndef PL_PARAMS_H

@@ -13,9 +13,10 @@
  * Each case goes to the real pagedllm-engine serving that fixture folder
  * (through a folder of links to its files plus the tiny model's
  * tokenizer.json, which the engine publishes but nothing here uses: ids
- * go in and out as they are; a fake worker, fake_worker.h) as a beam search of width num_beams with
- * the stop tokens as stop ids: every returned beam must equal
- * transformers' token for token, in order, and its cumulative
+ * go in and out as they are; a fake worker, fake_worker.h) as a beam
+ * search of width num_beams with the stop tokens as stop ids: every
+ * returned beam must equal transformers' token for token, in order, and
+ * its cumulative
  * log-probability and score (cum / length ** length_penalty) must be
  * within the golden tolerance, 1e-3 + 1e-4 |ref| (t/unit/golden.c says
  * why).  Every case was kept by the generator only when noise of 3e-4 on
