@@ -171,27 +171,4 @@ bc_beam(uint64_t id, int n_prompt, int max_tokens, int best_of, int n,
     return r;
 }
 
-
-/* Blocks in use once the engine has published a pass with nothing
-   running or waiting. */
-static uint32_t
-bc_blocks_used(fw_t *w)
-{
-    pl_stats_t  st;
-    uint64_t    it = 0;
-    int         i;
-
-    for (i = 0; i < 200; i++) {
-        usleep(5000);
-        if (pl_stats_read(w->hdr, &st) == 0 && st.running == 0
-            && st.waiting == 0 && st.swapped == 0 && st.iterations == it)
-        {
-            return st.kv_blocks_used;
-        }
-        it = st.iterations;
-    }
-
-    return st.kv_blocks_used;
-}
-
 #endif /* PL_BEAM_CLIENT_H */

@@ -51,17 +51,6 @@ typedef struct {
 } ref_beam_t;
 
 
-static void
-fill_prompt(int32_t *p, int n, int salt)
-{
-    int  i;
-
-    for (i = 0; i < n; i++) {
-        p[i] = 1 + (i * 37 + salt * 11) % 500;
-    }
-}
-
-
 /* The top REF_TOP (id, logprob) of the row after prompt + gen. */
 static int
 query_row(const bcase_t *c, const int32_t *gen, int n_gen,
@@ -330,7 +319,7 @@ test_against_reference(void)
     for (i = 0; i < (int) (sizeof(cfg) / sizeof(cfg[0])); i++) {
         memset(&c, 0, sizeof(c));
         c.n_prompt = 6 + 5 * i;
-        fill_prompt(c.prompt, c.n_prompt, 40 + i);
+        fw_fill_prompt(c.prompt, c.n_prompt, 40 + i);
         c.width = cfg[i].width;
         c.n = cfg[i].n;
         c.lp = cfg[i].lp;
@@ -364,7 +353,7 @@ test_sharing(void)
     uint64_t         until = fw_now_ms() + FW_WAIT_MS;
     int              own = (200 + 40 + 15) / 16 - 200 / 16;
 
-    fill_prompt(prompt, 200, 9);
+    fw_fill_prompt(prompt, 200, 9);
     r.flags |= PL_SUBMIT_IGNORE_EOS;
     bc_submit(&worker, &r, prompt, NULL);
     while (!bc_done(200) && fw_now_ms() < until) {
@@ -386,7 +375,7 @@ test_sharing(void)
     ok(bc_res[200].c[0].n == 40 && bc_res[200].c[1].n == 40
        && bc_res[200].c[0].cum >= bc_res[200].c[1].cum,
        "two beams of 40 tokens, the best first");
-    is_int((int) bc_blocks_used(&worker), 0, "every block is free after");
+    is_int((int) fw_blocks_used(&worker), 0, "every block is free after");
 }
 
 
@@ -402,7 +391,7 @@ test_abort(void)
     pl_stats_t       st;
     uint64_t         until = fw_now_ms() + FW_WAIT_MS, start;
 
-    fill_prompt(prompt, 60, 11);
+    fw_fill_prompt(prompt, 60, 11);
     r.flags |= PL_SUBMIT_IGNORE_EOS;
     pl_stats_read(worker.hdr, &st);
     start = st.generation_tokens_total;
@@ -426,7 +415,7 @@ test_abort(void)
        "the search stopped mid-way (%llu of %d tokens)",
        (unsigned long long) (st.generation_tokens_total - start),
        1 + 449 * 8);
-    is_int((int) bc_blocks_used(&worker), 0, "and every block is free "
+    is_int((int) fw_blocks_used(&worker), 0, "and every block is free "
            "(status shows 0 used)");
 }
 
@@ -521,7 +510,7 @@ test_preemption(const char *build, const char *mode)
     int                 i, j, same = 1;
 
     for (i = 0; i < 6; i++) {
-        fill_prompt(prompt[i], 40, 60 + i);
+        fw_fill_prompt(prompt[i], 40, 60 + i);
     }
 
     for (j = 0; j < 2; j++) {
@@ -560,7 +549,7 @@ test_preemption(const char *build, const char *mode)
         }
     }
     ok(same, "every beam is the same as without preemption");
-    is_int((int) bc_blocks_used(&worker), 0, "every block is free after");
+    is_int((int) fw_blocks_used(&worker), 0, "every block is free after");
     stop_engine();
 }
 

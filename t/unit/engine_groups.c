@@ -166,43 +166,10 @@ wait_peak_blocks(fw_t *w, int id, uint32_t *max_used)
 }
 
 
-/* Blocks in use once the engine has published a pass after the end. */
-static uint32_t
-blocks_used(fw_t *w)
-{
-    pl_stats_t  st;
-    uint64_t    it = 0;
-    int         i;
-
-    for (i = 0; i < 100; i++) {
-        usleep(5000);
-        if (pl_stats_read(w->hdr, &st) == 0 && st.running == 0
-            && st.waiting == 0 && st.iterations == it)
-        {
-            return st.kv_blocks_used;
-        }
-        it = st.iterations;
-    }
-
-    return st.kv_blocks_used;
-}
-
-
 static int
 same_choice(const choice_t *a, const choice_t *b)
 {
     return a->n == b->n && memcmp(a->toks, b->toks, a->n * 4) == 0;
-}
-
-
-static void
-fill_prompt(int32_t *p, int n, int salt)
-{
-    int  i;
-
-    for (i = 0; i < n; i++) {
-        p[i] = 1 + (i * 37 + salt * 11) % 500;
-    }
 }
 
 
@@ -214,7 +181,7 @@ test_greedy(fw_t *w)
                            .n_prompt = 40, .n = 2,
                            .flags = PL_SUBMIT_IGNORE_EOS };
 
-    fill_prompt(prompt, 40, 1);
+    fw_fill_prompt(prompt, 40, 1);
     submit(w, &r, prompt, NULL);
     ok(wait_all(w, 1, 2) == 0, "greedy n=2 finishes");
     ok(res[1].c[0].n == 24 && same_choice(&res[1].c[0], &res[1].c[1]),
@@ -237,7 +204,7 @@ test_sharing(fw_t *w)
     uint32_t         max_used = 0, prompt_blocks = (200 + 15) / 16;
     uint32_t         own = (200 + 48 + 15) / 16 - 200 / 16;
 
-    fill_prompt(prompt, 200, 2);
+    fw_fill_prompt(prompt, 200, 2);
     submit(w, &r, prompt, NULL);
     ok(wait_peak_blocks(w, 2, &max_used) == 0, "n=4 with a 200-token prompt "
        "finishes");
@@ -247,7 +214,7 @@ test_sharing(fw_t *w)
        && max_used <= 200 / 16 + 4 * own,
        "the prompt's blocks are held once: at most %u blocks in use, "
        "not 4 x %u", 200 / 16 + 4 * own, (200 + 48 + 15) / 16);
-    is_int((int) blocks_used(w), 0, "every block is free afterwards");
+    is_int((int) fw_blocks_used(w), 0, "every block is free afterwards");
 }
 
 
@@ -262,7 +229,7 @@ test_seeded(fw_t *w)
     pl_rec_submit_t  one = r;
     int              i, same = 1;
 
-    fill_prompt(prompt, 12, 3);
+    fw_fill_prompt(prompt, 12, 3);
     submit(w, &r, prompt, NULL);
     r.req_id = 4;
     submit(w, &r, prompt, NULL);
@@ -297,7 +264,7 @@ test_stops(fw_t *w)
     int              i, j, k, good = 1, lengths = 0, hit;
     choice_t        *c;
 
-    fill_prompt(prompt, 8, 6);
+    fw_fill_prompt(prompt, 8, 6);
     for (i = 0; i < 48; i++) {
         stop[i] = 10 * i + 3;
     }
@@ -340,7 +307,7 @@ test_best_of(fw_t *w)
     double           sum[4];
     int              i, j, first = 0, second = -1;
 
-    fill_prompt(prompt, 10, 7);
+    fw_fill_prompt(prompt, 10, 7);
     submit(w, &all, prompt, NULL);
     best.req_id = 8;
     best.n = 1;
@@ -387,7 +354,7 @@ test_abort(fw_t *w)
     pl_stats_t       st;
     uint64_t         until = fw_now_ms() + FW_WAIT_MS, start;
 
-    fill_prompt(prompt, 100, 10);
+    fw_fill_prompt(prompt, 100, 10);
     pl_stats_read(w->hdr, &st);
     start = st.generation_tokens_total;
     submit(w, &r, prompt, NULL);
@@ -404,7 +371,7 @@ test_abort(fw_t *w)
     ok(wait_all(w, 10, 11) == 0 && res[10].fail_reason
        == PL_FINISH_ABORT && res[10].finishes == 1,
        "ABORT of a running n=4 request: one FINISH(ABORT)");
-    is_int((int) blocks_used(w), 0, "and all four sequences' blocks are "
+    is_int((int) fw_blocks_used(w), 0, "and all four sequences' blocks are "
            "free");
 }
 
@@ -490,7 +457,7 @@ test_preemption(const char *build, const char *mode)
     int              i, j, same = 1;
 
     for (i = 0; i < 6; i++) {
-        fill_prompt(prompt[i], 40, 30 + i);
+        fw_fill_prompt(prompt[i], 40, 30 + i);
     }
 
     if (!run_engine(build, "512", "64", NULL, &w)) {
@@ -525,7 +492,7 @@ test_preemption(const char *build, const char *mode)
         }
     }
     ok(same, "every choice is the same as without preemption");
-    is_int((int) blocks_used(&w), 0, "every block is free afterwards");
+    is_int((int) fw_blocks_used(&w), 0, "every block is free afterwards");
     stop_engine(&w);
 }
 

@@ -454,4 +454,43 @@ fw_wait_idle(fw_t *w)
     return st;
 }
 
+
+/* ---- helpers of the group tests ---- */
+
+
+/* n prompt tokens: a fixed pattern over ids 1..500 that salt shifts. */
+static inline void
+fw_fill_prompt(int32_t *p, int n, int salt)
+{
+    int  i;
+
+    for (i = 0; i < n; i++) {
+        p[i] = 1 + (i * 37 + salt * 11) % 500;
+    }
+}
+
+
+/* KV blocks in use once the engine has published a pass with nothing
+   running, waiting or swapped. */
+static inline uint32_t
+fw_blocks_used(fw_t *w)
+{
+    pl_stats_t  st;
+    uint64_t    it = 0;
+    int         i;
+
+    memset(&st, 0, sizeof(st));
+    for (i = 0; i < 200; i++) {
+        usleep(5000);
+        if (pl_stats_read(w->hdr, &st) == 0 && st.running == 0
+            && st.waiting == 0 && st.swapped == 0 && st.iterations == it)
+        {
+            return st.kv_blocks_used;
+        }
+        it = st.iterations;
+    }
+
+    return st.kv_blocks_used;
+}
+
 #endif /* PL_FAKE_WORKER_H */

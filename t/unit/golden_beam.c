@@ -301,7 +301,7 @@ run_model(const char *build, const char *name)
         json_array_foreach(cases, k, c) {
             run_case(name, (int) k, c);
         }
-        is_int((int) bc_blocks_used(&worker), 0, "%s: every block is free "
+        is_int((int) fw_blocks_used(&worker), 0, "%s: every block is free "
                "after", name);
         ok(fw_engine_stop() == 0, "%s: the engine stops cleanly", name);
         if (tap_failed) {
