@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      3u
+#define PL_PROTO_VERSION      4u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
