@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      3u
+#define PL_PROTO_VERSION      4u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
@@ -105,6 +105,11 @@ typedef struct {
     uint64_t   preemptions_swap;
     uint64_t   blocks_swapped_out;
     uint64_t   blocks_swapped_in;
+    /* --preemption-mode auto (issue 20) */
+    uint64_t   preemptions_auto_swap;       /* chosen by cost */
+    uint64_t   preemptions_auto_recompute;
+    uint64_t   preemptions_swap_full;       /* swap wanted, host pool full:
+                                               recomputed */
 } pl_stats_t;
 
 

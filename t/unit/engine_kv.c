@@ -3,7 +3,9 @@
  * the CPU unless PAGEDLLM_TEST_DEVICE names another device, e.g. cuda),
  * driven by a fake worker (fake_worker.h): greedy output is the same token
  * for token whether requests run alone in an ample pool, or together in a
- * pool far too small, preempted by recompute or by swap; a second request
+ * pool far too small, preempted by recompute, by swap, or by auto's choice
+ * (its costs measured, or injected so that swap always wins, or recompute
+ * always does, each choice counted); a second request
  * sharing a long prefix reuses cached blocks (counted) and gives the
  * output it gives without prefix caching; the Orca-Max baseline policy
  * serves the same tokens; every block, device and host, comes back.
@@ -252,6 +254,65 @@ test_swap(const char *build)
 }
 
 
+/* --preemption-mode auto with costs (NULL: measured at start); want:
+   the mode every choice must take, or NULL when either may */
+static void
+test_auto(const char *build, const char *costs, const char *want)
+{
+    const char  *flags[] = {
+        "--device", NULL, "--block-size", "16", "--num-blocks", "64",
+        "--preemption-mode", "auto", "--swap-space", "16",
+        "--no-prefix-caching", NULL, NULL, NULL
+    };
+    const char  *what = costs ? costs : "measured";
+    fw_t        w;
+    pl_stats_t  st;
+    uint64_t    chose;
+
+    flags[1] = fw_device();
+    if (costs) {
+        flags[11] = "--preemption-costs";
+        flags[12] = costs;
+    }
+    if (!ok(fw_engine_start(build, flags, NULL) == 0
+            && fw_attach(&w, take) == 0,
+            "engine: 64 blocks, auto preemption, costs %s", what))
+    {
+        fw_show_log();
+        return;
+    }
+
+    ok(run_together(&w), "auto (%s): every request's greedy tokens equal "
+       "its tokens alone", what);
+    st = fw_wait_idle(&w);
+    chose = st.preemptions_auto_swap + st.preemptions_auto_recompute;
+    ok(st.preemptions_total > 0 && chose == st.preemptions_total
+       && st.preemptions_swap == st.preemptions_auto_swap
+       && st.preemptions_recompute == st.preemptions_auto_recompute
+                                      + st.preemptions_swap_full,
+       "auto (%s): each of %llu preemptions counted as auto's choice "
+       "(%llu swap, %llu recompute, %llu swaps refused by a full pool)",
+       what, (unsigned long long) st.preemptions_total,
+       (unsigned long long) st.preemptions_auto_swap,
+       (unsigned long long) st.preemptions_auto_recompute,
+       (unsigned long long) st.preemptions_swap_full);
+    if (want != NULL && strcmp(want, "swap") == 0) {
+        ok(st.preemptions_auto_recompute == 0
+           && st.blocks_swapped_out > 0, "auto (%s): swap chosen every time",
+           what);
+    } else if (want != NULL) {
+        ok(st.preemptions_auto_swap == 0 && st.blocks_swapped_out == 0,
+           "auto (%s): recompute chosen every time", what);
+    }
+    ok(st.blocks_swapped_in == st.blocks_swapped_out
+       && st.swap_blocks_used == 0 && st.kv_blocks_used == 0,
+       "auto (%s): every device and host block comes back", what);
+
+    fw_detach(&w);
+    ok(fw_engine_stop() == 0, "the engine stops cleanly");
+}
+
+
 static void
 test_orca_max(const char *build)
 {
@@ -296,6 +357,9 @@ main(void)
     if (references(build) == 0) {
         test_recompute_and_prefix(build);
         test_swap(build);
+        test_auto(build, "1000,1", "swap");
+        test_auto(build, "0.000001,1000000000", "recompute");
+        test_auto(build, NULL, NULL);
         test_orca_max(build);
     }
 
