@@ -9,6 +9,9 @@
  * sharing a long prefix reuses cached blocks (counted) and gives the
  * output it gives without prefix caching; the Orca-Max baseline policy
  * serves the same tokens; every block, device and host, comes back.
+ * Then every block size from 1 to 64 (powers of two) serves the same
+ * tokens as the reference (16) in a pool of 1024 tokens, with prefix
+ * caching and swap preemption both at work.
  */
 
 #include "fake_worker.h"
@@ -313,6 +316,60 @@ test_auto(const char *build, const char *costs, const char *want)
 }
 
 
+/* --block-size bs, a pool of 1024 tokens, swap preemption with prefix
+   caching on: the reference tokens, a shared prefix reused, and every
+   block back. */
+static void
+test_block_size(const char *build, int bs)
+{
+    char         size[16], blocks[16];
+    const char  *flags[] = {
+        "--device", NULL, "--block-size", size, "--num-blocks", blocks,
+        "--preemption-mode", "swap", "--swap-space", "16", NULL
+    };
+    fw_t        w;
+    pl_stats_t  st, before;
+
+    flags[1] = fw_device();
+    snprintf(size, sizeof(size), "%d", bs);
+    snprintf(blocks, sizeof(blocks), "%d", 1024 / bs);
+    if (!ok(fw_engine_start(build, flags, NULL) == 0
+            && fw_attach(&w, take) == 0,
+            "engine: blocks of %d tokens, %d of them, swap, prefix caching",
+            bs, 1024 / bs))
+    {
+        fw_show_log();
+        return;
+    }
+
+    ok(run_together(&w), "block size %d: every request's greedy tokens "
+       "equal its tokens alone at block size 16", bs);
+    st = fw_wait_idle(&w);
+    ok(st.preemptions_swap > 0 && st.block_size == (uint32_t) bs,
+       "block size %d: %llu swap preemptions", bs,
+       (unsigned long long) st.preemptions_swap);
+
+    before = st;
+    submit(&w, 0, px, 300);
+    wait_all(&w, 0, 1);
+    submit(&w, 1, py, 300);
+    wait_all(&w, 1, 1);
+    st = fw_wait_idle(&w);
+    ok(st.prefix_cache_hits - before.prefix_cache_hits >= (uint64_t) (288 / bs)
+       && memcmp(res[0].toks, ref_x, sizeof(ref_x)) == 0
+       && memcmp(res[1].toks, ref_y, sizeof(ref_y)) == 0,
+       "block size %d: a shared 288-token prefix reused (%llu blocks), "
+       "the same tokens", bs,
+       (unsigned long long) (st.prefix_cache_hits - before.prefix_cache_hits));
+    ok(st.kv_blocks_used == 0 && st.swap_blocks_used == 0
+       && st.blocks_swapped_in == st.blocks_swapped_out,
+       "block size %d: every device and host block comes back", bs);
+
+    fw_detach(&w);
+    ok(fw_engine_stop() == 0, "the engine stops cleanly");
+}
+
+
 static void
 test_orca_max(const char *build)
 {
@@ -346,6 +403,7 @@ int
 main(void)
 {
     const char  *build = getenv("PAGEDLLM_BUILD");
+    int          bs;
 
     build = build ? build : "build";
     if (fw_setup("kv") != 0) {
@@ -361,6 +419,9 @@ main(void)
         test_auto(build, "0.000001,1000000000", "recompute");
         test_auto(build, NULL, NULL);
         test_orca_max(build);
+        for (bs = 1; bs <= 64; bs *= 2) {
+            test_block_size(build, bs);
+        }
     }
 
     if (tap_failed) {
