@@ -124,6 +124,20 @@ make_prompts(void)
 }
 
 
+/* px, then py (sharing its first 288 tokens), one after the other; the
+   stats once idle.  Their tokens in res[0] and res[1]. */
+static pl_stats_t
+run_prefix_pair(fw_t *w)
+{
+    submit(w, 0, px, 300);
+    wait_all(w, 0, 1);
+    submit(w, 1, py, 300);
+    wait_all(w, 1, 1);
+
+    return fw_wait_idle(w);
+}
+
+
 /* References: each request alone, ample pool, no prefix caching. */
 static int
 references(const char *build)
@@ -199,11 +213,7 @@ test_recompute_and_prefix(const char *build)
     is_int(st.kv_blocks_used, 0, "every block comes back");
 
     before = st;
-    submit(&w, 0, px, 300);
-    wait_all(&w, 0, 1);
-    submit(&w, 1, py, 300);
-    wait_all(&w, 1, 1);
-    st = fw_wait_idle(&w);
+    st = run_prefix_pair(&w);
     ok(st.prefix_cache_hits - before.prefix_cache_hits >= 18,
        "a second request sharing a 288-token prefix reuses 18 cached blocks "
        "(%llu hits of %llu queries)",
@@ -350,11 +360,7 @@ test_block_size(const char *build, int bs)
        (unsigned long long) st.preemptions_swap);
 
     before = st;
-    submit(&w, 0, px, 300);
-    wait_all(&w, 0, 1);
-    submit(&w, 1, py, 300);
-    wait_all(&w, 1, 1);
-    st = fw_wait_idle(&w);
+    st = run_prefix_pair(&w);
     ok(st.prefix_cache_hits - before.prefix_cache_hits >= (uint64_t) (288 / bs)
        && memcmp(res[0].toks, ref_x, sizeof(ref_x)) == 0
        && memcmp(res[1].toks, ref_y, sizeof(ref_y)) == 0,
