@@ -878,8 +878,8 @@ pl_bm_reserve_contiguous(pl_block_manager_t *bm, pl_block_table_t *table,
 
 
 /* Distinct blocks over a group's tables (all on one side). */
-static int
-pl_bm_distinct(pl_block_manager_t *bm, pl_block_table_t **tables, int n)
+int
+pl_bm_group_blocks(pl_block_manager_t *bm, pl_block_table_t **tables, int n)
 {
     int      t, i, count = 0;
     int32_t  b;
@@ -923,7 +923,7 @@ int
 pl_bm_can_swap_out(pl_block_manager_t *bm, pl_block_table_t **tables, int n)
 {
     return pl_bm_group_on(tables, n, 0)
-           && pl_bm_distinct(bm, tables, n) <= bm->num_host_free;
+           && pl_bm_group_blocks(bm, tables, n) <= bm->num_host_free;
 }
 
 
@@ -931,7 +931,7 @@ int
 pl_bm_can_swap_in(pl_block_manager_t *bm, pl_block_table_t **tables, int n)
 {
     return pl_bm_group_on(tables, n, 1)
-           && pl_bm_distinct(bm, tables, n) <= pl_bm_num_free(bm);
+           && pl_bm_group_blocks(bm, tables, n) <= pl_bm_num_free(bm);
 }
 
 
@@ -986,7 +986,7 @@ int
 pl_bm_swap_out(pl_block_manager_t *bm, pl_block_table_t **tables, int n)
 {
     if (!pl_bm_can_swap_out(bm, tables, n)
-        || pl_bm_reserve_moves(bm, pl_bm_distinct(bm, tables, n)) != 0)
+        || pl_bm_reserve_moves(bm, pl_bm_group_blocks(bm, tables, n)) != 0)
     {
         return -1;
     }
@@ -1001,7 +1001,7 @@ int
 pl_bm_swap_in(pl_block_manager_t *bm, pl_block_table_t **tables, int n)
 {
     if (!pl_bm_can_swap_in(bm, tables, n)
-        || pl_bm_reserve_moves(bm, pl_bm_distinct(bm, tables, n)) != 0)
+        || pl_bm_reserve_moves(bm, pl_bm_group_blocks(bm, tables, n)) != 0)
     {
         return -1;
     }

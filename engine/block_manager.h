@@ -194,10 +194,13 @@ int  pl_bm_reserve_contiguous(pl_block_manager_t *bm,
 
 /*
  * Swapping a sequence group, given as its n tables (blocks shared inside
- * the group move once).  The can_ functions say whether the target pool
- * has room; swap_out / swap_in move every block, log the moves, and
- * return 0, or -1 with nothing changed.
+ * the group move once).  group_blocks counts the blocks a swap moves; the
+ * can_ functions say whether the target pool has room; swap_out / swap_in
+ * move every block, log the moves, and return 0, or -1 with nothing
+ * changed.
  */
+int  pl_bm_group_blocks(pl_block_manager_t *bm, pl_block_table_t **tables,
+    int n);
 int  pl_bm_can_swap_out(pl_block_manager_t *bm, pl_block_table_t **tables,
     int n);
 int  pl_bm_can_swap_in(pl_block_manager_t *bm, pl_block_table_t **tables,

@@ -112,6 +112,9 @@ pl_engine_stats(const pl_engine_t *e, pl_stats_t *st)
     st->preemptions_swap = e->sched.preempted_swap;
     st->blocks_swapped_out = e->bm.counters.swapped_out;
     st->blocks_swapped_in = e->bm.counters.swapped_in;
+    st->preemptions_auto_swap = e->sched.auto_swap;
+    st->preemptions_auto_recompute = e->sched.auto_recompute;
+    st->preemptions_swap_full = e->sched.swap_full;
 }
 
 

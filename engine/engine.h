@@ -37,7 +37,10 @@ typedef struct {
     unsigned     socket_mode;
     int          prefix_caching;        /* automatic prefix caching */
     int          preemption_mode;       /* pl_preempt_mode_t */
-    int          swap_space_mb;         /* host pool, swap mode only */
+    double       preemption_host_gbps;  /* auto's costs given (tests): host
+                                           link GB/s, 0: measured */
+    double       preemption_prefill_tps;    /* and prefill tokens/s */
+    int          swap_space_mb;         /* host pool, swap and auto modes */
     int          kv_policy;             /* pl_kv_policy_t (baselines) */
     int          enforce_eager;         /* no CUDA graphs for decode */
 } pl_engine_config_t;

@@ -2,8 +2,9 @@
  * engine_internal: the engine's state, shared by the files that make up
  * pagedllm-engine's loop: engine.c (the loop, connections, one
  * iteration, output), engine_start.c (start-up and shutdown),
- * engine_requests.c (submissions in: validation, admission, abort) and
- * engine_beam.c (beam search's steps on the block tables).
+ * engine_requests.c (submissions in: validation, admission, abort),
+ * engine_beam.c (beam search's steps on the block tables) and
+ * engine_costs.c (auto preemption's costs, measured at start).
  * Nothing outside the engine includes it; engine.h is the public face.
  */
 
@@ -70,6 +71,11 @@ int   pl_engine_start(pl_engine_t *e);
 void  pl_engine_shutdown(pl_engine_t *e);
 /* add fd to the loop's epoll set, events delivered with w */
 int   pl_engine_watch(pl_engine_t *e, int fd, uint32_t events, pl_watch_t *w);
+
+/* engine_costs.c */
+/* fill e->sched.costs for auto preemption (given, or measured on blocks
+   nobody holds yet); 0, or -1 when they cannot be measured */
+int   pl_engine_preemption_costs(pl_engine_t *e);
 
 /* engine_requests.c */
 /* drain c's submission ring: SUBMIT admitted or rejected, ABORT applied */

@@ -346,8 +346,19 @@ pl_engine_identity(pl_engine_t *e)
 }
 
 
-/* The block manager's prefix cache and, in swap mode, its host pool
-   (pinned where the backend can). */
+static const char *
+pl_engine_preemption_name(pl_preempt_mode_t mode)
+{
+    switch (mode) {
+    case PL_PREEMPT_SWAP:  return "swap";
+    case PL_PREEMPT_AUTO:  return "swap or recompute, whichever costs less";
+    default:               return "recompute";
+    }
+}
+
+
+/* The block manager's prefix cache and, in swap and auto modes, its host
+   pool (pinned where the backend can); auto's costs. */
 static int
 pl_engine_kv_manager(pl_engine_t *e)
 {
@@ -360,7 +371,7 @@ pl_engine_kv_manager(pl_engine_t *e)
         return -1;
     }
 
-    if (e->cfg.preemption_mode == PL_PREEMPT_SWAP) {
+    if (e->cfg.preemption_mode != PL_PREEMPT_RECOMPUTE) {
         n = (size_t) e->cfg.swap_space_mb * 1024 * 1024 / block_bytes;
         n = n < (size_t) INT32_MAX ? n : (size_t) INT32_MAX;
         e->host_pool = n == 0 ? NULL
@@ -381,9 +392,11 @@ pl_engine_kv_manager(pl_engine_t *e)
 
     pl_log(PL_LOG_INFO, "prefix caching %s; preemption by %s; swap space "
            "%zu blocks; KV policy %d", e->cfg.prefix_caching ? "on" : "off",
-           n ? "swap" : "recompute", n, e->cfg.kv_policy);
+           pl_engine_preemption_name(e->sched.preemption_mode), n,
+           e->cfg.kv_policy);
 
-    return 0;
+    return e->sched.preemption_mode == PL_PREEMPT_AUTO
+           ? pl_engine_preemption_costs(e) : 0;
 }
 
 

@@ -43,11 +43,17 @@ static const char  usage_text[] =
 "  --socket-mode OCTAL            permissions of the socket (default 0660)\n"
 "  --no-prefix-caching            do not reuse the KV of cached prompt\n"
 "                                 prefixes\n"
-"  --preemption-mode MODE         recompute or swap (default recompute):\n"
-"                                 what happens to the newest request when\n"
-"                                 KV blocks run out\n"
+"  --preemption-mode MODE         recompute, swap or auto (default\n"
+"                                 recompute): what happens to the newest\n"
+"                                 request when KV blocks run out; auto\n"
+"                                 swaps it when moving its blocks out and\n"
+"                                 back costs less than recomputing its\n"
+"                                 tokens, by rates measured at start\n"
 "  --swap-space MB                host memory for swapped KV blocks, swap\n"
-"                                 mode only (default 1024)\n"
+"                                 and auto modes (default 1024)\n"
+"  --preemption-costs GBPS,TPS    for tests: auto's host-link GB/s and\n"
+"                                 prefill tokens/s, given instead of\n"
+"                                 measured\n"
 "  --kv-policy POLICY             paged (default), or a baseline of the\n"
 "                                 PagedAttention paper for measurement:\n"
 "                                 orca-max, orca-pow2, orca-oracle\n"
@@ -76,7 +82,7 @@ enum {
     OPT_BLOCK_SIZE, OPT_KV_MB, OPT_GPU_UTIL, OPT_NUM_BLOCKS, OPT_MAX_SEQS,
     OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_HELP,
     OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY,
-    OPT_TP_SIZE, OPT_ENFORCE_EAGER, OPT_DTYPE
+    OPT_TP_SIZE, OPT_ENFORCE_EAGER, OPT_DTYPE, OPT_PREEMPTION_COSTS
 };
 
 static const struct option  options[] = {
@@ -99,6 +105,8 @@ static const struct option  options[] = {
       OPT_NO_PREFIX_CACHING },
     { "preemption-mode",         required_argument, NULL,
       OPT_PREEMPTION_MODE },
+    { "preemption-costs",        required_argument, NULL,
+      OPT_PREEMPTION_COSTS },
     { "swap-space",              required_argument, NULL, OPT_SWAP_SPACE },
     { "kv-policy",               required_argument, NULL, OPT_KV_POLICY },
     { "tensor-parallel-size",    required_argument, NULL, OPT_TP_SIZE },
@@ -112,7 +120,9 @@ static pl_model_options_t  model_options = { 1, PL_MODEL_DTYPE_AUTO };
 
 
 /* in the order of pl_preempt_mode_t and pl_kv_policy_t */
-static const char *const  preemption_modes[] = { "recompute", "swap" };
+static const char *const  preemption_modes[] = {
+    "recompute", "swap", "auto"
+};
 static const char *const  kv_policies[] = {
     "paged", "orca-max", "orca-pow2", "orca-oracle"
 };
@@ -201,6 +211,33 @@ parse_fraction(const char *s, double *out)
 }
 
 
+/* "GBPS,TPS": two positive rates for auto preemption; 0 or -1. */
+static int
+parse_costs(const char *s, pl_engine_config_t *cfg)
+{
+    char    *end;
+    double   gbps, tps;
+
+    gbps = strtod(s, &end);
+    if (end == s || *end != ',') {
+        return -1;
+    }
+
+    s = end + 1;
+    tps = strtod(s, &end);
+    if (end == s || *end != '\0' || !(gbps > 0 && gbps < 1e9)
+        || !(tps > 0 && tps < 1e12))
+    {
+        return -1;
+    }
+
+    cfg->preemption_host_gbps = gbps;
+    cfg->preemption_prefill_tps = tps;
+
+    return 0;
+}
+
+
 /* Apply one option; 0, or an exit status. */
 static int
 apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
@@ -250,7 +287,10 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
         cfg->enforce_eager = 1;
         break;
     case OPT_PREEMPTION_MODE:
-        bad = parse_name(arg, preemption_modes, 2, &cfg->preemption_mode);
+        bad = parse_name(arg, preemption_modes, 3, &cfg->preemption_mode);
+        break;
+    case OPT_PREEMPTION_COSTS:
+        bad = parse_costs(arg, cfg);
         break;
     case OPT_SWAP_SPACE:
         bad = parse_int(arg, 10, 1, 1 << 24, &cfg->swap_space_mb);

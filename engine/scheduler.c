@@ -19,7 +19,10 @@
  * When a running sequence cannot get the blocks it needs, the newest
  * running sequence is preempted (its planned work, if any, dropped from
  * the plan): in swap mode its blocks move to the host pool while that has
- * room and it joins the swapped queue; otherwise (recompute) its blocks are
+ * room and it joins the swapped queue; in auto mode that happens only when
+ * the swap (the group's distinct blocks out and back in over the measured
+ * host link) costs less than recomputing the group's computed tokens at
+ * the measured prefill rate; otherwise (recompute) its blocks are
  * freed and it goes back to the waiting queue in arrival order, to rerun
  * its prompt plus the tokens it generated.  When the one in need is itself
  * the newest, it is the one preempted.  Older requests therefore always
@@ -244,28 +247,77 @@ pl_sched_remove(pl_scheduler_t *sc, pl_seq_t *s)
 }
 
 
+int
+pl_sched_swap_cheaper(const pl_scheduler_t *sc, int blocks, int tokens)
+{
+    const pl_preempt_costs_t  *c = &sc->costs;
+    double                     swap_s, recompute_s;
+
+    if (c->host_bytes_per_s <= 0) {
+        return 0;
+    }
+    if (c->prefill_tokens_per_s <= 0) {
+        return 1;
+    }
+
+    swap_s = 2.0 * blocks * c->block_bytes / c->host_bytes_per_s;
+    recompute_s = tokens / c->prefill_tokens_per_s;
+
+    return swap_s < recompute_s;
+}
+
+
+/* Should the group g (n members, their tables) be swapped rather than
+   recomputed?  Auto's choice is counted here. */
+static int
+pl_sched_wants_swap(pl_scheduler_t *sc, pl_seq_t **g,
+    pl_block_table_t **tables, int n)
+{
+    int  i, tokens = 0;
+
+    if (sc->preemption_mode != PL_PREEMPT_AUTO) {
+        return sc->preemption_mode == PL_PREEMPT_SWAP;
+    }
+
+    for (i = 0; i < n; i++) {
+        tokens += g[i]->n_computed;
+    }
+
+    if (pl_sched_swap_cheaper(sc, pl_bm_group_blocks(sc->bm, tables, n),
+                              tokens))
+    {
+        sc->auto_swap++;
+        return 1;
+    }
+
+    sc->auto_recompute++;
+    return 0;
+}
+
+
 /* Preempt the running group of s, every member. */
 static void
 pl_sched_preempt(pl_scheduler_t *sc, pl_seq_t *s)
 {
     pl_seq_t          *g[PL_SEQ_GROUP_MAX];
     pl_block_table_t  *tables[PL_SEQ_GROUP_MAX];
-    int                i, n = pl_sched_group(s, g);
+    int                i, swap, n = pl_sched_group(s, g);
 
     for (i = 0; i < n; i++) {
         pl_sched_unplan(sc, g[i]);
         tables[i] = &g[i]->blocks;
     }
 
-    if (sc->preemption_mode == PL_PREEMPT_SWAP
-        && pl_bm_swap_out(sc->bm, tables, n) == 0)
-    {
+    swap = pl_sched_wants_swap(sc, g, tables, n);
+
+    if (swap && pl_bm_swap_out(sc->bm, tables, n) == 0) {
         for (i = 0; i < n; i++) {
             pl_sched_move(sc, g[i], PL_SEQ_SWAPPED);
         }
         sc->preempted_swap++;
 
     } else {
+        sc->swap_full += swap;
         for (i = 0; i < n; i++) {
             pl_bm_free_table(sc->bm, &g[i]->blocks);
             g[i]->n_computed = 0;
@@ -408,8 +460,9 @@ pl_sched_start(pl_scheduler_t *sc, pl_seq_t *s)
 }
 
 
-/* Bring swapped groups back, oldest first, while they fit with a spare
-   block for each member's next token and the budget and cap allow. */
+/* Bring swapped groups back, oldest first, while their distinct blocks
+   fit with a spare block for each member's next token and the budget and
+   cap allow. */
 static void
 pl_sched_resume(pl_scheduler_t *sc)
 {
@@ -419,11 +472,10 @@ pl_sched_resume(pl_scheduler_t *sc)
 
     while ((s = sc->swapped.head) != NULL) {
         n = pl_sched_group(s, g);
-        need = n;
         for (i = 0; i < n; i++) {
             tables[i] = &g[i]->blocks;
-            need += g[i]->blocks.n;
         }
+        need = n + pl_bm_group_blocks(sc->bm, tables, n);
 
         if (sc->running.n + sc->fork_seats + pl_sched_seats(s, n)
             > sc->max_num_seqs

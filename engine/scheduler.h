@@ -5,7 +5,8 @@
  * prefill), then swapped groups resume, then new requests are admitted,
  * all within a token budget and a sequence cap.  When blocks run out the
  * most recently arrived running group is preempted, by swap or by
- * recompute.  It reserves blocks through the block manager, which logs the
+ * recompute (or, in auto mode, by whichever of the two costs less for
+ * that group).  It reserves blocks through the block manager, which logs the
  * copies and swaps the runner must execute, and never touches tensors.
  *
  * The unit of admission, preemption and swapping is the sequence group
@@ -22,8 +23,25 @@
 
 typedef enum {
     PL_PREEMPT_RECOMPUTE = 0,
-    PL_PREEMPT_SWAP                 /* recompute once the host pool is full */
+    PL_PREEMPT_SWAP,                /* recompute once the host pool is full */
+    PL_PREEMPT_AUTO                 /* per group, the cheaper of the two by
+                                       pl_preempt_costs_t; recompute once
+                                       the host pool is full */
 } pl_preempt_mode_t;
+
+/*
+ * What auto preemption weighs, measured by the engine at start.  Swapping
+ * a group costs its distinct blocks' bytes moved twice (out now, back in
+ * later) over the host link; recomputing it costs its computed tokens
+ * (prompt and generated, every member) run again as prefill.  A rate of
+ * 0 makes its side infinitely dear; on a tie the group is recomputed.
+ */
+typedef struct {
+    double  host_bytes_per_s;       /* device <-> host copies */
+    double  prefill_tokens_per_s;   /* tokens of KV the model computes */
+    double  block_bytes;            /* one block's K and V, every layer
+                                       and rank */
+} pl_preempt_costs_t;
 
 /* How the KV pool is handed out.  Only PAGED is for serving; the Orca
    policies are the paper's baselines, for measurement: one contiguous
@@ -53,6 +71,7 @@ typedef struct {
     int                  max_num_seqs;
     int                  max_num_batched_tokens;
     pl_preempt_mode_t    preemption_mode;
+    pl_preempt_costs_t   costs;             /* for PL_PREEMPT_AUTO */
     pl_kv_policy_t       policy;
     int                  max_model_len;     /* for ORCA_MAX */
 
@@ -64,6 +83,10 @@ typedef struct {
     uint64_t             preemptions;
     uint64_t             preempted_recompute;
     uint64_t             preempted_swap;
+    uint64_t             auto_swap;     /* auto's choices by cost (the */
+    uint64_t             auto_recompute;    /* outcome counted above) */
+    uint64_t             swap_full;     /* swap wanted, host pool full:
+                                           recomputed instead */
 
     /* the plan made by the last pl_sched_step() */
     pl_sched_entry_t    *entries;       /* decodes first, then chunks */
@@ -103,6 +126,10 @@ int  pl_sched_step(pl_scheduler_t *sc);
 /* The planned iteration has run: advance each planned sequence's
    computed-token count and offer its full blocks to the prefix cache. */
 void pl_sched_complete(pl_scheduler_t *sc);
+
+/* Is swapping a group of `blocks` distinct blocks out and back in
+   cheaper, by sc->costs, than recomputing its `tokens` computed tokens? */
+int  pl_sched_swap_cheaper(const pl_scheduler_t *sc, int blocks, int tokens);
 
 /* Tokens of KV the policy reserves for s at admission (ORCA policies). */
 int  pl_sched_reservation(const pl_scheduler_t *sc, const pl_seq_t *s);

@@ -114,6 +114,17 @@ static ngx_http_pagedllm_metric_t  ngx_http_pagedllm_metrics[] = {
     ngx_http_pagedllm_stat("pagedllm_preemptions_total", NULL, NULL,
         "mode=\"swap\"", preemptions_swap),
 
+    ngx_http_pagedllm_stat("pagedllm_preemption_auto_choices_total",
+        "counter", "Preemptions --preemption-mode auto decided by cost, "
+        "by the cheaper mode.", "choice=\"recompute\"",
+        preemptions_auto_recompute),
+    ngx_http_pagedllm_stat("pagedllm_preemption_auto_choices_total", NULL,
+        NULL, "choice=\"swap\"", preemptions_auto_swap),
+
+    ngx_http_pagedllm_stat("pagedllm_preemption_swap_full_total", "counter",
+        "Preemptions that wanted a swap, found the host pool full and "
+        "recomputed.", NULL, preemptions_swap_full),
+
     ngx_http_pagedllm_stat("pagedllm_prefix_cache_queries_total", "counter",
         "Full prompt blocks looked up in the prefix cache.", NULL,
         prefix_cache_queries),

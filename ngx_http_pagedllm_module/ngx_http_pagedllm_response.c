@@ -649,7 +649,8 @@ ngx_http_pagedllm_status_json(ngx_pool_t *pool,
 
     if (j == NULL
         || json_object_update_new(j,
-               json_pack("{s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I}}",
+               json_pack("{s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I,s:I,s:I,s:I},"
+                         "s:{s:I,s:I}}",
                    "swap_blocks",
                        "total", (json_int_t) s->swap_blocks_total,
                        "used", (json_int_t) s->swap_blocks_used,
@@ -659,6 +660,10 @@ ngx_http_pagedllm_status_json(ngx_pool_t *pool,
                    "preemptions",
                        "recompute", (json_int_t) s->preemptions_recompute,
                        "swap", (json_int_t) s->preemptions_swap,
+                       "auto_recompute",
+                       (json_int_t) s->preemptions_auto_recompute,
+                       "auto_swap", (json_int_t) s->preemptions_auto_swap,
+                       "swap_full", (json_int_t) s->preemptions_swap_full,
                    "blocks_swapped",
                        "out", (json_int_t) s->blocks_swapped_out,
                        "in", (json_int_t) s->blocks_swapped_in))

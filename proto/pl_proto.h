@@ -111,6 +111,11 @@ typedef struct {
     uint64_t   preemptions_swap;
     uint64_t   blocks_swapped_out;
     uint64_t   blocks_swapped_in;
+    /* --preemption-mode auto (issue 20) */
+    uint64_t   preemptions_auto_swap;       /* chosen by cost */
+    uint64_t   preemptions_auto_recompute;
+    uint64_t   preemptions_swap_full;       /* swap wanted, host pool full:
+                                               recomputed */
 } pl_stats_t;
 
 

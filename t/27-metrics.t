@@ -78,6 +78,9 @@ for my $s (qw(pagedllm_workers pagedllm_requests_running
               pagedllm_prompt_tokens_total pagedllm_generation_tokens_total
               pagedllm_preemptions_total{mode="recompute"}
               pagedllm_preemptions_total{mode="swap"}
+              pagedllm_preemption_auto_choices_total{choice="recompute"}
+              pagedllm_preemption_auto_choices_total{choice="swap"}
+              pagedllm_preemption_swap_full_total
               pagedllm_prefix_cache_queries_total
               pagedllm_prefix_cache_hits_total
               pagedllm_swapped_blocks_total{direction="out"}
@@ -174,7 +177,8 @@ is_deeply(
       $j->{swap_blocks}{total}, $j->{swap_blocks}{used},
       $j->{prefix_cache}{queries}, $j->{prefix_cache}{hits},
       $j->{preemptions}{recompute}, $j->{preemptions}{swap},
-      $j->{blocks_swapped}{out}, $j->{blocks_swapped}{in},
+      $j->{preemptions}{auto_recompute}, $j->{preemptions}{auto_swap},
+      $j->{preemptions}{swap_full}, $j->{blocks_swapped}{out}, $j->{blocks_swapped}{in},
       $j->{requests_total}, $j->{generation_tokens_total} ],
     [ map { $v->{$_} } 'pagedllm_kv_blocks{state="used"}',
       'pagedllm_kv_blocks{state="free"}', 'pagedllm_kv_blocks{state="cached"}',
@@ -182,6 +186,9 @@ is_deeply(
       'pagedllm_prefix_cache_queries_total', 'pagedllm_prefix_cache_hits_total',
       'pagedllm_preemptions_total{mode="recompute"}',
       'pagedllm_preemptions_total{mode="swap"}',
+      'pagedllm_preemption_auto_choices_total{choice="recompute"}',
+      'pagedllm_preemption_auto_choices_total{choice="swap"}',
+      'pagedllm_preemption_swap_full_total',
       'pagedllm_swapped_blocks_total{direction="out"}',
       'pagedllm_swapped_blocks_total{direction="in"}',
       'pagedllm_requests_total', 'pagedllm_generation_tokens_total' ],

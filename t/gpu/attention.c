@@ -2,7 +2,8 @@
  * Paged attention on the CUDA backend against the CPU backend: ragged
  * batches mixing decode rows, prefill chunks over earlier context and
  * whole prefills; physical blocks shuffled; prompt blocks shared between
- * sequences; contexts from 1 to 32k tokens; block sizes 8, 16, 32; head
+ * sequences; contexts from 1 to 32k tokens; block sizes 8, 16, 32, then
+ * 1, 2, 4 and 64 (block_size_cases); head
  * sizes 64, 96, 128, 256; grouped-query ratios 1 to 32 (7, 12, 20 among
  * them); bf16 activations, then a subset in fp16.
  * The batch reaches the GPU through batch_upload, as the model sends it.
@@ -618,8 +619,9 @@ check_heads(int want, const char *what)
  * of HB heads, warp w computes head w / (4 / HB)), forced with
  * PAGEDLLM_CUDA_ATTN_HEADS=2 and 4: groups 1 to 8 where their query heads fit
  * (HB - 1 groups and the last warp's 8 rows in 16), larger ones on one head a
- * block; head sizes 64 and 128, block sizes 8, 16 and 32 (with HB = 4 a tile
- * of 16 tokens: two blocks, one, half of one); contexts of 1 to 3000 tokens in
+ * block; head sizes 64 and 128, block sizes 1, 4, 8, 16, 32 and 64 (with
+ * HB = 4 a tile of 16 tokens: sixteen blocks, four, two, one, half of one, a
+ * quarter of one); contexts of 1 to 3000 tokens in
  * one batch, a context bucket past every context, rows of short query chunks
  * and prefill rows beside (mixed_case), 32k tokens (the staged table page
  * turns over); a KV head count that HB does not divide stays on one head a
@@ -632,7 +634,7 @@ static void
 decode_heads_cases(void)
 {
     static const int  groups[] = { 1, 2, 3, 4, 8 };
-    static const int  bss[] = { 8, 16, 32 };
+    static const int  bss[] = { 1, 4, 8, 16, 32, 64 };
     /* the default's choice, 12 rows: head size, heads, KV heads, longest
        context, KV heads a block */
     static const struct {
@@ -652,7 +654,7 @@ decode_heads_cases(void)
         knob_set_int("PAGEDLLM_CUDA_ATTN_HEADS", hb);
         for (i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
             fits = (hb - 1) * groups[i] + 8 <= 16;
-            for (b = 0; b < 3; b++) {
+            for (b = 0; b < (int) (sizeof(bss) / sizeof(bss[0])); b++) {
                 decode_case(bss[b], 128, 4 * groups[i], 4, 12, 3000);
                 check_heads(fits ? hb : 1, "head 128");
             }
@@ -800,6 +802,34 @@ chunk_cases(int bs, int nh, int nkv)
 }
 
 
+/*
+ * Block sizes either side of the 8 to 32 above: 1, 2 and 4 (each 16-byte
+ * chunk row of a 64-token decode tile, each row of a 128-token prefill
+ * tile, gathered through a table entry of its own token or of a few; the
+ * Hopper prefill kernel loads them with cp.async, TMA's box needing 8
+ * rows) and 64 (a decode tile per block, two TMA boxes a prefill KV
+ * tile); both head sizes, the swapped and 16-row decode forms, prefill
+ * chunks, whole prefills and shared prompt blocks.
+ */
+static void
+block_size_cases(void)
+{
+    static const int  bss[] = { 1, 2, 4, 64 };
+    int               i, hd;
+
+    for (i = 0; i < (int) (sizeof(bss) / sizeof(bss[0])); i++) {
+        for (hd = 64; hd <= 128; hd += 64) {
+            mixed_case(bss[i], hd, 8, 8);
+            mixed_case(bss[i], hd, 32, 2);
+            prefill_case(bss[i], hd, 8, 2);
+            decode_case(bss[i], hd, 8, 1, 1, 5000);
+            decode_case(bss[i], hd, 4, 4, 12, 3000);
+            decode_case(bss[i], hd, 32, 2, 3, 2000);
+        }
+    }
+}
+
+
 static void
 long_case(void)
 {
@@ -868,6 +898,9 @@ fp16_cases(void)
     }
     mixed_case(16, 96, 14, 2);
     mixed_case(16, 256, 4, 2);
+    mixed_case(1, 128, 8, 2);
+    mixed_case(2, 64, 16, 4);
+    mixed_case(64, 128, 32, 2);
     decode_case(16, 128, 8, 1, 1, 5000);
     decode_case(8, 64, 4, 4, 12, 3000);
     decode_bucket_case(128, 32, 32, 12);
@@ -890,6 +923,8 @@ fp16_cases(void)
         many_tiles_case(16);
         chunk_cases(8, 4, 2);
         chunk_cases(4, 4, 2);
+        chunk_cases(1, 8, 2);
+        chunk_cases(64, 4, 2);
         if (i == 0) {
             chunk_cases(256, 4, 2);
         }
@@ -932,6 +967,7 @@ main(void)
     decode_knob_cases();
     mixed_case(16, 64, 40, 2);
     long_case();
+    block_size_cases();
 
     /* the prefill edges on the default kernel (wgmma with TMA loads on
        Hopper), with the cp.async producer, then on the mma.sync one */
@@ -946,11 +982,15 @@ main(void)
         chunk_cases(8, 4, 2);
         chunk_cases(16, 8, 8);
         chunk_cases(32, 4, 1);
+        chunk_cases(4, 4, 2);
+        chunk_cases(1, 8, 2);
+        chunk_cases(2, 4, 1);
+        chunk_cases(64, 8, 8);
+        tile_edge_cases(1, 8, 2);
+        tile_edge_cases(64, 12, 2);
+        many_tiles_case(64);
         if (i < 2) {
             chunk_cases(256, 4, 2);
-        }
-        if (i == 0) {
-            chunk_cases(4, 4, 2);
         }
         set_variant(prefill_variants[i], 0);
     }

@@ -8,13 +8,17 @@
  * step compares the same computation; the logits must agree within bf16
  * error and so must the greedy choice wherever the CPU's best logit leads
  * the runner-up by a clear margin (twice the error bound, in units of the
- * logits' rms: the GPU's logits are bf16).  Free-running: each backend follows its
- * own greedy choices, and the generations must be identical up to the
- * first near-tie of the CPU's.  Then again with the GPU's activations in
- * fp16, loaded as the engine's --dtype float16 asks (pl_model_load_opts;
- * the tiny model's bf16 weights converted at load).  Last, --dtype auto
- * on the golden fixtures: an fp16 checkpoint (OPT pre-LN) runs in fp16, a
- * bf16 one in bf16 (t/gpu/golden.c compares both with transformers).
+ * logits' rms: the GPU's logits are bf16).  Free-running: each backend
+ * follows its own greedy choices, and the generations must be identical
+ * up to the first near-tie of the CPU's.  Then the free-running
+ * generation in caches of blocks of 1, 2, 4, 8, 32 and 64 tokens: the
+ * CPU's tokens are exactly those of blocks of 16, CUDA's those of the CPU
+ * and its own of blocks of 16 up to the first near-tie.  Then again with
+ * the GPU's activations in fp16, loaded as the engine's --dtype float16
+ * asks (pl_model_load_opts; the tiny model's bf16 weights converted at
+ * load).  Last, --dtype auto on the golden fixtures: an fp16 checkpoint
+ * (OPT pre-LN) runs in fp16, a bf16 one in bf16 (t/gpu/golden.c compares
+ * both with transformers).
  */
 
 #include <stdio.h>
@@ -23,15 +27,14 @@
 #include "pair.h"
 
 #define NSEQ        3
-#define BLOCK       16
-#define MAX_BLOCKS  8
+#define SEQ_TOKENS  128         /* a sequence's room: prompt + generated */
 #define NEW_TOKENS  24
 #define CHUNK       16
 #define LOGIT_BOUND 3e-2
 #define CLEAR_LEAD  (2 * LOGIT_BOUND)   /* times the logits' rms */
 
 typedef struct {
-    int32_t  tok[MAX_BLOCKS * BLOCK];
+    int32_t  tok[SEQ_TOKENS];
     int      len;           /* tokens known (prompt + generated) */
     int      done;          /* tokens whose K/V are in the cache */
     int      prompt;
@@ -43,6 +46,10 @@ typedef struct {
 } side_t;
 
 static const int  prompt_len[NSEQ] = { 11, 29, 5 };
+
+/* the caches' block size (16 but in block_sizes), and blocks a sequence */
+static int  block = 16;
+static int  max_blocks = SEQ_TOKENS / 16;
 
 
 /* best index; lead = its margin over the runner-up in units of the
@@ -77,7 +84,7 @@ open_side(side_t *s, pl_backend_t *be, const char *dir,
     char  err[256];
 
     s->be = be;
-    s->m = fm_open(dir, be, opts, 64, NSEQ, NSEQ * MAX_BLOCKS, BLOCK, err,
+    s->m = fm_open(dir, be, opts, 64, NSEQ, NSEQ * max_blocks, block, err,
                    sizeof(err));
     if (s->m == NULL) {
         diag("%s: %s", be->name, err);
@@ -108,7 +115,8 @@ step(side_t *s, seq_t *seqs, const int32_t *tables, float *logits)
 
             ids[n] = seqs[i].tok[p];
             pos[n] = p;
-            slots[n] = tables[i * MAX_BLOCKS + p / BLOCK] * BLOCK + p % BLOCK;
+            slots[n] = tables[i * max_blocks + p / block] * block
+                       + p % block;
             n++;
         }
         qs[i + 1] = n;
@@ -127,7 +135,7 @@ step(side_t *s, seq_t *seqs, const int32_t *tables, float *logits)
     b.context_lens = cl;
     b.block_tables = tables;
     b.logits_rows = rows;
-    b.max_blocks_per_seq = MAX_BLOCKS;
+    b.max_blocks_per_seq = max_blocks;
     if (pl_model_forward(s->m, &b, logits, err, sizeof(err)) != 0) {
         diag("%s forward: %s", s->be->name, err);
         return -1;
@@ -251,50 +259,171 @@ free_run(side_t *s, seq_t *seqs, const int32_t *tables, int vocab,
 
 
 /*
- * Sequences must be identical up to the first token the CPU chose without
- * a clear lead: past a near-tie, bf16 rounding may rightly pick the other
- * token and the two generations part.  Prompts are drawn again (up to
- * 16 times) while no sequence's first token has a clear lead on the CPU,
- * so that the comparison never runs empty (the tiny model's random
- * weights give near-ties often: on the H200 once all three first tokens
- * were).
+ * Draw prompts into prompts and run the CPU on a copy of them (sc, its
+ * leads in lc), again (up to 16 times) while no sequence's first token
+ * has a clear lead on the CPU, so that a comparison up to the first
+ * near-tie never runs empty (the tiny model's random weights give
+ * near-ties often: on the H200 once all three first tokens were).  0, or
+ * -1 when the CPU did not run.
  */
+static int
+clear_prompts(side_t *cpu, seq_t *prompts, seq_t *sc, const int32_t *tables,
+    int vocab, float (*lc)[NEW_TOKENS + 1])
+{
+    int  i, clear = 0, tries = 0;
+
+    do {
+        draw_prompts(prompts, vocab);
+        memcpy(sc, prompts, NSEQ * sizeof(seq_t));
+        if (free_run(cpu, sc, tables, vocab, lc) != 0) {
+            return -1;
+        }
+        for (i = 0; i < NSEQ; i++) {
+            clear |= lc[i][0] > CLEAR_LEAD;
+        }
+    } while (!clear && ++tries < 16);
+
+    return 0;
+}
+
+
+/* Tokens of a and b compared up to the first token the CPU chose without
+   a clear lead (lc, its leads): past a near-tie, bf16 rounding may rightly
+   pick the other token and the two generations part.  The count, or -1
+   at the first difference before that. */
+static int
+same_until_tie(const seq_t *a, const seq_t *b, float (*lc)[NEW_TOKENS + 1],
+    const char *an, const char *bn)
+{
+    int  i, k, compared = 0;
+
+    for (i = 0; i < NSEQ; i++) {
+        for (k = 0; k < NEW_TOKENS && lc[i][k] > CLEAR_LEAD; k++) {
+            int  p = a[i].prompt + k;
+
+            if (a[i].tok[p] != b[i].tok[p]) {
+                diag("sequence %d token %d: %s %d, %s %d (lead %.3f rms)",
+                     i, k, an, a[i].tok[p], bn, b[i].tok[p], lc[i][k]);
+                return -1;
+            }
+            compared++;
+        }
+    }
+    return compared;
+}
+
+
+/* each backend follows its own greedy choices: the same sequences up to
+   the CPU's first near-tie */
 static void
 free_running(side_t *cpu, side_t *gpu, const int32_t *tables, int vocab)
 {
-    seq_t  sc[NSEQ], sg[NSEQ];
+    seq_t  prompts[NSEQ], sc[NSEQ], sg[NSEQ];
     float  lc[NSEQ][NEW_TOKENS + 1], lg[NSEQ][NEW_TOKENS + 1];
-    int    i, k, same = 1, compared = 0, ran, clear = 0, tries = 0;
+    int    compared, ran;
 
-    do {
-        draw_prompts(sc, vocab);
-        memcpy(sg, sc, sizeof(sc));
-        ran = free_run(cpu, sc, tables, vocab, lc) == 0;
-        for (i = 0; ran && i < NSEQ; i++) {
-            clear |= lc[i][0] > CLEAR_LEAD;
-        }
-    } while (ran && !clear && ++tries < 16);
+    ran = clear_prompts(cpu, prompts, sc, tables, vocab, lc) == 0;
+    memcpy(sg, prompts, sizeof(sg));
     if (!ok(ran && free_run(gpu, sg, tables, vocab, lg) == 0,
             "free-running greedy decoding runs on both backends"))
     {
         return;
     }
-    for (i = 0; i < NSEQ; i++) {
-        for (k = 0; k < NEW_TOKENS && lc[i][k] > CLEAR_LEAD; k++) {
-            int  p = sc[i].prompt + k;
+    compared = same_until_tie(sc, sg, lc, "cpu", "cuda");
+    ok(compared > 0, "free-running greedy %s: CUDA generates the CPU's "
+       "tokens up to the first near-tie (%d tokens compared of %d)",
+       pl_dtype_name(gpu->be->act_dtype), compared, NSEQ * NEW_TOKENS);
+}
 
-            if (sc[i].tok[p] != sg[i].tok[p]) {
-                diag("sequence %d token %d: cpu %d, cuda %d (lead %.3f rms)", i,
-                     k, sc[i].tok[p], sg[i].tok[p], lc[i][k]);
-                same = 0;
+
+/* tables of the current block size: the pool's blocks in a scattered
+   order (7 is prime to every pool size, 384 / block) */
+static void
+make_tables(int32_t *tables)
+{
+    int  i, n = NSEQ * max_blocks;
+
+    for (i = 0; i < n; i++) {
+        tables[i] = (i * 7 + 3) % n;
+    }
+}
+
+
+/* both sides' caches in blocks of bs; 0 or -1 */
+static int
+set_block_size(side_t *cpu, side_t *gpu, int bs, int32_t *tables)
+{
+    char  err[256];
+
+    block = bs;
+    max_blocks = SEQ_TOKENS / bs;
+    make_tables(tables);
+    if (pl_model_kv_alloc(cpu->m, NSEQ * max_blocks, bs, err, sizeof(err))
+        != 0
+        || pl_model_kv_alloc(gpu->m, NSEQ * max_blocks, bs, err,
+                             sizeof(err)) != 0)
+    {
+        diag("blocks of %d: %s", bs, err);
+        return -1;
+    }
+    return 0;
+}
+
+
+/*
+ * Blocks of 1 to 64 tokens (powers of two), each side's cache made again
+ * for each size: the same prompts give on the CPU exactly the tokens they
+ * give in blocks of 16 (its attention adds in token order whatever the
+ * blocks), and on CUDA the CPU's tokens and its own tokens in blocks of
+ * 16, up to the CPU's first near-tie.
+ */
+static void
+block_sizes(side_t *cpu, side_t *gpu, int vocab)
+{
+    static const int  sizes[] = { 16, 1, 2, 4, 8, 32, 64 };
+    seq_t             prompts[NSEQ], sc[NSEQ], sg[NSEQ], rc[NSEQ], rg[NSEQ];
+    float             lc[NSEQ][NEW_TOKENS + 1], lg[NSEQ][NEW_TOKENS + 1];
+    float             lead[NSEQ][NEW_TOKENS + 1];
+    int32_t           tables[NSEQ * SEQ_TOKENS];
+    int               k, bs, ran;
+
+    for (k = 0; k < (int) (sizeof(sizes) / sizeof(sizes[0])); k++) {
+        bs = sizes[k];
+        if (!ok(set_block_size(cpu, gpu, bs, tables) == 0, "blocks of %d: "
+                "caches of %d blocks on both backends", bs,
+                NSEQ * max_blocks))
+        {
+            break;
+        }
+        if (k == 0) {
+            ran = clear_prompts(cpu, prompts, rc, tables, vocab, lead) == 0;
+            memcpy(rg, prompts, sizeof(rg));
+            if (!ok(ran && free_run(gpu, rg, tables, vocab, lg) == 0,
+                    "blocks of 16: greedy decoding runs on both backends"))
+            {
                 break;
             }
-            compared++;
+            ok(same_until_tie(rc, rg, lead, "cpu", "cuda") > 0, "blocks of "
+               "16: CUDA generates the CPU's tokens up to the first "
+               "near-tie");
+            continue;
         }
+        memcpy(sc, prompts, sizeof(sc));
+        memcpy(sg, prompts, sizeof(sg));
+        if (!ok(free_run(cpu, sc, tables, vocab, lc) == 0
+                && free_run(gpu, sg, tables, vocab, lg) == 0,
+                "blocks of %d: greedy decoding runs on both backends", bs))
+        {
+            continue;
+        }
+        ok(memcmp(sc, rc, sizeof(sc)) == 0, "blocks of %d: the CPU "
+           "generates exactly its tokens in blocks of 16", bs);
+        ok(same_until_tie(rc, sg, lead, "cpu", "cuda") > 0
+           && same_until_tie(rg, sg, lead, "cuda 16", "cuda") > 0,
+           "blocks of %d: CUDA generates the CPU's tokens and its own in "
+           "blocks of 16 up to the CPU's first near-tie", bs);
     }
-    ok(same && compared > 0, "free-running greedy %s: CUDA generates the "
-       "CPU's tokens up to the first near-tie (%d tokens compared of %d)",
-       pl_dtype_name(gpu->be->act_dtype), compared, NSEQ * NEW_TOKENS);
+    set_block_size(cpu, gpu, 16, tables);
 }
 
 
@@ -353,8 +482,8 @@ main(void)
     const char  *build = getenv("PAGEDLLM_BUILD");
     char         dir[1024], err[256];
     side_t       cpu, gpu;
-    int32_t      tables[NSEQ * MAX_BLOCKS];
-    int          i, vocab;
+    int32_t      tables[NSEQ * SEQ_TOKENS];
+    int          vocab;
     const pl_model_options_t  f16 = { 1, PL_MODEL_DTYPE_F16 };
 
     pair_seed();
@@ -371,12 +500,11 @@ main(void)
     {
         return done_testing();
     }
-    for (i = 0; i < NSEQ * MAX_BLOCKS; i++) {
-        tables[i] = (i * 7 + 3) % (NSEQ * MAX_BLOCKS);
-    }
+    make_tables(tables);
     vocab = pl_model_config(cpu.m)->vocab_size;
     teacher_forced(&cpu, &gpu, tables, vocab);
     free_running(&cpu, &gpu, tables, vocab);
+    block_sizes(&cpu, &gpu, vocab);
     pl_model_free(gpu.m);
     gpu.be->destroy(gpu.be);
 

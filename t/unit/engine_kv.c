@@ -3,10 +3,15 @@
  * the CPU unless PAGEDLLM_TEST_DEVICE names another device, e.g. cuda),
  * driven by a fake worker (fake_worker.h): greedy output is the same token
  * for token whether requests run alone in an ample pool, or together in a
- * pool far too small, preempted by recompute or by swap; a second request
+ * pool far too small, preempted by recompute, by swap, or by auto's choice
+ * (its costs measured, or injected so that swap always wins, or recompute
+ * always does, each choice counted); a second request
  * sharing a long prefix reuses cached blocks (counted) and gives the
  * output it gives without prefix caching; the Orca-Max baseline policy
  * serves the same tokens; every block, device and host, comes back.
+ * Then every block size from 1 to 64 (powers of two) serves the same
+ * tokens as the reference (16) in a pool of 1024 tokens, with prefix
+ * caching and swap preemption both at work.
  */
 
 #include "fake_worker.h"
@@ -119,6 +124,20 @@ make_prompts(void)
 }
 
 
+/* px, then py (sharing its first 288 tokens), one after the other; the
+   stats once idle.  Their tokens in res[0] and res[1]. */
+static pl_stats_t
+run_prefix_pair(fw_t *w)
+{
+    submit(w, 0, px, 300);
+    wait_all(w, 0, 1);
+    submit(w, 1, py, 300);
+    wait_all(w, 1, 1);
+
+    return fw_wait_idle(w);
+}
+
+
 /* References: each request alone, ample pool, no prefix caching. */
 static int
 references(const char *build)
@@ -194,11 +213,7 @@ test_recompute_and_prefix(const char *build)
     is_int(st.kv_blocks_used, 0, "every block comes back");
 
     before = st;
-    submit(&w, 0, px, 300);
-    wait_all(&w, 0, 1);
-    submit(&w, 1, py, 300);
-    wait_all(&w, 1, 1);
-    st = fw_wait_idle(&w);
+    st = run_prefix_pair(&w);
     ok(st.prefix_cache_hits - before.prefix_cache_hits >= 18,
        "a second request sharing a 288-token prefix reuses 18 cached blocks "
        "(%llu hits of %llu queries)",
@@ -252,6 +267,115 @@ test_swap(const char *build)
 }
 
 
+/* --preemption-mode auto with costs (NULL: measured at start); want:
+   the mode every choice must take, or NULL when either may */
+static void
+test_auto(const char *build, const char *costs, const char *want)
+{
+    const char  *flags[] = {
+        "--device", NULL, "--block-size", "16", "--num-blocks", "64",
+        "--preemption-mode", "auto", "--swap-space", "16",
+        "--no-prefix-caching", NULL, NULL, NULL
+    };
+    const char  *what = costs ? costs : "measured";
+    fw_t        w;
+    pl_stats_t  st;
+    uint64_t    chose;
+
+    flags[1] = fw_device();
+    if (costs) {
+        flags[11] = "--preemption-costs";
+        flags[12] = costs;
+    }
+    if (!ok(fw_engine_start(build, flags, NULL) == 0
+            && fw_attach(&w, take) == 0,
+            "engine: 64 blocks, auto preemption, costs %s", what))
+    {
+        fw_show_log();
+        return;
+    }
+
+    ok(run_together(&w), "auto (%s): every request's greedy tokens equal "
+       "its tokens alone", what);
+    st = fw_wait_idle(&w);
+    chose = st.preemptions_auto_swap + st.preemptions_auto_recompute;
+    ok(st.preemptions_total > 0 && chose == st.preemptions_total
+       && st.preemptions_swap == st.preemptions_auto_swap
+       && st.preemptions_recompute == st.preemptions_auto_recompute
+                                      + st.preemptions_swap_full,
+       "auto (%s): each of %llu preemptions counted as auto's choice "
+       "(%llu swap, %llu recompute, %llu swaps refused by a full pool)",
+       what, (unsigned long long) st.preemptions_total,
+       (unsigned long long) st.preemptions_auto_swap,
+       (unsigned long long) st.preemptions_auto_recompute,
+       (unsigned long long) st.preemptions_swap_full);
+    if (want != NULL && strcmp(want, "swap") == 0) {
+        ok(st.preemptions_auto_recompute == 0
+           && st.blocks_swapped_out > 0, "auto (%s): swap chosen every time",
+           what);
+    } else if (want != NULL) {
+        ok(st.preemptions_auto_swap == 0 && st.blocks_swapped_out == 0,
+           "auto (%s): recompute chosen every time", what);
+    }
+    ok(st.blocks_swapped_in == st.blocks_swapped_out
+       && st.swap_blocks_used == 0 && st.kv_blocks_used == 0,
+       "auto (%s): every device and host block comes back", what);
+
+    fw_detach(&w);
+    ok(fw_engine_stop() == 0, "the engine stops cleanly");
+}
+
+
+/* --block-size bs, a pool of 1024 tokens, swap preemption with prefix
+   caching on: the reference tokens, a shared prefix reused, and every
+   block back. */
+static void
+test_block_size(const char *build, int bs)
+{
+    char         size[16], blocks[16];
+    const char  *flags[] = {
+        "--device", NULL, "--block-size", size, "--num-blocks", blocks,
+        "--preemption-mode", "swap", "--swap-space", "16", NULL
+    };
+    fw_t        w;
+    pl_stats_t  st, before;
+
+    flags[1] = fw_device();
+    snprintf(size, sizeof(size), "%d", bs);
+    snprintf(blocks, sizeof(blocks), "%d", 1024 / bs);
+    if (!ok(fw_engine_start(build, flags, NULL) == 0
+            && fw_attach(&w, take) == 0,
+            "engine: blocks of %d tokens, %d of them, swap, prefix caching",
+            bs, 1024 / bs))
+    {
+        fw_show_log();
+        return;
+    }
+
+    ok(run_together(&w), "block size %d: every request's greedy tokens "
+       "equal its tokens alone at block size 16", bs);
+    st = fw_wait_idle(&w);
+    ok(st.preemptions_swap > 0 && st.block_size == (uint32_t) bs,
+       "block size %d: %llu swap preemptions", bs,
+       (unsigned long long) st.preemptions_swap);
+
+    before = st;
+    st = run_prefix_pair(&w);
+    ok(st.prefix_cache_hits - before.prefix_cache_hits >= (uint64_t) (288 / bs)
+       && memcmp(res[0].toks, ref_x, sizeof(ref_x)) == 0
+       && memcmp(res[1].toks, ref_y, sizeof(ref_y)) == 0,
+       "block size %d: a shared 288-token prefix reused (%llu blocks), "
+       "the same tokens", bs,
+       (unsigned long long) (st.prefix_cache_hits - before.prefix_cache_hits));
+    ok(st.kv_blocks_used == 0 && st.swap_blocks_used == 0
+       && st.blocks_swapped_in == st.blocks_swapped_out,
+       "block size %d: every device and host block comes back", bs);
+
+    fw_detach(&w);
+    ok(fw_engine_stop() == 0, "the engine stops cleanly");
+}
+
+
 static void
 test_orca_max(const char *build)
 {
@@ -285,6 +409,7 @@ int
 main(void)
 {
     const char  *build = getenv("PAGEDLLM_BUILD");
+    int          bs;
 
     build = build ? build : "build";
     if (fw_setup("kv") != 0) {
@@ -296,7 +421,13 @@ main(void)
     if (references(build) == 0) {
         test_recompute_and_prefix(build);
         test_swap(build);
+        test_auto(build, "1000,1", "swap");
+        test_auto(build, "0.000001,1000000000", "recompute");
+        test_auto(build, NULL, NULL);
         test_orca_max(build);
+        for (bs = 1; bs <= 64; bs *= 2) {
+            test_block_size(build, bs);
+        }
     }
 
     if (tap_failed) {

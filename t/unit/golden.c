@@ -12,7 +12,9 @@
  * greedily from its own argmax: every token must equal transformers'
  * token, and the logits of every step must match.  Separately it feeds the
  * prompt one token at a time (all positions' logits through the decode
- * path) and all three prompts in one batch.
+ * path) and all three prompts in one batch, in blocks of 4 tokens; then
+ * Llama 3, Mistral and OPT pre-LN greedily again in blocks of 1 to 64
+ * tokens (powers of two), each size giving transformers' tokens.
  *
  * Tolerance.  The references are float32 forward passes over exactly the
  * weights in the files (bf16 and fp16 checkpoints were rounded before the
@@ -41,8 +43,8 @@
 #include "fixture_model.h"
 
 #define FIXTURES  FM_GOLDEN
-#define BS        4
-#define NBLK      64
+#define BS        4             /* block size, but where the block
+                                   sizes test sets bs */
 #define MAX_TOK   96
 #define MAX_SEQ   4
 #define MAX_LEN   FM_GOLDEN_LEN
@@ -51,8 +53,13 @@
 
 typedef struct {
     int      ctx;               /* tokens already in the cache */
-    int32_t  table[MAX_LEN / BS];
+    int32_t  table[MAX_LEN];    /* room for blocks of one token */
 } gseq_t;
+
+static int  bs = BS;
+
+/* the pool: MAX_SEQ sequences of MAX_LEN tokens in blocks of bs */
+#define NBLK  (MAX_SEQ * MAX_LEN / bs)
 
 static char  tmp[] = "/tmp/pl-golden-XXXXXX";
 
@@ -103,16 +110,16 @@ argmax(const float *v, int n)
 /*
  * One batch: sequence s runs tokens toks[s][ctx .. ctx + qlen[s]); blocks
  * are handed out from the top of the pool down (sequence s owns
- * NBLK - 1 - 16 s downwards), so no sequence's blocks are contiguous in
- * the order it uses them.
+ * NBLK - 1 - s MAX_LEN / bs downwards), so no sequence's blocks are
+ * contiguous in the order it uses them.
  */
 static int
 run(pl_model_t *m, gseq_t *seqs, const int32_t *const *toks,
     const int *qlen, int n, float *logits)
 {
     int32_t     ids[MAX_TOK], pos[MAX_TOK], slot[MAX_TOK], qs[MAX_SEQ + 1];
-    int32_t     cl[MAX_SEQ], rows[MAX_SEQ], bt[MAX_SEQ * (MAX_LEN / BS)];
-    int         s, i, at = 0, maxq = 0, maxc = 0, nb = MAX_LEN / BS;
+    int32_t     cl[MAX_SEQ], rows[MAX_SEQ], bt[MAX_SEQ * MAX_LEN];
+    int         s, i, at = 0, maxq = 0, maxc = 0, nb = MAX_LEN / bs;
     char        err[512];
     pl_batch_t  b;
 
@@ -124,11 +131,11 @@ run(pl_model_t *m, gseq_t *seqs, const int32_t *const *toks,
         for (i = seqs[s].ctx; i < seqs[s].ctx + qlen[s]; i++, at++) {
             ids[at] = toks[s][i];
             pos[at] = i;
-            slot[at] = seqs[s].table[i / BS] * BS + i % BS;
+            slot[at] = seqs[s].table[i / bs] * bs + i % bs;
         }
         cl[s] = seqs[s].ctx + qlen[s];
         rows[s] = at - 1;
-        memcpy(bt + s * nb, seqs[s].table, sizeof(seqs[s].table));
+        memcpy(bt + s * nb, seqs[s].table, nb * sizeof(int32_t));
         maxq = qlen[s] > maxq ? qlen[s] : maxq;
         maxc = cl[s] > maxc ? cl[s] : maxc;
     }
@@ -262,6 +269,46 @@ test_model(pl_backend_t *be, const char *name)
     }
     pl_model_free(m);
     fm_golden_free(&g);
+}
+
+
+/* Block sizes 1 to 64 (powers of two) on three architectures: the cache
+   made again for each, the same greedy tokens and logits as transformers
+   (and so as every other size), one prompt at a time and all in a batch. */
+static void
+test_block_sizes(pl_backend_t *be)
+{
+    static const char  *names[] = { "llama3_gqa", "mistral", "opt_pre_ln" };
+    char                what[64], err[512];
+    fm_golden_t         g;
+    pl_model_t         *m;
+    size_t              i;
+    int                 k;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (fm_golden_read(&g, names[i]) != 0 || g.vocab > 4096) {
+            ok(0, "%s: the fixture reads", names[i]);
+            fm_golden_free(&g);
+            continue;
+        }
+        m = load(g.dir, be);
+        for (bs = 1; m != NULL && bs <= 64; bs *= 2) {
+            snprintf(what, sizeof(what), "%s, blocks of %d", names[i], bs);
+            if (!ok(pl_model_kv_alloc(m, NBLK, bs, err, sizeof(err)) == 0,
+                    "%s: a cache of %d blocks", what, NBLK))
+            {
+                diag("%s", err);
+                continue;
+            }
+            for (k = 0; k < g.n_cases; k++) {
+                test_greedy(m, &g, &g.cases[k], what, k);
+            }
+            test_batch(m, &g, what);
+        }
+        bs = BS;
+        pl_model_free(m);
+        fm_golden_free(&g);
+    }
 }
 
 
@@ -516,6 +563,7 @@ main(void)
     for (i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
         test_model(be, models[i]);
     }
+    test_block_sizes(be);
     test_v4_spelling(be);
     test_generation_defaults(be);
     test_refusals(be);
