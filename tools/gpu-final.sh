@@ -2,10 +2,10 @@
 # gpu-final.sh: one call on the lent GPU machine for the numbers of
 # docs/BENCHMARKS.md's serving section: builds, runs the GPU tests and the
 # engine tests on CUDA, the decode step table (bench/gpu/step; batch 1
-# and 16 again with PAGEDLLM_FUSED=1 and with fp16 activations), the small-
-# batch GEMM table (bench/gpu/gemv) and the serving benchmark with
-# transformers' generate in the same run (bench/gpu/serving.sh).  Logs
-# under $OUT; a short table last.
+# and 16 again with fp16 activations), the small-batch GEMM table
+# (bench/gpu/gemv) and the serving benchmark with transformers' generate
+# in the same run (bench/gpu/serving.sh).  Logs under $OUT; a short table
+# last.
 #     bash tools/gpu-final.sh      (carry .gpu-debs, see tools/gpu-run.sh)
 set -u
 OUT=${OUT:-gpu-out}
@@ -36,9 +36,6 @@ wait
 $B/bench/gpu/gemv > "$OUT/gemv.log" 2>&1 || status=1
 $B/bench/gpu/step $M 1,16,64,256 192 2>&1 | grep -v 'loading weights' \
     > "$OUT/step.log" || status=1
-# the decode path with the (opt-in) fused matmuls, for comparison
-PAGEDLLM_FUSED=1 $B/bench/gpu/step $M 1,16 192 2>&1 | grep 'step batch' \
-    | sed 's/^/fused: /' >> "$OUT/step.log" || status=1
 # fp16 activations (the weights converted at load)
 PAGEDLLM_STEP_DTYPE=float16 $B/bench/gpu/step $M 1,16 192 2>&1 \
     | grep 'step batch' | sed 's/^/fp16: /' >> "$OUT/step.log" || status=1

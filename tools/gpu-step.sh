@@ -2,7 +2,7 @@
 # gpu-step.sh: on the lent GPU machine, the decode step of a
 # Llama-2-7B-shaped model (bench/gpu/step: graphs and eager at batch 1,
 # 16, 64, 256, against the weight-read floor; batch 1 and 16 again under
-# each of STEP_VARIANTS, by default PAGEDLLM_FUSED=1) and, under ncu, the
+# each of STEP_VARIANTS, none by default) and, under ncu, the
 # time of each kernel of one eager step at batch 1 and 64 (STEP_NCU).  First the GPU tests of the kernels
 # the step runs (STEP_TESTS, default "gemv model graphs").  Logs under $OUT.
 #     bash tools/gpu-step.sh      (carry .gpu-debs, see tools/gpu-run.sh)
@@ -23,9 +23,8 @@ wait
 cp build-gpu/models/tiny/tokenizer.json $M/
 build-gpu/bench/gpu/step $M 1,16,64,256 192 2>&1 | tee $OUT/step.log
 # batch 1 and 16 under other settings (STEP_VARIANTS, ";"-separated
-# environment settings; the default compares the decode path with the
-# fused matmuls, PAGEDLLM_FUSED=1)
-IFS=';' read -ra VARIANTS <<< "${STEP_VARIANTS:-PAGEDLLM_FUSED=1}"
+# environment settings, e.g. "PAGEDLLM_CUDA_PDL=0")
+IFS=';' read -ra VARIANTS <<< "${STEP_VARIANTS:-}"
 for v in "${VARIANTS[@]}"; do
     env $v build-gpu/bench/gpu/step $M 1,16 192 2>&1 | grep "step batch" | sed "s/^/$v: /" | tee -a $OUT/step-variants.log
 done
