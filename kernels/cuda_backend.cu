@@ -638,9 +638,6 @@ cuda_wire(pl_backend_t *be)
     be->rmsnorm = pl_cuda_rmsnorm;
     be->add_rmsnorm = pl_cuda_add_rmsnorm;
     be->matmul = pl_cuda_matmul;
-    be->matmul_fused = pl_cuda_matmul_fused;
-    be->matmul_fused_max_n = pl_cuda_gemv_fused_max_n();
-    be->scale_cols = pl_cuda_scale_cols;
     be->qkv_rope_store = pl_cuda_qkv_rope_store;
     be->attention = pl_cuda_attention;
     be->silu_mul = pl_cuda_silu_mul;

@@ -95,7 +95,7 @@ chunk_mma(float (&acc)[MT][NT][4], const uint4 (&a)[MT][2],
 
 
 /* chunks [c, c + U) of the warp's rows of W (a) and of x (b) */
-template <typename T, int MT, int NT, int U, bool STAGED>
+template <typename T, int MT, int NT, int U>
 static __device__ __forceinline__ void
 gemv_load(uint4 (&a)[U][MT][2], uint4 (&b)[U][NT],
     const uint4 *const (&wp)[MT][2], const uint4 *const (&xp)[NT], int c)
@@ -109,122 +109,19 @@ gemv_load(uint4 (&a)[U][MT][2], uint4 (&b)[U][NT],
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            b[u][nt] = STAGED ? xp[nt][(c + u) * 4]
-                              : __ldg(xp[nt] + (c + u) * 4);
+            b[u][nt] = __ldg(xp[nt] + (c + u) * 4);
         }
     }
 }
 
 
-/*
- * Fused forms (pl_matmul_fuse_t): what MODE does on the way in and out.
- * GEMV_RMS is the RMSNorm with its weight folded into W (fold.cu): the block
- * sums each row's squares first (per-thread slices, then the warps' partials
- * in a fixed order, so the result does not depend on timing), its first weight
- * chunks on their way to L2 meanwhile, reads x as it is and scales its sums by
- * 1 / rms(x) at the end (the 7B step's norm GEMVs average 45.5 us this way
- * against 40.4 plain on the H200, more than the norm kernels it saves, so
- * engine/model.c decides whether to fold). GEMV_SILU_ADD transforms x once per
- * block into shared memory before the main loop (per chunk, every warp of
- * every block would repeat it: 256 times the work at a 4096-row matrix): it
- * reads gate and up halves of x [n][2 cols] and stores silu(gate) * up,
- * rounded to T as the unfused activation kernel stores it; x must then fit in
- * PL_GEMV_STAGE_MAX bytes. Meanwhile the block's first weight chunks are on
- * their way to L2. GEMV_ADD and GEMV_SILU_ADD add the product to a [n][rows]
- * (out may be a: each element is read and written by one thread).
- */
-enum { GEMV_PLAIN = 0, GEMV_RMS, GEMV_ADD, GEMV_SILU_ADD };
-
-typedef struct {
-    float                 eps;       /* GEMV_RMS */
-    const void           *add;       /* GEMV_ADD, GEMV_SILU_ADD: T */
-} gemv_fuse_t;
-
-
-static __device__ __forceinline__ float
-gemv_silu_times(float g, float u)
-{
-    return g / (1.0f + __expf(-g)) * u;
-}
-
-
-/* xs[n][cols / 8] (16-byte units) = silu(gate) * up of x [n][2 cols] */
-template <typename T, int THREADS>
-static __device__ __forceinline__ void
-gemv_stage_silu(uint4 *xs, const T *x, int n, int cols)
-{
-    const int     q = cols / 8;
-    const uint4  *xv = (const uint4 *) x;
-    float         f[8], u[8];
-
-    for (int i = threadIdx.x; i < n * q; i += THREADS) {
-        const int  tok = i / q, k = i - tok * q;
-
-        pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * 2 * q + k), f);
-        pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * 2 * q + q + k), u);
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            f[e] = gemv_silu_times(f[e], u[e]);
-        }
-        xs[i] = pl_f32_to_x8<T>(f);
-    }
-    __syncthreads();
-}
-
-
-/* inv[t] = 1 / sqrt(mean(x[t]^2) + eps) for the n rows of x [n][cols] */
-template <typename T, int THREADS>
-static __device__ __forceinline__ void
-gemv_row_inv(float *inv, const T *x, int n, int cols, float eps)
-{
-    __shared__ float  part[THREADS / 32][PL_GEMV_MAX_N];
-    const int         q = cols / 8, lane = threadIdx.x & 31;
-    const int         warp = threadIdx.x >> 5;
-    const uint4      *xv = (const uint4 *) x;
-    float             f[8];
-
-    for (int tok = 0; tok < n; tok++) {
-        float  ss = 0.0f;
-
-        for (int k = threadIdx.x; k < q; k += THREADS) {
-            pl_x8_to_f32<T>(__ldg(xv + (size_t) tok * q + k), f);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                ss += f[e] * f[e];
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        }
-        if (lane == 0) {
-            part[warp][tok] = ss;
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x < n) {
-        float  ss = 0.0f;
-
-        for (int w = 0; w < THREADS / 32; w++) {
-            ss += part[w][threadIdx.x];
-        }
-        inv[threadIdx.x] = rsqrtf(ss / cols + eps);
-    }
-    __syncthreads();
-}
-
-
-template <typename T, int KS, int MG, int MT, int NT, int U, int P, int MODE>
+template <typename T, int KS, int MG, int MT, int NT, int U, int P>
 __global__ void __launch_bounds__(KS * MG * 32)
 gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
-    const void *bias,
-    pl_dtype_t bias_dt, int n, int rows, int cols, gemv_fuse_t fuse)
+    const void *bias, pl_dtype_t bias_dt, int n, int rows, int cols)
 {
     constexpr int  TILE = MG * MT * NT * 128;   /* a block's accumulators */
-    constexpr bool STAGED = MODE == GEMV_SILU_ADD;
     __shared__ float  part[KS][TILE];
-    __shared__ float  inv_s[NT * 8];            /* GEMV_RMS */
-    extern __shared__ uint4  xs[];              /* STAGED: x transformed */
 
     const int      lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int      g = lane >> 2, t = lane & 3;
@@ -256,30 +153,9 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
             }
         }
     }
-    if (STAGED || MODE == GEMV_RMS) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                if (lo + u < full) {
-                    asm volatile("prefetch.global.L2 [%0];" ::
-                                 "l"(wp[mt][0] + (lo + u) * 4));
-                    asm volatile("prefetch.global.L2 [%0];" ::
-                                 "l"(wp[mt][1] + (lo + u) * 4));
-                }
-            }
-        }
-    }
-    if (STAGED) {
-        gemv_stage_silu<T, KS * MG * 32>(xs, x, n, cols);
-    }
-    if (MODE == GEMV_RMS) {
-        gemv_row_inv<T, KS * MG * 32>(inv_s, x, n, cols, fuse.eps);
-    }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        xp[nt] = (STAGED ? xs : (const uint4 *) x)
-                 + min(nt * 8 + g, n - 1) * stride + t;
+        xp[nt] = (const uint4 *) x + min(nt * 8 + g, n - 1) * stride + t;
     }
 
     if (P) {
@@ -289,14 +165,14 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
 
         c = lo;
         if (c + U <= full) {
-            gemv_load<T, MT, NT, U, STAGED>(a, b, wp, xp, c);
+            gemv_load<T, MT, NT, U>(a, b, wp, xp, c);
         }
         for (; c + U <= full; c += U) {
             const bool  more = c + 2 * U <= full;
             uint4       na[U][MT][2], nb[U][NT];
 
             if (more) {
-                gemv_load<T, MT, NT, U, STAGED>(na, nb, wp, xp, c + U);
+                gemv_load<T, MT, NT, U>(na, nb, wp, xp, c + U);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -321,7 +197,7 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
         for (c = lo; c + U <= full; c += U) {
             uint4  a[U][MT][2], b[U][NT];
 
-            gemv_load<T, MT, NT, U, STAGED>(a, b, wp, xp, c);
+            gemv_load<T, MT, NT, U>(a, b, wp, xp, c);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 chunk_mma<T, MT, NT>(acc, a[u], b[u]);
@@ -342,8 +218,7 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            b[nt] = !in ? zero : STAGED ? xp[nt][c * 4]
-                                        : __ldg(xp[nt] + c * 4);
+            b[nt] = !in ? zero : __ldg(xp[nt] + c * 4);
         }
         chunk_mma<T, MT, NT>(acc, a, b);
     }
@@ -376,15 +251,8 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
         for (int k = 0; k < KS; k++) {
             s += part[k][e];
         }
-        if (MODE == GEMV_RMS) {
-            s *= inv_s[tok];
-        }
         if (bias != NULL) {
             s += pl_weight_at(bias, bias_dt, row);
-        }
-        if (MODE == GEMV_ADD || MODE == GEMV_SILU_ADD) {
-            s += pl_to_f32(((const T *) fuse.add)[(size_t) tok * rows
-                                                  + row]);
         }
         out[(size_t) tok * rows + row] = pl_from_f32<T>(s);
     }
@@ -394,106 +262,77 @@ gemv_kernel(T *out, const T *__restrict__ x, const T *__restrict__ w,
 /* out, x and w of the instantiation's T */
 typedef void (*gemv_launch_t)(cudaStream_t st, void *out, const void *x,
     const void *w, const void *bias, pl_dtype_t bias_dt, int n, int rows,
-    int cols, gemv_fuse_t fuse);
+    int cols);
 
 typedef struct {
     const char     *name;
-    gemv_launch_t   launch[4];      /* bf16, by MODE; NULL: not built */
-    gemv_launch_t   launch_f16[4];  /* the same for fp16 */
+    gemv_launch_t   launch;         /* bf16 */
+    gemv_launch_t   launch_f16;     /* fp16; NULL: not built */
     int             rows_per_block;
 } gemv_config_t;
 
 
-/* one instantiation's launch, its shared-memory limit raised to
-   PL_GEMV_STAGE_MAX the first time a staged form needs more than the
-   default 48 KB */
-template <typename T, int KS, int MG, int MT, int NT, int U, int P, int MODE>
+template <typename T, int KS, int MG, int MT, int NT, int U, int P>
 static void
-gemv_start(unsigned blocks, unsigned threads, size_t staged, cudaStream_t st,
-    T *out, const T *x, const T *w, const void *bias, pl_dtype_t bias_dt,
-    int n, int rows, int cols, gemv_fuse_t fuse)
+gemv_start(unsigned blocks, unsigned threads, cudaStream_t st, T *out,
+    const T *x, const T *w, const void *bias, pl_dtype_t bias_dt, int n,
+    int rows, int cols)
 {
-    static bool  raised;
-
-    if (staged > (48u << 10) && !raised) {
-        pl_cuda_check(cudaFuncSetAttribute(
-                          gemv_kernel<T, KS, MG, MT, NT, U, P, MODE>,
-                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          PL_GEMV_STAGE_MAX),
-                      "gemv shared memory");
-        raised = true;
-    }
-    gemv_kernel<T, KS, MG, MT, NT, U, P, MODE><<<blocks, threads, staged,
-                                               st>>>(
-        out, x, w, bias, bias_dt, n, rows, cols, fuse);
+    gemv_kernel<T, KS, MG, MT, NT, U, P><<<blocks, threads, 0, st>>>(
+        out, x, w, bias, bias_dt, n, rows, cols);
 }
 
 
-template <typename T, int KS, int MG, int MT, int U, int P, int MODE>
+template <typename T, int KS, int MG, int MT, int U, int P>
 static void
 gemv_launch(cudaStream_t st, void *out_, const void *x_, const void *w_,
-    const void *bias, pl_dtype_t bias_dt, int n, int rows, int cols,
-    gemv_fuse_t fuse)
+    const void *bias, pl_dtype_t bias_dt, int n, int rows, int cols)
 {
     T              *out = (T *) out_;
     const T        *x = (const T *) x_, *w = (const T *) w_;
     const unsigned  blocks = pl_cuda_blocks(rows, MG * MT * 16);
     const unsigned  threads = KS * MG * 32;
-    const size_t    staged = MODE == GEMV_SILU_ADD
-                             ? (size_t) n * cols * 2 : 0;
 
     switch ((n + 7) / 8) {
     case 1:
-        gemv_start<T, KS, MG, MT, 1, U, P, MODE>(blocks, threads, staged, st,
-                                              out, x, w, bias, bias_dt, n,
-                                              rows, cols, fuse);
+        gemv_start<T, KS, MG, MT, 1, U, P>(blocks, threads, st, out, x, w,
+                                           bias, bias_dt, n, rows, cols);
         break;
     case 2:
-        gemv_start<T, KS, MG, MT, 2, U, P, MODE>(blocks, threads, staged, st,
-                                              out, x, w, bias, bias_dt, n,
-                                              rows, cols, fuse);
+        gemv_start<T, KS, MG, MT, 2, U, P>(blocks, threads, st, out, x, w,
+                                           bias, bias_dt, n, rows, cols);
         break;
     case 3:
-        gemv_start<T, KS, MG, MT, 3, U, P, MODE>(blocks, threads, staged, st,
-                                              out, x, w, bias, bias_dt, n,
-                                              rows, cols, fuse);
+        gemv_start<T, KS, MG, MT, 3, U, P>(blocks, threads, st, out, x, w,
+                                           bias, bias_dt, n, rows, cols);
         break;
     default:
-        gemv_start<T, KS, MG, MT, 4, U, P, MODE>(blocks, threads, staged, st,
-                                              out, x, w, bias, bias_dt, n,
-                                              rows, cols, fuse);
+        gemv_start<T, KS, MG, MT, 4, U, P>(blocks, threads, st, out, x, w,
+                                           bias, bias_dt, n, rows, cols);
         break;
     }
 }
 
 
 /* Named kKSmMGtMTuU, with a "p" when pipelined (P).  GEMV_SMALL and
-   GEMV_DEEP are dispatch's choices, built in every fused form and for
-   fp16 too; the others are there for the benchmark's sweep, bf16 and
-   plain only. */
-#define GEMV_MODES(t, ks, mg, mt, u, p)                                     \
-      { gemv_launch<t, ks, mg, mt, u, p, GEMV_PLAIN>,                       \
-        gemv_launch<t, ks, mg, mt, u, p, GEMV_RMS>,                         \
-        gemv_launch<t, ks, mg, mt, u, p, GEMV_ADD>,                         \
-        gemv_launch<t, ks, mg, mt, u, p, GEMV_SILU_ADD> }
+   GEMV_DEEP are dispatch's choices, built for bf16 and fp16; the others
+   are there for the benchmark's sweep, bf16 only. */
 #define GEMV_CONFIG_P(ks, mg, mt, u, p, suffix)                             \
     { "k" #ks "m" #mg "t" #mt "u" #u suffix,                                \
-      { gemv_launch<__nv_bfloat16, ks, mg, mt, u, p, GEMV_PLAIN>, NULL,     \
-        NULL, NULL },                                                       \
-      { NULL, NULL, NULL, NULL },                                           \
+      gemv_launch<__nv_bfloat16, ks, mg, mt, u, p>, NULL,                   \
       (mg) * (mt) * 16 }
 #define GEMV_CONFIG(ks, mg, mt, u)       GEMV_CONFIG_P(ks, mg, mt, u, 0, "")
 #define GEMV_CONFIG_PIPE(ks, mg, mt, u)  GEMV_CONFIG_P(ks, mg, mt, u, 1, "p")
-#define GEMV_CONFIG_FUSED(ks, mg, mt, u, p, suffix)                         \
+#define GEMV_CONFIG_F16(ks, mg, mt, u, p, suffix)                           \
     { "k" #ks "m" #mg "t" #mt "u" #u suffix,                                \
-      GEMV_MODES(__nv_bfloat16, ks, mg, mt, u, p),                          \
-      GEMV_MODES(__half, ks, mg, mt, u, p),                                 \
+      gemv_launch<__nv_bfloat16, ks, mg, mt, u, p>,                         \
+      gemv_launch<__half, ks, mg, mt, u, p>,                                \
       (mg) * (mt) * 16 }
 
 static const gemv_config_t  gemv_configs[] = {
     GEMV_CONFIG(8, 1, 2, 4),
     GEMV_CONFIG(8, 1, 1, 4),
-    GEMV_CONFIG_FUSED(8, 1, 1, 8, 0, ""),
+    GEMV_CONFIG_F16(8, 1, 1, 8, 0, ""),
     GEMV_CONFIG(8, 1, 2, 2),
     GEMV_CONFIG(4, 1, 1, 8),
     GEMV_CONFIG(4, 2, 1, 4),
@@ -502,7 +341,7 @@ static const gemv_config_t  gemv_configs[] = {
     GEMV_CONFIG(8, 2, 1, 4),
     GEMV_CONFIG(4, 4, 1, 4),
     GEMV_CONFIG(2, 4, 1, 8),
-    GEMV_CONFIG_FUSED(8, 1, 1, 4, 1, "p"),
+    GEMV_CONFIG_F16(8, 1, 1, 4, 1, "p"),
     GEMV_CONFIG_PIPE(8, 1, 2, 4),
     GEMV_CONFIG_PIPE(8, 2, 1, 4),
     GEMV_CONFIG_PIPE(4, 2, 1, 4),
@@ -531,10 +370,10 @@ pl_cuda_gemv_config_name(int config)
 }
 
 
-/* configuration config's kernels for activations of dt, by MODE; NULL
-   for a dtype the kernel does not take */
-static const gemv_launch_t *
-gemv_launches(int config, pl_dtype_t dt)
+/* configuration config's kernel for activations of dt; NULL when it is
+   not built for dt */
+static gemv_launch_t
+gemv_launch_for(int config, pl_dtype_t dt)
 {
     return dt == PL_DT_BF16 ? gemv_configs[config].launch
            : dt == PL_DT_F16 ? gemv_configs[config].launch_f16 : NULL;
@@ -544,13 +383,8 @@ gemv_launches(int config, pl_dtype_t dt)
 extern "C" int
 pl_cuda_gemv_built(int config, pl_dtype_t act)
 {
-    const gemv_launch_t  *l;
-
-    if (config < 0 || config >= GEMV_NCONFIGS) {
-        return 0;
-    }
-    l = gemv_launches(config, act);
-    return l != NULL && l[GEMV_PLAIN] != NULL;
+    return config >= 0 && config < GEMV_NCONFIGS
+           && gemv_launch_for(config, act) != NULL;
 }
 
 
@@ -592,23 +426,13 @@ gemv_takes(pl_backend_t *be, const void *x, const pl_weight_t *w, int n)
 }
 
 
-/* 0 launched, -1 not taken (see gemv.cuh); the plain matmul keeps the
-   dispatch rule that leaves matrices too short to fill the GPU to cuBLAS,
-   the fused forms do not (their alternative is two or three kernels) */
-static int
-gemv_go(pl_backend_t *be, void *out, const void *x, const pl_weight_t *w,
-    const pl_weight_t *bias, int n, int config, int mode, gemv_fuse_t fuse,
-    bool fused)
+extern "C" int
+pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
+    const pl_weight_t *w, const pl_weight_t *bias, int n, int config)
 {
-    size_t                xcols = mode == GEMV_SILU_ADD ? 2 * (size_t) w->cols
-                                                        : w->cols;
-    const gemv_launch_t  *launch;
+    gemv_launch_t  launch;
 
-    if (!gemv_takes(be, x, w, n) || config >= GEMV_NCONFIGS
-        || xcols > INT32_MAX
-        || (mode == GEMV_SILU_ADD
-            && (size_t) n * w->cols * 2 > PL_GEMV_STAGE_MAX))
-    {
+    if (!gemv_takes(be, x, w, n) || config >= GEMV_NCONFIGS) {
         return -1;
     }
     if (config < 0) {
@@ -616,89 +440,20 @@ gemv_go(pl_backend_t *be, void *out, const void *x, const pl_weight_t *w,
 
         /* Under half a block per SM the kernel leaves most of the chip
            idle, having no split of k across blocks: cuBLAS takes those. */
-        if (!fused
-            && w->rows / gemv_configs[config].rows_per_block
-               < pl_cuda(be)->num_sms / 2)
+        if (w->rows / gemv_configs[config].rows_per_block
+            < pl_cuda(be)->num_sms / 2)
         {
             return -1;
         }
     }
-    launch = gemv_launches(config, w->dtype);
-    if (launch[mode] == NULL) {
+    launch = gemv_launch_for(config, w->dtype);
+    if (launch == NULL) {
         return -1;
     }
-    launch[mode](pl_cuda(be)->stream, out, x, w->data,
-                 bias != NULL ? bias->data : NULL,
-                 bias != NULL ? bias->dtype : PL_DT_F32, n, (int) w->rows,
-                 (int) w->cols, fuse);
+    launch(pl_cuda(be)->stream, out, x, w->data,
+           bias != NULL ? bias->data : NULL,
+           bias != NULL ? bias->dtype : PL_DT_F32, n, (int) w->rows,
+           (int) w->cols);
     PL_CUDA_LAUNCHED("gemv");
     return 0;
-}
-
-
-extern "C" int
-pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
-    const pl_weight_t *w, const pl_weight_t *bias, int n, int config)
-{
-    const gemv_fuse_t  none = { 0.0f, NULL };
-
-    return gemv_go(be, out, x, w, bias, n, config, GEMV_PLAIN, none, false);
-}
-
-
-extern "C" int
-pl_cuda_gemv_fused(pl_backend_t *be, void *out, const void *x,
-    const pl_weight_t *w, const pl_weight_t *bias, int n, int config,
-    const pl_matmul_fuse_t *f)
-{
-    gemv_fuse_t  fuse = { f->eps, f->add };
-    int          mode;
-
-    switch (f->in) {
-    case PL_FUSE_IN_PLAIN:
-        mode = f->add != NULL ? GEMV_ADD : GEMV_PLAIN;
-        break;
-    case PL_FUSE_IN_RMSNORM:
-        /* only with the weight folded into w (the kernel scales its
-           sums) */
-        if (f->add != NULL || f->norm != NULL) {
-            return -1;
-        }
-        mode = GEMV_RMS;
-        break;
-    case PL_FUSE_IN_SILU_MUL:
-        if (f->add == NULL) {
-            return -1;
-        }
-        mode = GEMV_SILU_ADD;
-        break;
-    default:
-        return -1;
-    }
-    return gemv_go(be, out, x, w, bias, n, config, mode, fuse, true);
-}
-
-
-/* the backend's matmul_fused: the GEMV, for up to pl_cuda_gemv_n_small()
-   rows */
-extern "C" int
-pl_cuda_matmul_fused(pl_backend_t *be, void *out, const void *x,
-    const pl_weight_t *w, const pl_weight_t *bias, int n,
-    const pl_matmul_fuse_t *f)
-{
-    if (n <= 0) {
-        return 0;
-    }
-    if (n > pl_cuda_gemv_fused_max_n()) {
-        return -1;
-    }
-    return pl_cuda_gemv_fused(be, out, x, w, bias, n, -1, f);
-}
-
-
-extern "C" int
-pl_cuda_gemv_fused_max_n(void)
-{
-    return pl_cuda_gemv_n_small() < PL_GEMV_FUSED_MAX_N
-           ? pl_cuda_gemv_n_small() : PL_GEMV_FUSED_MAX_N;
 }

@@ -34,35 +34,6 @@ extern "C" {
 int pl_cuda_gemv(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n, int config);
 
-/* The most bytes of x (n x w.cols, 2-byte elements) a fused launch that
-   forms the SwiGLU gate stages in shared memory (Llama-2-7B's 11008 up to
-   n = 8); larger: -1 */
-#define PL_GEMV_STAGE_MAX  (192 << 10)
-
-/* The largest batch the backend's matmul_fused takes: past 8 rows the
-   GEMV's deep configuration and the staging's shared memory make the
-   unfused operations faster (the 7B step at batch 16 measured 7.14 ms
-   fused against 5.33 ms unfused on the H200) */
-#define PL_GEMV_FUSED_MAX_N  8
-
-/* The same with the input and output fused as f says (pl_ops.h's
-   pl_matmul_fuse_t): built for dispatch's configurations only (another
-   config: -1).  Fused launches take matrices of any height.  The norm
-   only with a unit weight (f->norm NULL: the model folded its weight into
-   w with scale_cols), otherwise -1. */
-int pl_cuda_gemv_fused(pl_backend_t *be, void *out, const void *x,
-    const pl_weight_t *w, const pl_weight_t *bias, int n, int config,
-    const pl_matmul_fuse_t *f);
-
-/* the backend's matmul_fused: pl_cuda_gemv_fused with dispatch's choice,
-   for n <= pl_cuda_gemv_fused_max_n(); -1 otherwise */
-int pl_cuda_matmul_fused(pl_backend_t *be, void *out, const void *x,
-    const pl_weight_t *w, const pl_weight_t *bias, int n,
-    const pl_matmul_fuse_t *f);
-
-/* min(PL_GEMV_FUSED_MAX_N, pl_cuda_gemv_n_small()) */
-int pl_cuda_gemv_fused_max_n(void);
-
 /* the largest n pl_cuda_matmul sends to the kernel */
 int pl_cuda_gemv_n_small(void);
 

@@ -376,8 +376,6 @@ void pl_cuda_add_rmsnorm(pl_backend_t *be, void *out, void *residual,
     const void *x, const pl_weight_t *w, int n, int dim, float eps);
 void pl_cuda_matmul(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n);
-void pl_cuda_scale_cols(pl_backend_t *be, pl_weight_t *w,
-    const pl_weight_t *v);
 void pl_cuda_qkv_rope_store(pl_backend_t *be, void *q, void *k_cache,
     void *v_cache, const void *qkv, const int32_t *positions,
     const int32_t *slot_mapping, const float *inv_freq, int n, int n_heads,

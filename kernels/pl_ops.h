@@ -130,37 +130,6 @@ typedef struct {
     float     penalty;              /* added last */
 } pl_logit_adjust_t;
 
-/*
- * What matmul_fused does around the product, for the decode batches of the
- * Llama family, where each norm and the SwiGLU gate would otherwise be a
- * kernel of its own between two weight-streaming matmuls:
- *
- *   in = PL_FUSE_IN_PLAIN:    x [n][w.cols] as it is
- *        PL_FUSE_IN_RMSNORM:  rmsnorm(x) * norm (x [n][w.cols], as rmsnorm);
- *                             norm NULL: a unit weight (the model folded
- *                             the norm's weight into w with scale_cols)
- *        PL_FUSE_IN_SILU_MUL: silu(x[:, 0:c]) * x[:, c:2c] (x [n][2 c], c =
- *                             w.cols, as silu_mul)
- *   add not NULL:             out = add + product (+ bias); out may be add
- *
- * The same arithmetic as the unfused operations in the backend's dtype:
- * the transformed x is rounded to act_dtype as the operation producing it
- * would have stored it; the sum with add is rounded once.
- */
-typedef enum {
-    PL_FUSE_IN_PLAIN = 0,
-    PL_FUSE_IN_RMSNORM,
-    PL_FUSE_IN_SILU_MUL
-} pl_fuse_in_t;
-
-typedef struct {
-    pl_fuse_in_t        in;
-    const pl_weight_t  *norm;        /* PL_FUSE_IN_RMSNORM: [w.cols] or
-                                        NULL */
-    float               eps;
-    const void         *add;         /* [n][w.rows] or NULL */
-} pl_matmul_fuse_t;
-
 typedef struct pl_backend_s  pl_backend_t;
 
 /* A backend's recordings of decode iterations (opaque; see graphs_run). */
@@ -277,22 +246,6 @@ struct pl_backend_s {
 
     /* out[n][dim] = max(x, 0); out may be x */
     void (*relu)(pl_backend_t *be, void *out, const void *x, int n, int dim);
-
-    /* Optional: out[n][w.rows] = in(x) . w^T (+ bias) (+ add), as
-       pl_matmul_fuse_t defines, for n <= matmul_fused_max_n; 0, or -1
-       with nothing queued when the backend does not fuse this case (the
-       caller then composes it from rmsnorm, silu_mul, matmul and add). */
-    int  (*matmul_fused)(pl_backend_t *be, void *out, const void *x,
-                         const pl_weight_t *w, const pl_weight_t *bias,
-                         int n, const pl_matmul_fuse_t *f);
-    int    matmul_fused_max_n;
-
-    /* Optional: w[r][c] *= v[c] for every row r (v: [w.cols], a vector
-       the backend loaded), rounded to w's storage; how a model folds a
-       norm's weight into the matrix that reads the norm's output, for a
-       backend whose matmul_fused normalises only with a unit weight. */
-    void (*scale_cols)(pl_backend_t *be, pl_weight_t *w,
-                       const pl_weight_t *v);
 
     /* Optional memory operations for KV block moves (copy-on-write and
        swapping); NULL where a backend lacks them, and callers fall back. */

@@ -152,8 +152,6 @@ pl_backend_cpu_create(int threads, char *err, size_t errlen)
     be->rmsnorm = pl_cpu_rmsnorm;
     be->add_rmsnorm = pl_cpu_add_rmsnorm;
     be->matmul = pl_cpu_matmul;
-    be->matmul_fused = pl_cpu_matmul_fused;
-    be->matmul_fused_max_n = PL_CPU_FUSED_MAX_N;
     be->qkv_rope_store = pl_cpu_qkv_rope_store;
     be->attention = pl_cpu_attention;
     be->silu_mul = pl_cpu_silu_mul;

@@ -6,8 +6,6 @@
  * per call however many tokens the batch holds.
  */
 
-#include <stdlib.h>
-
 #include "cpu_ops.h"
 
 
@@ -50,64 +48,3 @@ pl_cpu_matmul(pl_backend_t *be, void *out, const void *x,
     }
 }
 
-
-/*
- * The fused form (pl_matmul_fuse_t) composed from the unfused operations,
- * so that it gives the same bits as the model's unfused path: the input
- * transformed into a scratch copy, the product into another, then added.
- */
-int
-pl_cpu_matmul_fused(pl_backend_t *be, void *out, const void *x,
-    const pl_weight_t *w, const pl_weight_t *bias, int n,
-    const pl_matmul_fuse_t *f)
-{
-    int64_t       count = (int64_t) n * w->rows, i;
-    const float  *add = f->add;
-    float        *in = NULL, *prod, *ones;
-    pl_weight_t   unit;
-
-    if (n <= 0) {
-        return 0;
-    }
-    if (f->in != PL_FUSE_IN_PLAIN) {
-        in = malloc((size_t) n * w->cols * sizeof(float));
-        if (in == NULL) {
-            return -1;
-        }
-        if (f->in == PL_FUSE_IN_RMSNORM && f->norm == NULL) {
-            ones = malloc((size_t) w->cols * sizeof(float));
-            if (ones == NULL) {
-                free(in);
-                return -1;
-            }
-            for (i = 0; i < w->cols; i++) {
-                ones[i] = 1.0f;
-            }
-            unit = (pl_weight_t) { ones, PL_DT_F32, 1, w->cols };
-            pl_cpu_rmsnorm(be, in, x, &unit, n, (int) w->cols, f->eps);
-            free(ones);
-        } else if (f->in == PL_FUSE_IN_RMSNORM) {
-            pl_cpu_rmsnorm(be, in, x, f->norm, n, (int) w->cols, f->eps);
-        } else {
-            pl_cpu_silu_mul(be, in, x, n, (int) w->cols);
-        }
-        x = in;
-    }
-    if (add == NULL) {
-        pl_cpu_matmul(be, out, x, w, bias, n);
-        free(in);
-        return 0;
-    }
-    prod = malloc((size_t) count * sizeof(float));
-    if (prod == NULL) {
-        free(in);
-        return -1;
-    }
-    pl_cpu_matmul(be, prod, x, w, bias, n);
-    for (i = 0; i < count; i++) {
-        ((float *) out)[i] = add[i] + prod[i];
-    }
-    free(prod);
-    free(in);
-    return 0;
-}

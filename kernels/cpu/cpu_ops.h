@@ -27,11 +27,6 @@ pl_cpu_team(const pl_backend_t *be, int64_t work)
     return work < PL_CPU_MIN_WORK ? 1 : ((const pl_cpu_t *) be->priv)->threads;
 }
 
-/* The batches the model sends through matmul_fused: the CPU's fused form
-   computes exactly what the unfused operations do (so CI runs the model's
-   fused decode path on the same bits), up to the GPU's decode sizes. */
-#define PL_CPU_FUSED_MAX_N  16
-
 /* dst[count] = elements [first, first + count) of w, widened to fp32 */
 void pl_cpu_weight_to_f32(float *dst, const pl_weight_t *w, int64_t first,
     int64_t count);
@@ -47,9 +42,6 @@ void pl_cpu_add_rmsnorm(pl_backend_t *be, void *out, void *residual,
     const void *x, const pl_weight_t *w, int n, int dim, float eps);
 void pl_cpu_matmul(pl_backend_t *be, void *out, const void *x,
     const pl_weight_t *w, const pl_weight_t *bias, int n);
-int pl_cpu_matmul_fused(pl_backend_t *be, void *out, const void *x,
-    const pl_weight_t *w, const pl_weight_t *bias, int n,
-    const pl_matmul_fuse_t *f);
 void pl_cpu_qkv_rope_store(pl_backend_t *be, void *q, void *k_cache,
     void *v_cache, const void *qkv, const int32_t *positions,
     const int32_t *slot_mapping, const float *inv_freq, int n, int n_heads,

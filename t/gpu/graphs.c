@@ -645,7 +645,7 @@ main(void)
     }
 
     /* fp16 activations, as --dtype float16 asks (tensor-core decode and
-       prefill, GEMV plain and fused) */
+       prefill, the GEMV) */
     {
         pl_model_options_t  f16 = { 1, PL_MODEL_DTYPE_F16 };
         pl_model_options_t  dflt = { 1, PL_MODEL_DTYPE_AUTO };
