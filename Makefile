@@ -212,7 +212,7 @@ ifeq ($(CUDA),1)
 all: $(GPU_TESTS) $(GPU_BENCHES)
 endif
 
-test-gpu: $(GPU_TESTS) $(if $(wildcard tools/mktinymodel.c),$(TINY))
+test-gpu: $(GPU_TESTS) $(ENGINE) $(if $(wildcard tools/mktinymodel.c),$(TINY))
 	PAGEDLLM_BUILD=$(abspath $(BUILD)) prove -v $(GPU_TESTS)
 
 bench-gpu: $(GPU_BENCHES) $(TRACE_BENCH)
