@@ -146,6 +146,11 @@ prepare() {
             NGINX=/tmp/pl-deps/usr/sbin/nginx
         fi
     fi
+    if ! "$NGINX" -v > /dev/null 2>&1; then
+        echo "paper: $NGINX does not run:" >&2
+        ldd "$NGINX" | grep 'not found' >&2
+        exit 1
+    fi
     if [ "$SMOKE" != 1 ] && [ "${PAPER_NO_BUILD:-0}" != 1 ]; then
         mkdir -p "$B" && touch "$B/.deps"
         echo "building in $B ..."
