@@ -25,8 +25,11 @@
 #              sweeps; normalized latency (s/token) against the rate, and
 #              the mean batch (running requests from /metrics, and
 #              generated tokens / iterations from the engine's counters).
-#              A sweep stops after the first rate whose normalized latency
-#              passes PAPER_STOP_X (3) x that of paged's first rate.
+#              Rates: ShareGPT 4..30 req/s, 3 s of arrivals (at least 12
+#              requests), Alpaca 20..300 req/s, 2 s (at least 40); Orca-Max
+#              also at half the lowest.  The baselines run first; a sweep
+#              stops after the first rate whose normalized latency passes
+#              PAPER_STOP_X (3) x the lowest first-rate latency so far.
 #   sampling   Figs. 18-19, 570 s.  Alpaca rates with parallel sampling
 #              (--n 2, 4, 6) and beam search (--beam-width 2, 4, 6), paged
 #              against orca-oracle (PAPER_POLICIES), held KV.
@@ -384,7 +387,7 @@ share() { echo $(( (GROUP_END - $(now)) / $1 )); }
 
 # rate sweeps of every policy on both workloads: Figs. 14-17
 policy_sweeps() {
-    local kv=$1 sg_rates=$2 al_rates=$3 policies k=0 p n s
+    local kv=$1 sg_rates=$2 al_rates=$3 policies k=0 p n s sg al
     # paged last: the baselines stop early (their latency passes the stop
     # rule first), and what they leave goes to the sweeps that need it
     policies=${PAPER_POLICIES:-orca-max orca-pow2 orca-oracle paged}
@@ -394,9 +397,15 @@ policy_sweeps() {
         k=$((k + 1))
         # shellcheck disable=SC2086
         serve "$p" --kv-policy "$p" $kv || continue
-        sweep sharegpt "$p" $((s * 3 / 5)) "$sg_rates" "$SG_SECS" "$SG_MIN" \
+        # Orca-Max's knee lies below the others' lowest rate
+        sg=$sg_rates al=$al_rates
+        if [ "$p" = orca-max ]; then
+            sg="$(awk -v r="${sg_rates%% *}" 'BEGIN { print r / 2 }') $sg"
+            al="$(awk -v r="${al_rates%% *}" 'BEGIN { print r / 2 }') $al"
+        fi
+        sweep sharegpt "$p" $((s * 3 / 5)) "$sg" "$SG_SECS" "$SG_MIN" \
             --dist sharegpt
-        sweep alpaca "$p" $((s * 2 / 5)) "$al_rates" "$AL_SECS" "$AL_MIN" \
+        sweep alpaca "$p" $((s * 2 / 5)) "$al" "$AL_SECS" "$AL_MIN" \
             --dist alpaca
         unserve
     done
