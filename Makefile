@@ -149,7 +149,7 @@ $(BUILD)/t/%.t: t/unit/%.c | $(LIB) $(TEXTLIB)
 $(BUILD)/bench/%: bench/%.c | $(LIB) $(TEXTLIB)
 	$(call link)
 
-# pagedllm-load's pure parts (bench/load/), linked by it and its unit tests
+# pagedllm-load's parts (bench/load/), linked by it and its unit tests
 LOAD_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard bench/load/*.c))
 $(BUILD)/bench/pagedllm-load: bench/pagedllm-load.c $(LOAD_OBJS) \
         | $(LIB) $(TEXTLIB)

@@ -163,7 +163,7 @@ if ($r->{ok}) {
 ($rc, $lines) = load('--help');
 is($rc, 0, '--help: exit 0');
 my $help = join '', @$lines;
-open my $src, '<', "$root/bench/pagedllm-load.c" or die $!;
+open my $src, '<', "$root/bench/load/cli.c" or die $!;
 my @flags = map { /^\s*\{ "([a-z-]+)", (?:required|no)_argument/ ? $1 : () }
             <$src>;
 ok(@flags > 20, scalar(@flags) . ' long options in the source');
