@@ -3,16 +3,33 @@
  * ngx_http_pagedllm_module: OpenAI-style (chat) completions served by
  * pagedllm-engine through per-worker shared-memory rings.
  *
- * The module is split by concern:
- *   ngx_http_pagedllm_module.c   directives, configuration, process init
- *   ngx_http_pagedllm_channel.c  the worker's engine connection: attach,
- *                                rings, doorbell, request table, re-attach
- *   ngx_http_pagedllm_tokenizer.c the engine's tokenizer, loaded on a
- *                                thread, reference-counted
- *   ngx_http_pagedllm_handler.c  request handlers, streaming, cleanup
- *   ngx_http_pagedllm_request.c  OpenAI JSON in: validation, tokenizing
- *   ngx_http_pagedllm_response.c OpenAI JSON and SSE out, errors
- *   ngx_http_pagedllm_metrics.c  Prometheus metrics, HTTP outcome counters
+ * The module is split by concern; a concern of several files shares a
+ * private header that no other concern includes:
+ *   ngx_http_pagedllm_module.c      directives, configuration, process init
+ *   ngx_http_pagedllm_tokenizer.c   the engine's tokenizer, loaded on a
+ *                                   thread, reference-counted
+ * the worker's engine connection (ngx_http_pagedllm_channel.h):
+ *   ngx_http_pagedllm_channel.c     the calls the module makes: parking,
+ *                                   submit and abort records, stats
+ *   ngx_http_pagedllm_attach.c      attach, re-attach, the engine lost
+ *   ngx_http_pagedllm_drain.c       the completion ring drained, each
+ *                                   record handed to its request
+ * the request side (ngx_http_pagedllm_handler.h):
+ *   ngx_http_pagedllm_handler.c     entry, routing, answers sent whole,
+ *                                   cleanup
+ *   ngx_http_pagedllm_completion.c  a completion's steps up to submitting,
+ *                                   thread-pool offloads
+ *   ngx_http_pagedllm_choice.c      the engine's output into each choice,
+ *                                   stop strings
+ *   ngx_http_pagedllm_output.c      SSE events or one JSON body out
+ * OpenAI JSON in (ngx_http_pagedllm_request.h):
+ *   ngx_http_pagedllm_request.c     the body decoded, fields checked
+ *                                   together, the length
+ *   ngx_http_pagedllm_fields.c      the field tables, each field's parser
+ *   ngx_http_pagedllm_prompt.c      chat messages, tokenizing
+ * and
+ *   ngx_http_pagedllm_response.c    OpenAI JSON and SSE out, errors
+ *   ngx_http_pagedllm_metrics.c     Prometheus metrics, HTTP outcome counters
  *
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through

@@ -1,0 +1,80 @@
+
+/*
+ * ngx_http_pagedllm_channel.h: the worker's engine connection as the
+ * files of the channel share it: ngx_http_pagedllm_channel.c (what the
+ * rest of the module calls; submit and abort records),
+ * ngx_http_pagedllm_attach.c (attach and re-attach) and
+ * ngx_http_pagedllm_drain.c (the completion ring drained and dispatched).
+ */
+
+
+#ifndef _NGX_HTTP_PAGEDLLM_CHANNEL_H_INCLUDED_
+#define _NGX_HTTP_PAGEDLLM_CHANNEL_H_INCLUDED_
+
+
+#include "ngx_http_pagedllm_module.h"
+
+
+typedef enum {
+    NGX_HTTP_PAGEDLLM_DETACHED = 0,
+    NGX_HTTP_PAGEDLLM_CONNECTING,
+    NGX_HTTP_PAGEDLLM_LOADING,              /* the tokenizer, on a thread */
+    NGX_HTTP_PAGEDLLM_ATTACHED
+} ngx_http_pagedllm_channel_state_e;
+
+
+typedef struct {
+    ngx_http_pagedllm_main_conf_t      *conf;
+    ngx_log_t                          *log;
+    ngx_http_pagedllm_channel_state_e   state;
+    ngx_uint_t                          generation;
+    ngx_uint_t                          attempt;     /* of attaching */
+
+    ngx_connection_t                   *sock;
+    ngx_connection_t                   *bell;
+    ngx_fd_t                            sub_bell;
+    ngx_fd_t                            comp_bell;   /* until started */
+
+    u_char                             *region;
+    size_t                              region_size;
+    pl_region_hdr_t                    *hdr;
+    pl_ring_t                           sub;
+    pl_ring_t                           comp;
+    u_char                             *rec;
+    uint32_t                            rec_cap;
+
+    ngx_http_pagedllm_engine_t          engine;
+    u_char                              model[PL_MODEL_NAME_LEN];
+
+    ngx_rbtree_t                        tree;
+    ngx_rbtree_node_t                   sentinel;
+    ngx_queue_t                         parked;
+    ngx_queue_t                         dirty;
+    uint64_t                            next_id;
+
+    ngx_event_t                         timer;
+    uint64_t                           *aborts;
+    ngx_uint_t                          naborts;
+    ngx_uint_t                          aborts_cap;
+
+    unsigned                            logged_down:1;
+} ngx_http_pagedllm_channel_t;
+
+
+/* channel */
+void ngx_http_pagedllm_flush_aborts(ngx_http_pagedllm_channel_t *ch);
+
+/* attach */
+ngx_int_t ngx_http_pagedllm_connect(ngx_http_pagedllm_channel_t *ch);
+void ngx_http_pagedllm_lost(ngx_http_pagedllm_channel_t *ch);
+void ngx_http_pagedllm_detach(ngx_http_pagedllm_channel_t *ch);
+void ngx_http_pagedllm_timer_handler(ngx_event_t *ev);
+
+/* drain */
+void ngx_http_pagedllm_bell_handler(ngx_event_t *ev);
+void ngx_http_pagedllm_drain(ngx_http_pagedllm_channel_t *ch);
+void ngx_http_pagedllm_mark(ngx_http_pagedllm_channel_t *ch,
+    ngx_http_pagedllm_ctx_t *ctx);
+void ngx_http_pagedllm_flush_dirty(ngx_http_pagedllm_channel_t *ch);
+
+#endif /* _NGX_HTTP_PAGEDLLM_CHANNEL_H_INCLUDED_ */

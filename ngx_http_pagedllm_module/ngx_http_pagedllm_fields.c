@@ -1,0 +1,823 @@
+
+/*
+ * ngx_http_pagedllm_fields: the fields of a request body, a table per
+ * endpoint and one for the fields both take, and the parser of each: the
+ * prompt (text, or token ids checked against the vocabulary), the
+ * conversation, sampling parameters, stop strings, logit_bias.  A sampling
+ * parameter takes its type, range and default from its row of PL_PARAMS
+ * (proto/pl_params.h), the one definition the engine checks against too.
+ */
+
+
+#include "ngx_http_pagedllm_module.h"
+#include "ngx_http_pagedllm_request.h"
+
+#include <jansson.h>
+#include <math.h>
+
+
+static ngx_int_t ngx_http_pagedllm_f_model(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_prompt(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_prompt_text(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_prompt_ids(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps,
+    json_t *v, const char *what, int32_t **out);
+static ngx_int_t ngx_http_pagedllm_f_flag(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_param(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_seed(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_stream(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_early_stopping(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_stream_options(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_user(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_unsupported(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_logit_bias(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_stop(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_stop_token_ids(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_messages(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+
+
+/* where each row of PL_PARAMS goes in the parameters */
+#define NGX_HTTP_PAGEDLLM_OFFSET(name, ...)                                  \
+    offsetof(ngx_http_pagedllm_params_t, name),
+
+static size_t  ngx_http_pagedllm_param_offsets[] = {
+    PL_PARAMS(NGX_HTTP_PAGEDLLM_OFFSET)
+};
+
+#define NGX_HTTP_PAGEDLLM_PARAM(name)                                        \
+    ngx_http_pagedllm_f_param, PL_P_##name
+
+static uint32_t  ngx_http_pagedllm_ignore_eos = PL_SUBMIT_IGNORE_EOS;
+static uint32_t  ngx_http_pagedllm_want_logprobs = PL_SUBMIT_LOGPROBS;
+static uint32_t  ngx_http_pagedllm_use_beam_search = PL_SUBMIT_BEAM_SEARCH;
+
+
+/* The fields both endpoints take, after the endpoint's own. */
+ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
+    { "model", ngx_http_pagedllm_f_model, -1, NULL },
+    { "max_tokens", NGX_HTTP_PAGEDLLM_PARAM(max_tokens), NULL },
+    { "temperature", NGX_HTTP_PAGEDLLM_PARAM(temperature), NULL },
+    { "top_p", NGX_HTTP_PAGEDLLM_PARAM(top_p), NULL },
+    { "top_k", NGX_HTTP_PAGEDLLM_PARAM(top_k), NULL },
+    { "seed", ngx_http_pagedllm_f_seed, -1, NULL },
+    { "n", NGX_HTTP_PAGEDLLM_PARAM(n), NULL },
+    { "stream", ngx_http_pagedllm_f_stream, -1, NULL },
+    { "stream_options", ngx_http_pagedllm_f_stream_options, -1, NULL },
+    { "ignore_eos", ngx_http_pagedllm_f_flag, -1,
+      &ngx_http_pagedllm_ignore_eos },
+    { "user", ngx_http_pagedllm_f_user, -1, NULL },
+    { "stop", ngx_http_pagedllm_f_stop, -1, NULL },
+    { "logit_bias", ngx_http_pagedllm_f_logit_bias, -1, NULL },
+    { "presence_penalty", NGX_HTTP_PAGEDLLM_PARAM(presence_penalty), NULL },
+    { "frequency_penalty", NGX_HTTP_PAGEDLLM_PARAM(frequency_penalty),
+      NULL },
+    { "min_p", NGX_HTTP_PAGEDLLM_PARAM(min_p), NULL },
+    { "repetition_penalty", NGX_HTTP_PAGEDLLM_PARAM(repetition_penalty),
+      NULL },
+    { "min_tokens", NGX_HTTP_PAGEDLLM_PARAM(min_tokens), NULL },
+    { "stop_token_ids", ngx_http_pagedllm_f_stop_token_ids, -1, NULL },
+    { "use_beam_search", ngx_http_pagedllm_f_flag, -1,
+      &ngx_http_pagedllm_use_beam_search },
+    { "length_penalty", NGX_HTTP_PAGEDLLM_PARAM(length_penalty), NULL },
+    { "early_stopping", ngx_http_pagedllm_f_early_stopping, -1, NULL },
+    { NULL, NULL, -1, NULL }
+};
+
+
+/* /v1/completions: a prompt; logprobs is the number of top entries */
+static ngx_http_pagedllm_field_t  ngx_http_pagedllm_completion_fields[] = {
+    { "prompt", ngx_http_pagedllm_f_prompt, -1, NULL },
+    { "best_of", NGX_HTTP_PAGEDLLM_PARAM(best_of), NULL },
+    { "logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs),
+      &ngx_http_pagedllm_want_logprobs },
+    { "echo", ngx_http_pagedllm_f_unsupported, -1, NULL },
+    { "suffix", ngx_http_pagedllm_f_unsupported, -1, NULL },
+    { NULL, NULL, -1, NULL }
+};
+
+
+/* /v1/chat/completions: messages; logprobs a boolean and top_logprobs
+   the number of top entries */
+static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
+    { "messages", ngx_http_pagedllm_f_messages, -1, NULL },
+    { "max_completion_tokens", NGX_HTTP_PAGEDLLM_PARAM(max_tokens), NULL },
+    { "logprobs", ngx_http_pagedllm_f_flag, -1,
+      &ngx_http_pagedllm_want_logprobs },
+    { "top_logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs), NULL },
+    { "tools", ngx_http_pagedllm_f_unsupported, -1, NULL },
+    { "tool_choice", ngx_http_pagedllm_f_unsupported, -1, "\"none\"" },
+    { "parallel_tool_calls", ngx_http_pagedllm_f_unsupported, -1, "true" },
+    { "response_format", ngx_http_pagedllm_f_unsupported, -1,
+      "{\"type\": \"text\"}" },
+    { NULL, NULL, -1, NULL }
+};
+
+
+/* indexed by params.chat */
+ngx_http_pagedllm_api_t  ngx_http_pagedllm_apis[] = {
+    { ngx_http_pagedllm_completion_fields, "prompt", 0 },
+    { ngx_http_pagedllm_chat_fields, "messages", 1 }
+};
+
+
+static ngx_int_t
+ngx_http_pagedllm_type_error(ngx_http_pagedllm_parse_t *ps, const char *what)
+{
+    ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST,
+                                ps->field->name, "'%s' must be %s",
+                                ps->field->name, what);
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_model(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_http_pagedllm_engine_t  *engine = ps->engine;
+    ngx_http_pagedllm_error_t   *err = ps->err;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_string(v)) {
+        return ngx_http_pagedllm_type_error(ps, "a string");
+    }
+
+    if (json_string_length(v) != engine->model.len
+        || ngx_strncmp(json_string_value(v), engine->model.data,
+                       engine->model.len) != 0)
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_NOT_FOUND, "model",
+                                    "The model `%s` does not exist",
+                                    json_string_value(v));
+        err->code = "model_not_found";
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_prompt(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    json_t                     *first;
+    ngx_http_pagedllm_error_t  *err = ps->err;
+
+    if (json_is_string(v)) {
+        return ngx_http_pagedllm_prompt_text(ps, v);
+    }
+
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return ngx_http_pagedllm_type_error(ps,
+                   "a string, an array of token ids, or a one-element "
+                   "array of either");
+    }
+
+    first = json_array_get(v, 0);
+
+    if (json_is_integer(first)) {
+        return ngx_http_pagedllm_prompt_ids(ps, v);
+    }
+
+    if (json_array_size(v) > 1
+        && (json_is_string(first) || json_is_array(first)))
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                    "Batched prompts are not supported: "
+                                    "send one prompt per request");
+        return NGX_ERROR;
+    }
+
+    if (json_is_string(first)) {
+        return ngx_http_pagedllm_prompt_text(ps, first);
+    }
+
+    if (json_is_array(first) && json_array_size(first) > 0) {
+        return ngx_http_pagedllm_prompt_ids(ps, first);
+    }
+
+    return ngx_http_pagedllm_type_error(ps,
+               "a string, an array of token ids, or a one-element array "
+               "of either");
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_prompt_text(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    size_t       len;
+    const char  *s;
+
+    s = json_string_value(v);
+    len = json_string_length(v);
+
+    if (!pl_utf8_valid(s, len)) {
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                    "'prompt' is not valid UTF-8");
+        return NGX_ERROR;
+    }
+
+    ps->params->text = (u_char *) s;
+    ps->params->text_len = len;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_prompt_ids(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    if (ngx_http_pagedllm_token_ids(ps, v, "a string, an array of token ids, "
+                                    "or a one-element array of either",
+                                    &p->prompt)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    p->n_prompt = json_array_size(v);
+
+    return NGX_OK;
+}
+
+
+/* The ids of an array checked against the vocabulary; what: the field's
+   type, for the error an element that is no integer gets. */
+static ngx_int_t
+ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps, json_t *v,
+    const char *what, int32_t **out)
+{
+    size_t       i;
+    json_t      *e;
+    int32_t     *ids;
+    json_int_t   id;
+    const char  *name;
+
+    ids = ngx_palloc(ps->pool, json_array_size(v) * sizeof(int32_t) + 1);
+    if (ids == NULL) {
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    name = ps->field->name;
+
+    json_array_foreach(v, i, e) {
+        if (!json_is_integer(e)) {
+            return ngx_http_pagedllm_type_error(ps, what);
+        }
+
+        id = json_integer_value(e);
+
+        if (id < 0 || id >= (json_int_t) ps->engine->vocab_size) {
+            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
+                                        "Token id %L in '%s' is out of "
+                                        "vocabulary (0..%uD)", (int64_t) id,
+                                        name, ps->engine->vocab_size - 1);
+            return NGX_ERROR;
+        }
+
+        ids[i] = (int32_t) id;
+    }
+
+    *out = ids;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A sampling parameter: its type and range from its row of PL_PARAMS (an
+ * integral number such as 2.0 is an integer).  A negative integer, top_k's
+ * -1, is "off" and goes on as 0.  post: a PL_SUBMIT_* flag it sets too.
+ */
+static ngx_int_t
+ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    double             d, ctx, vocab;
+    uint32_t          *flag;
+    const char        *name;
+    const pl_param_t  *row;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    row = pl_param(ps->field->param);
+    name = ps->field->name;
+    d = json_number_value(v);
+
+    if (!json_is_number(v) || (row->type == PL_PARAM_INT && d != floor(d)))
+    {
+        return ngx_http_pagedllm_type_error(ps, row->type == PL_PARAM_INT
+                                                ? "an integer" : "a number");
+    }
+
+    ctx = ps->engine->max_model_len;
+    vocab = ps->engine->vocab_size;
+
+    if (!pl_param_in_range(row, d, ctx, vocab)) {
+
+        if (row->type == PL_PARAM_INT) {
+            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
+                                        "'%s' must be an integer from %L to "
+                                        "%L, got %.0f", name,
+                                        (int64_t) row->lo,
+                                        (int64_t) pl_param_hi(row, ctx,
+                                                              vocab), d);
+        } else {
+            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
+                                        "'%s' must be in %s%.1f, %.1f], got "
+                                        "%.3f", name,
+                                        row->open_lo ? "(" : "[", row->lo,
+                                        row->hi, d);
+        }
+
+        return NGX_ERROR;
+    }
+
+    ngx_http_pagedllm_param_set(ps->params, ps->field->param, d);
+
+    flag = ps->field->post;
+
+    if (flag) {
+        ps->params->flags |= *flag;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Parameter id set to v, in its type; negative integers are 0 ("off"). */
+void
+ngx_http_pagedllm_param_set(ngx_http_pagedllm_params_t *p, pl_param_id_t id,
+    double v)
+{
+    u_char  *slot;
+
+    slot = (u_char *) p + ngx_http_pagedllm_param_offsets[id];
+
+    if (pl_param(id)->type == PL_PARAM_FLOAT) {
+        *(float *) slot = (float) v;
+
+    } else {
+        *(uint32_t *) slot = v < 0 ? 0 : (uint32_t) v;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_seed(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_integer(v)) {
+        return ngx_http_pagedllm_type_error(ps, "an integer");
+    }
+
+    p->seed = (uint64_t) json_integer_value(v);
+    p->flags |= PL_SUBMIT_HAS_SEED;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_bool(ngx_http_pagedllm_parse_t *ps, json_t *v,
+    ngx_uint_t *out)
+{
+    if (json_is_null(v)) {
+        *out = 0;
+        return NGX_OK;
+    }
+
+    if (!json_is_boolean(v)) {
+        return ngx_http_pagedllm_type_error(ps, "a boolean");
+    }
+
+    *out = json_is_true(v);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_stream(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_uint_t                   b;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    if (ngx_http_pagedllm_bool(ps, v, &b) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    p->stream = b;
+
+    return NGX_OK;
+}
+
+
+/* early_stopping: true, false or "never" */
+static ngx_int_t
+ngx_http_pagedllm_f_early_stopping(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    if (json_is_string(v) && ngx_strcmp(json_string_value(v), "never") == 0)
+    {
+        p->early_stopping = PL_EARLY_STOPPING_NEVER;
+        return NGX_OK;
+    }
+
+    if (!json_is_boolean(v) && !json_is_null(v)) {
+        return ngx_http_pagedllm_type_error(ps, "true, false or \"never\"");
+    }
+
+    p->early_stopping = json_is_true(v) ? PL_EARLY_STOPPING_TRUE
+                                        : PL_EARLY_STOPPING_FALSE;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_stream_options(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    json_t                      *e;
+    ngx_uint_t                   b;
+    const char                  *key;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_error_t   *err = ps->err;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(v)) {
+        return ngx_http_pagedllm_type_error(ps, "an object");
+    }
+
+    json_object_foreach(v, key, e) {
+        if (ngx_strcmp(key, "include_usage") != 0) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "stream_options",
+                                        "Unrecognized stream option: %s",
+                                        key);
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_pagedllm_bool(ps, e, &b) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        p->include_usage = b;
+    }
+
+    return NGX_OK;
+}
+
+
+/* A boolean that, true, sets the PL_SUBMIT_* flag post points to. */
+static ngx_int_t
+ngx_http_pagedllm_f_flag(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    uint32_t                    *flag;
+    ngx_uint_t                   b;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    if (ngx_http_pagedllm_bool(ps, v, &b) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    flag = ps->field->post;
+
+    if (b) {
+        p->flags |= *flag;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_user(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    if (!json_is_null(v) && !json_is_string(v)) {
+        return ngx_http_pagedllm_type_error(ps, "a string");
+    }
+
+    return NGX_OK;
+}
+
+
+/* Accepted only when it asks for nothing: null, false, "", [] or {}, or
+   the value the field's post spells in JSON (what OpenAI does without the
+   feature, e.g. a response_format of {"type": "text"}). */
+static ngx_int_t
+ngx_http_pagedllm_f_unsupported(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    json_t                     *neutral;
+    ngx_http_pagedllm_error_t  *err = ps->err;
+
+    if (json_is_null(v) || json_is_false(v)
+        || (json_is_string(v) && json_string_length(v) == 0)
+        || (json_is_array(v) && json_array_size(v) == 0)
+        || (json_is_object(v) && json_object_size(v) == 0))
+    {
+        return NGX_OK;
+    }
+
+    if (ps->field->post != NULL) {
+        neutral = ngx_http_pagedllm_json_pool(ps->pool,
+                      json_loads(ps->field->post, JSON_DECODE_ANY, NULL));
+
+        if (neutral != NULL && json_equal(v, neutral)) {
+            return NGX_OK;
+        }
+    }
+
+    ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                ps->field->name,
+                                "'%s' is not supported",
+                                ps->field->name);
+    return NGX_ERROR;
+}
+
+
+/* A token id written as a decimal string, as logit_bias keys are. */
+static ngx_int_t
+ngx_http_pagedllm_id_key(const char *key, ngx_http_pagedllm_engine_t *engine,
+    int32_t *id)
+{
+    size_t     len;
+    ngx_int_t  n;
+
+    len = ngx_strlen(key);
+
+    if (len == 0 || len > 10) {
+        return NGX_ERROR;
+    }
+
+    n = ngx_atoi((u_char *) key, len);
+
+    if (n == NGX_ERROR || (uint64_t) n >= engine->vocab_size) {
+        return NGX_ERROR;
+    }
+
+    *id = (int32_t) n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_logit_bias(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    double                       d;
+    json_t                      *e;
+    const char                  *key;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_engine_t  *engine = ps->engine;
+    ngx_pool_t                  *pool = ps->pool;
+    ngx_http_pagedllm_error_t   *err = ps->err;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(v)) {
+        return ngx_http_pagedllm_type_error(ps, "an object of token ids "
+                                            "to numbers");
+    }
+
+    if (json_object_size(v) > PL_MAX_LOGIT_BIAS) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "logit_bias",
+                                    "'logit_bias' may hold at most %d "
+                                    "tokens", PL_MAX_LOGIT_BIAS);
+        return NGX_ERROR;
+    }
+
+    p->bias = ngx_palloc(pool, json_object_size(v) * sizeof(pl_bias_pair_t)
+                               + 1);
+    if (p->bias == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    json_object_foreach(v, key, e) {
+        if (ngx_http_pagedllm_id_key(key, engine, &p->bias[p->n_bias].id)
+            != NGX_OK)
+        {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "logit_bias",
+                                        "'logit_bias' key \"%s\" is not a "
+                                        "token id (0..%uD)", key,
+                                        engine->vocab_size - 1);
+            return NGX_ERROR;
+        }
+
+        if (!json_is_number(e)) {
+            return ngx_http_pagedllm_type_error(ps, "an object of token ids "
+                                                "to numbers");
+        }
+
+        d = json_number_value(e);
+
+        if (d < PL_PARAM_BIAS_LO || d > PL_PARAM_BIAS_HI) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "logit_bias",
+                                        "'logit_bias' values must be in "
+                                        "[%d, %d], got %.3f",
+                                        PL_PARAM_BIAS_LO, PL_PARAM_BIAS_HI,
+                                        d);
+            return NGX_ERROR;
+        }
+
+        p->bias[p->n_bias++].bias = (float) d;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_stop_string(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_error_t   *err = ps->err;
+
+    size_t  len;
+
+    if (!json_is_string(v)) {
+        return ngx_http_pagedllm_type_error(ps, "a string or an array of "
+                                            "up to 4 strings");
+    }
+
+    len = json_string_length(v);
+
+    if (len == 0 || len > NGX_HTTP_PAGEDLLM_STOP_LEN) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "stop",
+                                    "each 'stop' string must be 1 to %d "
+                                    "bytes long", NGX_HTTP_PAGEDLLM_STOP_LEN);
+        return NGX_ERROR;
+    }
+
+    p->stop[p->n_stop].data = ngx_pnalloc(ps->pool, len);
+    if (p->stop[p->n_stop].data == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p->stop[p->n_stop].data, json_string_value(v), len);
+    p->stop[p->n_stop].len = len;
+    p->n_stop++;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_stop(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    size_t                      i;
+    json_t                     *e;
+    ngx_http_pagedllm_error_t  *err = ps->err;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_array(v)) {
+        return ngx_http_pagedllm_stop_string(ps, v);
+    }
+
+    if (json_array_size(v) > NGX_HTTP_PAGEDLLM_MAX_STOP) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "stop",
+                                    "'stop' may hold at most %d strings",
+                                    NGX_HTTP_PAGEDLLM_MAX_STOP);
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(v, i, e) {
+        if (ngx_http_pagedllm_stop_string(ps, e) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_stop_token_ids(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_error_t   *err = ps->err;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_array(v)) {
+        return ngx_http_pagedllm_type_error(ps, "an array of token ids");
+    }
+
+    if (json_array_size(v) > PL_MAX_STOP_IDS) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    "stop_token_ids",
+                                    "'stop_token_ids' may hold at most %d "
+                                    "ids", PL_MAX_STOP_IDS);
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_pagedllm_token_ids(ps, v, "an array of token ids",
+                                    &p->stop_ids)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    p->n_stop_ids = json_array_size(v);
+
+    return NGX_OK;
+}
+
+
+/* The conversation rendered by the model's chat template and tokenized;
+   special tokens in the rendered text are the template's own. */
+static ngx_int_t
+ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    size_t                       i;
+    json_t                      *msgs, *m, *one;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+    ngx_http_pagedllm_engine_t  *engine = ps->engine;
+    ngx_http_pagedllm_error_t   *err = ps->err;
+
+    if (engine->tok->chat == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL, "%s",
+                                    engine->tok->chat_error);
+        return NGX_ERROR;
+    }
+
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return ngx_http_pagedllm_type_error(ps, "a non-empty array of "
+                                            "messages");
+    }
+
+    msgs = ngx_http_pagedllm_json_pool(ps->pool, json_array());
+    if (msgs == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(v, i, m) {
+        if (!json_is_object(m)) {
+            return ngx_http_pagedllm_type_error(ps, "an array of objects");
+        }
+
+        one = ngx_http_pagedllm_message(m, ps->pool, err);
+        if (one == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (json_array_append(msgs, one) != 0) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                        NULL, "out of memory");
+            return NGX_ERROR;
+        }
+
+        p->text_len += json_string_length(json_object_get(one, "content"));
+    }
+
+    p->messages = msgs;
+
+    return NGX_OK;
+}

@@ -1,0 +1,280 @@
+
+/*
+ * ngx_http_pagedllm_prompt: the prompt to tokens.  A chat message is
+ * checked and reduced to what a chat template reads; text, or the
+ * conversation rendered by the model's chat template, is tokenized here,
+ * in the worker, with the engine's tokenizer, by
+ * ngx_http_pagedllm_tokenize(): it is thread-safe, so that the handler
+ * can run a long prompt's on the thread pool.
+ */
+
+
+#include "ngx_http_pagedllm_module.h"
+#include "ngx_http_pagedllm_request.h"
+
+#include <jansson.h>
+
+
+static void ngx_http_pagedllm_ids_cleanup(void *data);
+
+
+/* The text of a message's content: a string, or an array of text parts
+   joined by newlines (as vLLM does, a string the pool owns); NULL when it
+   is neither. */
+static json_t *
+ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
+{
+    u_char  *buf, *b;
+    size_t   i, len;
+    json_t  *part, *type, *text;
+
+    if (json_is_string(c)) {
+        return c;
+    }
+
+    if (!json_is_array(c)) {
+        return NULL;
+    }
+
+    len = 0;
+
+    json_array_foreach(c, i, part) {
+        type = json_object_get(part, "type");
+        text = json_object_get(part, "text");
+
+        if (!json_is_string(type)
+            || ngx_strcmp(json_string_value(type), "text") != 0
+            || !json_is_string(text) || json_object_size(part) != 2)
+        {
+            return NULL;
+        }
+
+        len += json_string_length(text) + 1;
+    }
+
+    buf = ngx_pnalloc(pool, len + 1);
+    if (buf == NULL) {
+        return NULL;
+    }
+
+    b = buf;
+
+    json_array_foreach(c, i, part) {
+        text = json_object_get(part, "text");
+        if (i > 0) {
+            *b++ = '\n';
+        }
+        b = ngx_cpymem(b, json_string_value(text), json_string_length(text));
+    }
+
+    return ngx_http_pagedllm_json_pool(pool,
+                                       json_stringn((char *) buf, b - buf));
+}
+
+
+/* Text a client wrote may not spell a special token of the tokenizer:
+   the rendered prompt is tokenized with special tokens parsed (for the
+   template's own), so such text would become a control token. */
+static ngx_int_t
+ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
+    ngx_http_pagedllm_error_t *err)
+{
+    size_t       len;
+    ngx_uint_t   i;
+    const char  *s;
+
+    if (v == NULL) {
+        return NGX_OK;
+    }
+
+    s = json_string_value(v);
+    len = json_string_length(v);
+
+    for (i = 0; i < tok->n_specials; i++) {
+        if (memmem(s, len, tok->specials[i].data, tok->specials[i].len)
+            != NULL)
+        {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "messages",
+                                        "'messages' may not contain the "
+                                        "special token text \"%V\"",
+                                        &tok->specials[i]);
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* One message checked and reduced to {role, content[, name]}. */
+json_t *
+ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_t      *role, *content, *name, *out;
+    const char  *r, *key;
+    json_t      *v;
+
+    role = json_object_get(m, "role");
+    r = json_string_value(role);
+
+    if (r == NULL || (ngx_strcmp(r, "system") != 0
+                      && ngx_strcmp(r, "developer") != 0
+                      && ngx_strcmp(r, "user") != 0
+                      && ngx_strcmp(r, "assistant") != 0))
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
+                                    "each message needs a 'role' of "
+                                    "\"system\", \"developer\", \"user\" "
+                                    "or \"assistant\"");
+        return NULL;
+    }
+
+    json_object_foreach(m, key, v) {
+        if (ngx_strcmp(key, "role") != 0 && ngx_strcmp(key, "content") != 0
+            && ngx_strcmp(key, "name") != 0)
+        {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
+                                        "message field '%s' is not "
+                                        "supported", key);
+            return NULL;
+        }
+    }
+
+    name = json_object_get(m, "name");
+    content = ngx_http_pagedllm_content(json_object_get(m, "content"), pool);
+
+    if (content == NULL || (name && !json_is_string(name))) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
+                                    "a message's 'content' must be a string "
+                                    "or an array of text parts, its 'name' "
+                                    "a string");
+        return NULL;
+    }
+
+    /* OpenAI's newer name for the system message: chat templates know
+       only "system" */
+    out = ngx_strcmp(r, "developer") == 0
+          ? json_pack("{s:s,s:O}", "role", "system", "content", content)
+          : json_pack("{s:O,s:O}", "role", role, "content", content);
+
+    out = ngx_http_pagedllm_json_pool(pool, out);
+
+    if (out == NULL || (name && json_object_set(out, "name", name) != 0)) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NULL;
+    }
+
+    return out;
+}
+
+
+/* job is to tokenize params' text with tok; the pool frees its ids. */
+ngx_int_t
+ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
+    ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
+    ngx_http_pagedllm_params_t *params)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    ngx_memzero(job, sizeof(ngx_http_pagedllm_tokenize_t));
+    job->tok = tok;
+    job->params = params;
+
+    cln = ngx_pool_cleanup_add(pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_pagedllm_ids_cleanup;
+    cln->data = job;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_pagedllm_ids_cleanup(void *data)
+{
+    ngx_http_pagedllm_tokenize_t  *job = data;
+
+    ngx_free(job->ids);
+}
+
+
+/*
+ * The job's prompt text, or its conversation rendered by the chat template
+ * (whose special tokens are its own: the text of a message may not spell
+ * one, or it would become a control token), tokenized.  Runs on a thread: it
+ * touches only the job, its parameters and the held tokenizer.
+ */
+void
+ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
+{
+    int                          n, chat;
+    char                        *text, rerr[256];
+    size_t                       i, len, cap;
+    json_t                      *m;
+    const char                  *name;
+    ngx_http_pagedllm_params_t  *p = job->params;
+
+    chat = (p->messages != NULL);
+    name = chat ? "messages" : "prompt";
+    job->rc = NGX_ERROR;
+
+    if (chat) {
+        json_array_foreach(p->messages, i, m) {
+            if (ngx_http_pagedllm_no_specials(json_object_get(m, "content"),
+                                              job->tok, &job->err)
+                != NGX_OK
+                || ngx_http_pagedllm_no_specials(json_object_get(m, "name"),
+                                                 job->tok, &job->err)
+                   != NGX_OK)
+            {
+                return;
+            }
+        }
+
+        text = pl_chat_render(job->tok->chat, p->messages, 1, NULL, rerr,
+                              sizeof(rerr));
+        if (text == NULL) {
+            ngx_http_pagedllm_error_set(&job->err, NGX_HTTP_BAD_REQUEST,
+                                        name, "The chat template failed: %s",
+                                        rerr);
+            return;
+        }
+
+        len = ngx_strlen(text);
+
+    } else {
+        text = (char *) p->text;
+        len = p->text_len;
+    }
+
+    cap = len + PL_TOKENIZER_EXTRA;
+
+    job->ids = ngx_alloc(cap * sizeof(int32_t), log);
+    n = job->ids ? pl_tokenizer_encode(job->tok->tokenizer, text, len, !chat,
+                                       chat, job->ids, cap)
+                 : -3;
+
+    if (chat) {
+        free(text);
+    }
+
+    if (n <= 0) {
+        ngx_http_pagedllm_error_set(&job->err,
+                                    n == -3 ? NGX_HTTP_INTERNAL_SERVER_ERROR
+                                            : NGX_HTTP_BAD_REQUEST,
+                                    name,
+                                    n == 0 ? "'%s' must not be empty"
+                                    : n == -1 ? "'%s' is not valid UTF-8"
+                                    : "'%s' cannot be tokenized", name);
+        return;
+    }
+
+    job->n_ids = n;
+    job->rc = NGX_OK;
+}

@@ -1,0 +1,70 @@
+
+/*
+ * ngx_http_pagedllm_request.h: what the files of OpenAI JSON in share:
+ * ngx_http_pagedllm_request.c (the body decoded, its fields walked and
+ * checked together), ngx_http_pagedllm_fields.c (the tables of the fields
+ * each endpoint takes, and the parser of each) and
+ * ngx_http_pagedllm_prompt.c (chat messages reduced, prompts tokenized).
+ */
+
+
+#ifndef _NGX_HTTP_PAGEDLLM_REQUEST_H_INCLUDED_
+#define _NGX_HTTP_PAGEDLLM_REQUEST_H_INCLUDED_
+
+
+#include "ngx_http_pagedllm_module.h"
+#include "pl_params.h"
+
+
+typedef struct ngx_http_pagedllm_parse_s  ngx_http_pagedllm_parse_t;
+
+typedef ngx_int_t (*ngx_http_pagedllm_field_pt)(ngx_http_pagedllm_parse_t *ps,
+    json_t *v);
+
+
+/* A request field.  param: the row of PL_PARAMS a sampling parameter
+   takes its type, range and default from (-1 for other fields); post: a
+   PL_SUBMIT_* flag the field sets, or for an unsupported field the JSON of
+   the value that asks for nothing. */
+typedef struct {
+    const char                   *name;
+    ngx_http_pagedllm_field_pt    parse;
+    ngx_int_t                     param;
+    void                         *post;
+} ngx_http_pagedllm_field_t;
+
+
+/* One request being parsed: the field at hand names itself in errors and
+   tells the generic parsers where its value goes. */
+struct ngx_http_pagedllm_parse_s {
+    ngx_http_pagedllm_field_t    *field;
+    ngx_http_pagedllm_params_t   *params;
+    ngx_http_pagedllm_engine_t   *engine;
+    ngx_pool_t                   *pool;
+    ngx_http_pagedllm_error_t    *err;
+};
+
+
+/* What differs between /v1/completions and /v1/chat/completions on the
+   way in; indexed by params.chat. */
+typedef struct {
+    ngx_http_pagedllm_field_t    *fields;        /* its own */
+    const char                   *prompt;        /* the prompt's field */
+    ngx_uint_t                    fill;          /* max_tokens left out:
+                                                    what fits */
+} ngx_http_pagedllm_api_t;
+
+
+extern ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[];
+extern ngx_http_pagedllm_api_t    ngx_http_pagedllm_apis[];
+
+
+/* fields */
+void ngx_http_pagedllm_param_set(ngx_http_pagedllm_params_t *p,
+    pl_param_id_t id, double v);
+
+/* prompt */
+json_t *ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
+    ngx_http_pagedllm_error_t *err);
+
+#endif /* _NGX_HTTP_PAGEDLLM_REQUEST_H_INCLUDED_ */
