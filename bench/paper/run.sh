@@ -82,6 +82,9 @@
 #   PAPER_BUDGET_S        overrides every group's budget
 #   PAPER_STOP_X          the sweep stop rule's factor (3)
 #   PAPER_POLICIES        policies of the groups that compare them
+#   PAPER_SG_RATES, PAPER_AL_RATES
+#                         the ShareGPT and Alpaca rate lists of the held-KV
+#                         groups (defaults below)
 #   PAPER_NO_PLOT=1       no matplotlib: runs and summary only
 #   PAPER_SMOKE=1         a check of the script on a machine without a GPU:
 #                         the tiny model (BUILD/models/tiny), the CPU
@@ -612,8 +615,8 @@ if [ "$SMOKE" = 1 ]; then
     AL_RATES="4 8 16"; AL_SECS=1; AL_MIN=6
     BS_RATES="2 8"
 else
-    SG_RATES="4 8 12 16 20 25 30"; SG_SECS=3; SG_MIN=12
-    AL_RATES="20 40 70 110 160 220 300"; AL_SECS=2; AL_MIN=40
+    SG_RATES=${PAPER_SG_RATES:-4 8 12 16 20 25 30}; SG_SECS=3; SG_MIN=12
+    AL_RATES=${PAPER_AL_RATES:-20 40 70 110 160 220 300}; AL_SECS=2; AL_MIN=40
     BS_RATES="12 110"
 fi
 HELD=$((HELD_TOKENS / 16))
