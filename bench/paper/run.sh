@@ -183,12 +183,16 @@ prepare() {
 }
 
 
-# A random checkpoint of SHAPE, made once, with the tiny model's tokenizer
-# (prompts are token ids; the ids it lacks decode to no text).  Sets
-# MODEL and VOCAB.
+# A random checkpoint of SHAPE, made once (the smoke test: a copy of the
+# tiny model), with a tokenizer over its whole vocabulary built from the
+# tiny model's (make_model.py tokenizer), so that every sampled id
+# decodes to text.  Sets MODEL and VOCAB.
 use_model() {
     if [ "$SMOKE" = 1 ]; then
-        MODEL=$B/models/tiny
+        MODEL=$MODELS/tiny
+        rm -rf "$MODEL"
+        mkdir -p "$MODELS"
+        cp -r "$B/models/tiny" "$MODEL"
     else
         MODEL=$MODELS/$1
         if [ ! -f "$MODEL/config.json" ]; then
@@ -197,9 +201,9 @@ use_model() {
                 >> "$W/logs/make-model.log" 2>&1 || return 1
             tail -1 "$W/logs/make-model.log" | tee -a "$W/summary.log"
         fi
-        cp "$B/models/tiny/tokenizer.json" "$B/models/tiny/tokenizer_config.json" \
-            "$MODEL/"
     fi
+    python3 bench/paper/make_model.py tokenizer "$MODEL" "$B/models/tiny" \
+        >> "$W/logs/make-model.log" 2>&1 || return 1
     VOCAB=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$MODEL/config.json")
 }
 
