@@ -22,12 +22,13 @@ model's pre-tokenizer, decoder, post-processor and chat template).  Its
 ids, in order around the model's bos and eos ids (which carry the
 template's special tokens): the 256 byte symbols; a space followed by
 one, two and three lowercase letters; a space and each word of
-pagedllm-load's English word list (bench/pagedllm-load.c); then a space
+pagedllm-load's English word list (its load_words[]); then a space
 and four letters until the vocabulary is full.  Every merge extends a
 space-led token by one letter, so a space-led word encodes as one chain:
 a sampled id's text (" abc", " abcd") encodes back to that id, and each
 listed word to one token.
 """
+import glob
 import itertools
 import re
 import json
@@ -86,15 +87,16 @@ def byte_symbols():
 
 
 def load_words():
-    """pagedllm-load's English words (the text of its chat turns)."""
-    try:
-        with open("bench/pagedllm-load.c") as f:
-            src = f.read()
-    except OSError:
-        return []
-    m = re.search(r"load_words\[\]\s*=\s*\{(.*?)\};", src, re.S)
-    words = re.findall(r'"([a-z]+)"', m.group(1)) if m else []
-    return [w for w in words if len(w) > 3]
+    """pagedllm-load's English words (the text of its chat turns), from
+    the array load_words[] in its sources."""
+    for path in sorted(glob.glob("bench/*.c") + glob.glob("bench/load/*.c")):
+        with open(path) as f:
+            m = re.search(r"load_words\[\]\s*=\s*\{(.*?)\};", f.read(),
+                          re.S)
+        if m:
+            return [w for w in re.findall(r'"([a-z]+)"', m.group(1))
+                    if len(w) > 3]
+    sys.exit("make_model.py: pagedllm-load's load_words[] was not found")
 
 
 def symbols_and_merges(n):
