@@ -60,8 +60,8 @@
 # each run, plots, summary.txt) go to $PAPER_LOGS/paper-GROUP/ (default
 # /tmp/paper-logs); $OUT (default ./paper-out) receives only
 # paper-GROUP.tar.gz (all of it), the group's PNGs and
-# paper-GROUP-summary.txt, so a call on the device machine brings back
-# few files.  Each runs.jsonl line: group, panel (workload or variant),
+# paper-GROUP-summary.txt: at most four files a group, so two groups fit
+# the eight files a call on the device machine brings back.  Each runs.jsonl line: group, panel (workload or variant),
 # series (policy or setting), x (rate, width or block size), the engine's
 # flags, the engine counters' change over the run (iterations,
 # generated and prompt tokens, preemptions, blocks swapped out) and
