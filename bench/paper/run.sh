@@ -60,8 +60,8 @@
 # each run, plots, summary.txt) go to $PAPER_LOGS/paper-GROUP/ (default
 # /tmp/paper-logs); $OUT (default ./paper-out) receives only
 # paper-GROUP.tar.gz (all of it), the group's PNGs and
-# paper-GROUP-summary.txt, so a call on the device machine brings back
-# few files.  Each runs.jsonl line: group, panel (workload or variant),
+# paper-GROUP-summary.txt: at most four files a group, so two groups fit
+# the eight files a call on the device machine brings back.  Each runs.jsonl line: group, panel (workload or variant),
 # series (policy or setting), x (rate, width or block size), the engine's
 # flags, the engine counters' change over the run (iterations,
 # generated and prompt tokens, preemptions, blocks swapped out) and
@@ -82,6 +82,9 @@
 #   PAPER_BUDGET_S        overrides every group's budget
 #   PAPER_STOP_X          the sweep stop rule's factor (3)
 #   PAPER_POLICIES        policies of the groups that compare them
+#   PAPER_SG_RATES, PAPER_AL_RATES
+#                         the ShareGPT and Alpaca rate lists of the held-KV
+#                         groups (defaults below)
 #   PAPER_NO_PLOT=1       no matplotlib: runs and summary only
 #   PAPER_SMOKE=1         a check of the script on a machine without a GPU:
 #                         the tiny model (BUILD/models/tiny), the CPU
@@ -180,12 +183,16 @@ prepare() {
 }
 
 
-# A random checkpoint of SHAPE, made once, with the tiny model's tokenizer
-# (prompts are token ids; the ids it lacks decode to no text).  Sets
-# MODEL and VOCAB.
+# A random checkpoint of SHAPE, made once (the smoke test: a copy of the
+# tiny model), with a tokenizer over its whole vocabulary built from the
+# tiny model's (make_model.py tokenizer), so that every sampled id
+# decodes to text.  Sets MODEL and VOCAB.
 use_model() {
     if [ "$SMOKE" = 1 ]; then
-        MODEL=$B/models/tiny
+        MODEL=$MODELS/tiny
+        rm -rf "$MODEL"
+        mkdir -p "$MODELS"
+        cp -r "$B/models/tiny" "$MODEL"
     else
         MODEL=$MODELS/$1
         if [ ! -f "$MODEL/config.json" ]; then
@@ -194,9 +201,9 @@ use_model() {
                 >> "$W/logs/make-model.log" 2>&1 || return 1
             tail -1 "$W/logs/make-model.log" | tee -a "$W/summary.log"
         fi
-        cp "$B/models/tiny/tokenizer.json" "$B/models/tiny/tokenizer_config.json" \
-            "$MODEL/"
     fi
+    python3 bench/paper/make_model.py tokenizer "$MODEL" "$B/models/tiny" \
+        >> "$W/logs/make-model.log" 2>&1 || return 1
     VOCAB=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$MODEL/config.json")
 }
 
@@ -612,8 +619,8 @@ if [ "$SMOKE" = 1 ]; then
     AL_RATES="4 8 16"; AL_SECS=1; AL_MIN=6
     BS_RATES="2 8"
 else
-    SG_RATES="4 8 12 16 20 25 30"; SG_SECS=3; SG_MIN=12
-    AL_RATES="20 40 70 110 160 220 300"; AL_SECS=2; AL_MIN=40
+    SG_RATES=${PAPER_SG_RATES:-4 8 12 16 20 25 30}; SG_SECS=3; SG_MIN=12
+    AL_RATES=${PAPER_AL_RATES:-20 40 70 110 160 220 300}; AL_SECS=2; AL_MIN=40
     BS_RATES="12 110"
 fi
 HELD=$((HELD_TOKENS / 16))
