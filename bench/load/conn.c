@@ -195,7 +195,7 @@ error_message(const char *text, char *out, size_t size)
 static void
 event_usage(load_conn_t *c, const char *p, size_t n)
 {
-    json_t  *j = json_loadb(p, n, 0, NULL), *u;
+    json_t  *j = json_loadb(p, n, JSON_ALLOW_NUL, NULL), *u;
 
     u = json_object_get(j, "usage");
     if (json_is_object(u)) {
@@ -213,7 +213,7 @@ event_usage(load_conn_t *c, const char *p, size_t n)
 static int
 event_chat_text(load_conn_t *c, const char *p, size_t n)
 {
-    json_t  *j = json_loadb(p, n, 0, NULL), *ch, *text;
+    json_t  *j = json_loadb(p, n, JSON_ALLOW_NUL, NULL), *ch, *text;
     size_t   len;
 
     ch = json_array_get(json_object_get(j, "choices"), 0);
@@ -295,7 +295,7 @@ whole_response(load_conn_t *c)
         return;
     }
 
-    j = json_loadb(c->body, c->body_len, 0, NULL);
+    j = json_loadb(c->body, c->body_len, JSON_ALLOW_NUL, NULL);
     text = json_object_get(json_object_get(json_array_get(
                json_object_get(j, "choices"), 0), "message"), "content");
     if (c->conv->history && json_is_string(text)) {
