@@ -329,8 +329,10 @@ static const char  usage_text[] =
 "  --kv-tokens N                  KV pool in tokens (default 15728)\n"
 "  --max-num-seqs N               (default 256)\n"
 "  --max-num-batched-tokens N     (default 2048)\n"
-"  --preemption-mode recompute|swap  (default recompute)\n"
-"  --seed N                       (default 1)\n";
+"  --preemption-mode recompute|swap  (default recompute; the engine's\n"
+"                                 auto needs a host link the model lacks)\n"
+"  --seed N                       (default 1)\n"
+"  --help                         this text\n";
 
 
 static int
@@ -346,12 +348,14 @@ parse(int argc, char **argv, sim_config_t *c)
         { "max-num-batched-tokens", required_argument, NULL, 't' },
         { "preemption-mode", required_argument, NULL, 'p' },
         { "seed", required_argument, NULL, 'S' },
+        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
     int  o;
 
     *c = (sim_config_t) { "sharegpt", 1.0, 1000, 16, 15728, 256, 2048, 0, 1 };
 
+    opterr = 0;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'w': c->workload = optarg; break;
@@ -361,16 +365,43 @@ parse(int argc, char **argv, sim_config_t *c)
         case 'k': c->kv_tokens = atoi(optarg); break;
         case 's': c->max_num_seqs = atoi(optarg); break;
         case 't': c->max_num_batched_tokens = atoi(optarg); break;
-        case 'p': c->preemption_mode = strcmp(optarg, "swap") == 0; break;
+        case 'p':
+            if (strcmp(optarg, "recompute") != 0
+                && strcmp(optarg, "swap") != 0)
+            {
+                fprintf(stderr, "pagedllm-sim: --preemption-mode %s: "
+                        "recompute or swap; try --help\n", optarg);
+                return -1;
+            }
+            c->preemption_mode = strcmp(optarg, "swap") == 0;
+            break;
         case 'S': c->seed = strtoull(optarg, NULL, 10); break;
-        default: return -1;
+        case 'h': fputs(usage_text, stdout); exit(0);
+        default:
+            fprintf(stderr, "pagedllm-sim: unknown option or missing value: "
+                    "%s; try --help\n", argv[optind - 1]);
+            return -1;
         }
     }
+    if (optind < argc) {
+        fprintf(stderr, "pagedllm-sim: unexpected argument '%s'; "
+                "try --help\n", argv[optind]);
+        return -1;
+    }
 
-    return c->rate > 0 && c->requests > 0 && c->block_size >= 1
-           && c->block_size <= 256 && c->kv_tokens >= SIM_MAX_LEN
-           && c->max_num_seqs > 0
-           && c->max_num_batched_tokens >= SIM_MAX_LEN ? 0 : -1;
+    if (!(c->rate > 0 && c->requests > 0 && c->block_size >= 1
+          && c->block_size <= 256 && c->kv_tokens >= SIM_MAX_LEN
+          && c->max_num_seqs > 0
+          && c->max_num_batched_tokens >= SIM_MAX_LEN))
+    {
+        fprintf(stderr, "pagedllm-sim: rate, requests and max-num-seqs must "
+                "be positive, block-size 1..256, kv-tokens and "
+                "max-num-batched-tokens at least %d; try --help\n",
+                SIM_MAX_LEN);
+        return -1;
+    }
+
+    return 0;
 }
 
 
@@ -387,13 +418,17 @@ main(int argc, char **argv)
     int             p, i;
 
     if (parse(argc, argv, &c) != 0) {
-        fputs(usage_text, stderr);
         return 2;
     }
 
     req = malloc((size_t) c.requests * sizeof(*req));
-    if (req == NULL || make_workload(&c, req) != 0) {
-        fputs(usage_text, stderr);
+    if (req == NULL) {
+        fputs("pagedllm-sim: out of memory\n", stderr);
+        return 1;
+    }
+    if (make_workload(&c, req) != 0) {
+        fprintf(stderr, "pagedllm-sim: --workload %s: sharegpt or alpaca; "
+                "try --help\n", c.workload);
         return 2;
     }
     for (i = 0; i < c.requests; i++) {
