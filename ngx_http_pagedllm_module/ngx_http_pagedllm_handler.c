@@ -5,6 +5,7 @@
  * location, answers the GETs (parked until the engine attaches), gives a
  * completion its ctx and reads its body; and sends the answers made
  * whole: JSON, OpenAI-style errors, 503 with Retry-After, 405 with Allow.
+ * CORS (ngx_http_pagedllm_cors.c) comes first, before routing.
  * Every request gets a cleanup handler, so whichever way it ends (499
  * included) a running generation is aborted exactly once.
  */
@@ -56,6 +57,11 @@ ngx_http_pagedllm_handler(ngx_http_request_t *r)
     ngx_http_pagedllm_ctx_t    *ctx;
     ngx_http_pagedllm_error_t   err;
     ngx_http_pagedllm_route_e   route;
+
+    rc = ngx_http_pagedllm_cors(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
 
     route = ngx_http_pagedllm_route(r, NULL);
 

@@ -22,6 +22,7 @@
  *   ngx_http_pagedllm_choice.c      the engine's output into each choice,
  *                                   stop strings
  *   ngx_http_pagedllm_output.c      SSE events or one JSON body out
+ *   ngx_http_pagedllm_cors.c        CORS headers, preflights answered
  * OpenAI JSON in (ngx_http_pagedllm_request.h):
  *   ngx_http_pagedllm_request.c     the body decoded, fields checked
  *                                   together, the length
@@ -60,6 +61,10 @@
 #define NGX_HTTP_PAGEDLLM_MAX_STOP     4
 #define NGX_HTTP_PAGEDLLM_STOP_LEN     1024
 
+#define NGX_HTTP_PAGEDLLM_CORS_OFF     0
+#define NGX_HTTP_PAGEDLLM_CORS_ANY     1     /* pagedllm_cors on */
+#define NGX_HTTP_PAGEDLLM_CORS_LIST    2     /* the origins listed */
+
 
 typedef struct {
     ngx_str_t                     engine;        /* socket path, NUL-ended */
@@ -77,6 +82,8 @@ typedef struct {
     size_t                        max_unsent;
     time_t                        retry_after;
     ngx_msec_t                    timeout;
+    ngx_uint_t                    cors;          /* NGX_HTTP_PAGEDLLM_CORS_ */
+    ngx_array_t                  *cors_origins;  /* of ngx_str_t: _LIST */
 } ngx_http_pagedllm_loc_conf_t;
 
 
