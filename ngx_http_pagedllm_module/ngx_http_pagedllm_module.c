@@ -7,7 +7,9 @@
  *     pagedllm_reattach_interval 1s;      (http) retry while detached
  *     pagedllm_thread_pool default;       (http) nginx thread pool for
  *                                         tokenizer loads, long prompts
- *     location /v1/ { pagedllm; }         /v1/completions, /v1/models
+ *     location /v1/ { pagedllm; }         /v1/completions, /v1/models,
+ *                                         /v1/tokenize (location /: vLLM's
+ *                                         /tokenize, /detokenize, /version)
  *     location = /pagedllm/status { pagedllm_status; }
  *     location = /metrics { pagedllm_metrics; }   Prometheus text format
  *     pagedllm_max_unsent 1m;             unsent output before an abort

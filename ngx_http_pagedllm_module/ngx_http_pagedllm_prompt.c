@@ -5,7 +5,8 @@
  * conversation rendered by the model's chat template, is tokenized here,
  * in the worker, with the engine's tokenizer, by
  * ngx_http_pagedllm_tokenize(): it is thread-safe, so that the handler
- * can run a long prompt's on the thread pool.
+ * can run a long prompt's on the thread pool.  POST /detokenize's ids are
+ * decoded back to text the same way, by ngx_http_pagedllm_detokenize().
  */
 
 
@@ -237,7 +238,8 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
             }
         }
 
-        text = pl_chat_render(job->tok->chat, p->messages, 1, NULL, rerr,
+        text = pl_chat_render(job->tok->chat, p->messages,
+                              p->add_generation_prompt, NULL, rerr,
                               sizeof(rerr));
         if (text == NULL) {
             ngx_http_pagedllm_error_set(&job->err, NGX_HTTP_BAD_REQUEST,
@@ -256,8 +258,8 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
     cap = len + PL_TOKENIZER_EXTRA;
 
     job->ids = ngx_alloc(cap * sizeof(int32_t), log);
-    n = job->ids ? pl_tokenizer_encode(job->tok->tokenizer, text, len, !chat,
-                                       chat, job->ids, cap)
+    n = job->ids ? pl_tokenizer_encode(job->tok->tokenizer, text, len,
+                                       p->add_special, chat, job->ids, cap)
                  : -3;
 
     if (chat) {
@@ -276,5 +278,52 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
     }
 
     job->n_ids = n;
+    job->rc = NGX_OK;
+}
+
+
+/* job is to decode params' ids with tok, into text the pool owns. */
+ngx_int_t
+ngx_http_pagedllm_detokenize_init(ngx_pool_t *pool,
+    ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
+    ngx_http_pagedllm_params_t *params)
+{
+    ngx_memzero(job, sizeof(ngx_http_pagedllm_tokenize_t));
+    job->tok = tok;
+    job->params = params;
+    job->text_cap = params->n_prompt * pl_detok_max_bytes(tok->tokenizer)
+                    + 1;
+
+    job->text = ngx_pnalloc(pool, job->text_cap);
+    if (job->text == NULL) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* The ids decoded, special tokens included (as vLLM's /detokenize does);
+   bytes that end in an incomplete character become U+FFFD.  Runs on a
+   thread: it touches only the job, its ids and the held tokenizer. */
+void
+ngx_http_pagedllm_detokenize(ngx_http_pagedllm_tokenize_t *job,
+    ngx_log_t *log)
+{
+    long                         n;
+    ngx_http_pagedllm_params_t  *p = job->params;
+
+    n = pl_tokenizer_decode(job->tok->tokenizer, p->prompt, p->n_prompt, 0,
+                            (char *) job->text, job->text_cap);
+
+    if (n < 0) {
+        ngx_http_pagedllm_error_set(&job->err,
+                                    NGX_HTTP_INTERNAL_SERVER_ERROR, "tokens",
+                                    "'tokens' could not be decoded");
+        job->rc = NGX_ERROR;
+        return;
+    }
+
+    job->text_len = n;
     job->rc = NGX_OK;
 }
