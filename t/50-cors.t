@@ -130,6 +130,16 @@ is($r->{headers}{'access-control-allow-origin'}, $APP,
 $r = $t->completion(prompt => 'Hello', max_tokens => 2);
 is($r->{status}, 200, 'a completion without Origin still works');
 
+# with the engine gone, the 503 and its Retry-After reach the page too
+$t->stop_engine;
+$r = $t->request(GET => '/v1/models', undef, Origin => $APP);
+is($r->{status}, 503, 'engine stopped: GET /v1/models with an Origin: 503');
+is($r->{headers}{'access-control-allow-origin'}, $APP,
+   'the 503 carries Allow-Origin');
+ok(defined $r->{headers}{'retry-after'}
+   && ($r->{headers}{'access-control-expose-headers'} // '') =~ /Retry-After/,
+   'the 503\'s Retry-After is exposed to scripts');
+
 # an origin that no browser sends is refused at configuration time
 for my $bad ('https://app.example/', 'app.example', 'https://') {
     my $c = PagedLLM::Test->new(server => "pagedllm_cors $bad;");
