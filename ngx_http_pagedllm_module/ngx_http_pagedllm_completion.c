@@ -41,11 +41,11 @@ static void ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_submit(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
-static void ngx_http_pagedllm_detokenize_start(ngx_http_request_t *r,
-    ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_detokenize_work(void *data, ngx_log_t *log);
 static void ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
+static ngx_http_pagedllm_engine_t *ngx_http_pagedllm_same_engine(
+    ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx);
 static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx);
 static u_char *ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len);
 static ngx_int_t ngx_http_pagedllm_start(ngx_http_request_t *r,
@@ -224,12 +224,7 @@ ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 
     ctx->tok = engine->tok;
 
-    if (ctx->detokenize) {
-        ngx_http_pagedllm_detokenize_start(r, ctx);
-        return;
-    }
-
-    if (ctx->params.prompt != NULL) {
+    if (ctx->params.prompt != NULL && !ctx->detokenize) {
         ngx_http_pagedllm_submit(r, ctx);
         return;
     }
@@ -239,6 +234,17 @@ ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
         != NGX_OK)
     {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    /* /detokenize: the ids decoded, on the thread pool when the body was
+       long enough to be decoded there */
+
+    if (ctx->detokenize) {
+        ngx_http_pagedllm_step(r, ctx, ngx_http_pagedllm_detokenize_work,
+                               ngx_http_pagedllm_tokens_answer,
+                               ctx->decode.len
+                               >= NGX_HTTP_PAGEDLLM_INLINE_MAX);
         return;
     }
 
@@ -285,26 +291,6 @@ ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
 }
 
 
-/* /detokenize: the ids decoded, on the thread pool when the body was
-   long enough to be decoded there */
-static void
-ngx_http_pagedllm_detokenize_start(ngx_http_request_t *r,
-    ngx_http_pagedllm_ctx_t *ctx)
-{
-    if (ngx_http_pagedllm_detokenize_init(r->pool, &ctx->job, ctx->tok,
-                                          &ctx->params)
-        != NGX_OK)
-    {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    ngx_http_pagedllm_step(r, ctx, ngx_http_pagedllm_detokenize_work,
-                           ngx_http_pagedllm_tokens_answer,
-                           ctx->decode.len >= NGX_HTTP_PAGEDLLM_INLINE_MAX);
-}
-
-
 static void
 ngx_http_pagedllm_detokenize_work(void *data, ngx_log_t *log)
 {
@@ -330,12 +316,8 @@ ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
         return;
     }
 
-    engine = ngx_http_pagedllm_channel_engine();
-
-    if (engine == NULL || engine->tok != ctx->tok) {
-        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
-                                  "the engine went away or changed its "
-                                  "model, try again"));
+    engine = ngx_http_pagedllm_same_engine(r, ctx);
+    if (engine == NULL) {
         return;
     }
 
@@ -350,6 +332,27 @@ ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
 }
 
 
+/* The engine attached now if it is still the one the request was parsed
+   for; else the request is answered 503 and NULL returned. */
+static ngx_http_pagedllm_engine_t *
+ngx_http_pagedllm_same_engine(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_engine_t  *engine;
+
+    engine = ngx_http_pagedllm_channel_engine();
+
+    if (engine == NULL || engine->tok != ctx->tok) {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
+                                  "the engine went away or changed its "
+                                  "model, try again"));
+        return NULL;
+    }
+
+    return engine;
+}
+
+
 /* Tokenized: check the length against the engine that is attached now
    (still the one parsed for), submit, start. */
 static void
@@ -359,12 +362,8 @@ ngx_http_pagedllm_submit(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
     ngx_http_pagedllm_error_t    err;
     ngx_http_pagedllm_engine_t  *engine;
 
-    engine = ngx_http_pagedllm_channel_engine();
-
-    if (engine == NULL || engine->tok != ctx->tok) {
-        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
-                                  "the engine went away or changed its "
-                                  "model, try again"));
+    engine = ngx_http_pagedllm_same_engine(r, ctx);
+    if (engine == NULL) {
         return;
     }
 

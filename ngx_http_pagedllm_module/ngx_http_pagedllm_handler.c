@@ -4,9 +4,9 @@
  * /v1/completions, /v1/chat/completions, /v1/models, vLLM's /tokenize,
  * /detokenize and /version, and the status location, answers the GETs
  * (parked until the engine attaches), gives a POST its ctx and reads its
- * body; and sends the answers made
- * whole: JSON, OpenAI-style errors, 503 with Retry-After, 405 with Allow.
- * CORS (ngx_http_pagedllm_cors.c) comes first, before routing.
+ * body; and sends the answers made whole: JSON, OpenAI-style errors, 503
+ * with Retry-After, 405 with Allow.  CORS (ngx_http_pagedllm_cors.c) comes
+ * first, before routing.
  * Every request gets a cleanup handler, so whichever way it ends (499
  * included) a running generation is aborted exactly once.
  */

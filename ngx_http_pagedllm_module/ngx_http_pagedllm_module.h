@@ -193,8 +193,8 @@ typedef struct {
 /*
  * Tokenizing a prompt given as text, or decoding ids to text (POST
  * /detokenize), on a thread or inline: only the reference-counted
- * tokenizer and what the job holds are touched.  ids are malloc()ed and
- * the request pool's (a cleanup frees them); text is the pool's.
+ * tokenizer and what the job holds are touched.  ids and text are
+ * malloc()ed and the request pool's (a cleanup frees them).
  */
 typedef struct {
     ngx_http_pagedllm_tok_t      *tok;
@@ -203,7 +203,6 @@ typedef struct {
     ngx_uint_t                    n_ids;
     u_char                       *text;          /* params' ids decoded */
     size_t                        text_len;
-    size_t                        text_cap;
     ngx_int_t                     rc;
     ngx_http_pagedllm_error_t     err;
 } ngx_http_pagedllm_tokenize_t;
@@ -365,9 +364,6 @@ ngx_int_t ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
     ngx_http_pagedllm_params_t *params);
 void ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job,
     ngx_log_t *log);
-ngx_int_t ngx_http_pagedllm_detokenize_init(ngx_pool_t *pool,
-    ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
-    ngx_http_pagedllm_params_t *params);
 void ngx_http_pagedllm_detokenize(ngx_http_pagedllm_tokenize_t *job,
     ngx_log_t *log);
 ngx_int_t ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,

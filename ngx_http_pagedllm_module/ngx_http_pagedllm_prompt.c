@@ -16,7 +16,7 @@
 #include <jansson.h>
 
 
-static void ngx_http_pagedllm_ids_cleanup(void *data);
+static void ngx_http_pagedllm_job_cleanup(void *data);
 
 
 /* The text of a message's content: a string, or an array of text parts
@@ -172,7 +172,8 @@ ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
 }
 
 
-/* job is to tokenize params' text with tok; the pool frees its ids. */
+/* job is to tokenize params' text, or decode its ids, with tok; the pool
+   frees what it makes. */
 ngx_int_t
 ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
     ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
@@ -189,7 +190,7 @@ ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
         return NGX_ERROR;
     }
 
-    cln->handler = ngx_http_pagedllm_ids_cleanup;
+    cln->handler = ngx_http_pagedllm_job_cleanup;
     cln->data = job;
 
     return NGX_OK;
@@ -197,11 +198,12 @@ ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
 
 
 static void
-ngx_http_pagedllm_ids_cleanup(void *data)
+ngx_http_pagedllm_job_cleanup(void *data)
 {
     ngx_http_pagedllm_tokenize_t  *job = data;
 
     ngx_free(job->ids);
+    ngx_free(job->text);
 }
 
 
@@ -282,48 +284,52 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
 }
 
 
-/* job is to decode params' ids with tok, into text the pool owns. */
-ngx_int_t
-ngx_http_pagedllm_detokenize_init(ngx_pool_t *pool,
-    ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
-    ngx_http_pagedllm_params_t *params)
-{
-    ngx_memzero(job, sizeof(ngx_http_pagedllm_tokenize_t));
-    job->tok = tok;
-    job->params = params;
-    job->text_cap = params->n_prompt * pl_detok_max_bytes(tok->tokenizer)
-                    + 1;
 
-    job->text = ngx_pnalloc(pool, job->text_cap);
-    if (job->text == NULL) {
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
-}
-
-
-/* The ids decoded, special tokens included (as vLLM's /detokenize does);
-   bytes that end in an incomplete character become U+FFFD.  Runs on a
-   thread: it touches only the job, its ids and the held tokenizer. */
+/*
+ * The job's ids decoded, special tokens included (as vLLM's /detokenize
+ * does); bytes that end in an incomplete character become U+FFFD.  The
+ * text is malloc()ed: a first guess of a few bytes a token, doubled while
+ * it is short, up to the tokenizer's bound, so that a long list of ids
+ * does not reserve its worst case.  Runs on a thread: it touches only the
+ * job, its ids and the held tokenizer.
+ */
 void
 ngx_http_pagedllm_detokenize(ngx_http_pagedllm_tokenize_t *job,
     ngx_log_t *log)
 {
     long                         n;
+    size_t                       cap, max;
     ngx_http_pagedllm_params_t  *p = job->params;
 
-    n = pl_tokenizer_decode(job->tok->tokenizer, p->prompt, p->n_prompt, 0,
-                            (char *) job->text, job->text_cap);
+    job->rc = NGX_ERROR;
 
-    if (n < 0) {
-        ngx_http_pagedllm_error_set(&job->err,
-                                    NGX_HTTP_INTERNAL_SERVER_ERROR, "tokens",
-                                    "'tokens' could not be decoded");
-        job->rc = NGX_ERROR;
-        return;
+    max = p->n_prompt * pl_detok_max_bytes(job->tok->tokenizer) + 1;
+    cap = ngx_min(p->n_prompt * 8 + 64, max);
+
+    for ( ;; ) {
+        job->text = ngx_alloc(cap, log);
+        if (job->text == NULL) {
+            break;
+        }
+
+        n = pl_tokenizer_decode(job->tok->tokenizer, p->prompt, p->n_prompt,
+                                0, (char *) job->text, cap);
+        if (n >= 0) {
+            job->text_len = n;
+            job->rc = NGX_OK;
+            return;
+        }
+
+        ngx_free(job->text);
+        job->text = NULL;
+
+        if (cap == max) {
+            break;
+        }
+
+        cap = ngx_min(cap * 2, max);
     }
 
-    job->text_len = n;
-    job->rc = NGX_OK;
+    ngx_http_pagedllm_error_set(&job->err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                "tokens", "'tokens' could not be decoded");
 }
