@@ -5,7 +5,8 @@
  * length checked against the engine attached then, the request submitted
  * to the channel and its output started.  A long body is decoded and a
  * long prompt tokenized on the thread pool, the request blocked
- * meanwhile.
+ * meanwhile.  POST /tokenize and /detokenize take the same steps and are
+ * answered where a completion would be submitted.
  */
 
 
@@ -24,6 +25,10 @@
 #define NGX_HTTP_PAGEDLLM_INLINE_MAX   4096
 
 
+static void ngx_http_pagedllm_step(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_work_pt work,
+    void (*next)(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx),
+    ngx_uint_t offload);
 static void ngx_http_pagedllm_offload(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_work_pt work,
     void (*next)(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx));
@@ -36,6 +41,11 @@ static void ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_submit(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_detokenize_work(void *data, ngx_log_t *log);
+static void ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
+static ngx_http_pagedllm_engine_t *ngx_http_pagedllm_same_engine(
+    ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx);
 static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx);
 static u_char *ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len);
 static ngx_int_t ngx_http_pagedllm_start(ngx_http_request_t *r,
@@ -81,13 +91,26 @@ ngx_http_pagedllm_completions(ngx_http_request_t *r)
         return;
     }
 
-    if (len >= NGX_HTTP_PAGEDLLM_INLINE_MAX) {
-        ngx_http_pagedllm_offload(r, ctx, ngx_http_pagedllm_decode_work,
-                                  ngx_http_pagedllm_parse);
+    ngx_http_pagedllm_step(r, ctx, ngx_http_pagedllm_decode_work,
+                           ngx_http_pagedllm_parse,
+                           len >= NGX_HTTP_PAGEDLLM_INLINE_MAX);
+}
+
+
+/* work, on the thread pool when offload, else here and now; then next */
+static void
+ngx_http_pagedllm_step(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_work_pt work,
+    void (*next)(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx),
+    ngx_uint_t offload)
+{
+    if (offload) {
+        ngx_http_pagedllm_offload(r, ctx, work, next);
         return;
     }
 
-    ngx_http_pagedllm_parse(r, ctx);
+    work(ctx, r->connection->log);
+    next(r, ctx);
 }
 
 
@@ -162,6 +185,7 @@ ngx_http_pagedllm_decode_work(void *data, ngx_log_t *log)
 static void
 ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 {
+    ngx_int_t                    rc;
     ngx_http_pagedllm_error_t    err;
     ngx_http_pagedllm_engine_t  *engine;
 
@@ -173,10 +197,18 @@ ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
         return;
     }
 
-    if (ngx_http_pagedllm_parse_completion(r, &ctx->decode, engine,
-                                           ctx->chat, &ctx->params, &err)
-        != NGX_OK)
-    {
+    if (ctx->tokenize || ctx->detokenize) {
+        rc = ngx_http_pagedllm_parse_tokens(r, &ctx->decode, engine,
+                                            ctx->detokenize, &ctx->params,
+                                            &err);
+
+    } else {
+        rc = ngx_http_pagedllm_parse_completion(r, &ctx->decode, engine,
+                                                ctx->chat, &ctx->params,
+                                                &err);
+    }
+
+    if (rc != NGX_OK) {
         ngx_http_finalize_request(r, ngx_http_pagedllm_send_error(r, &err));
         return;
     }
@@ -192,7 +224,7 @@ ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 
     ctx->tok = engine->tok;
 
-    if (ctx->params.prompt != NULL) {
+    if (ctx->params.prompt != NULL && !ctx->detokenize) {
         ngx_http_pagedllm_submit(r, ctx);
         return;
     }
@@ -205,14 +237,21 @@ ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
         return;
     }
 
-    if (ctx->params.text_len >= NGX_HTTP_PAGEDLLM_INLINE_MAX) {
-        ngx_http_pagedllm_offload(r, ctx, ngx_http_pagedllm_tokenize_work,
-                                  ngx_http_pagedllm_tokenized);
+    /* /detokenize: the ids decoded, on the thread pool when the body was
+       long enough to be decoded there */
+
+    if (ctx->detokenize) {
+        ngx_http_pagedllm_step(r, ctx, ngx_http_pagedllm_detokenize_work,
+                               ngx_http_pagedllm_tokens_answer,
+                               ctx->decode.len
+                               >= NGX_HTTP_PAGEDLLM_INLINE_MAX);
         return;
     }
 
-    ngx_http_pagedllm_tokenize(&ctx->job, r->connection->log);
-    ngx_http_pagedllm_tokenized(r, ctx);
+    ngx_http_pagedllm_step(r, ctx, ngx_http_pagedllm_tokenize_work,
+                           ngx_http_pagedllm_tokenized,
+                           ctx->params.text_len
+                           >= NGX_HTTP_PAGEDLLM_INLINE_MAX);
 }
 
 
@@ -229,6 +268,11 @@ static void
 ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx)
 {
+    if (ctx->tokenize) {
+        ngx_http_pagedllm_tokens_answer(r, ctx);
+        return;
+    }
+
     if (ctx->job.rc != NGX_OK) {
         ngx_http_finalize_request(r,
                                   ngx_http_pagedllm_send_error(r,
@@ -247,6 +291,68 @@ ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
 }
 
 
+static void
+ngx_http_pagedllm_detokenize_work(void *data, ngx_log_t *log)
+{
+    ngx_http_pagedllm_ctx_t  *ctx = data;
+
+    ngx_http_pagedllm_detokenize(&ctx->job, log);
+}
+
+
+/* /tokenize or /detokenize done: the answer, while the engine whose
+   tokenizer made it is attached (its max_model_len goes with the ids) */
+static void
+ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_buf_t                   *b;
+    ngx_http_pagedllm_engine_t  *engine;
+
+    if (ctx->job.rc != NGX_OK) {
+        ngx_http_finalize_request(r,
+                                  ngx_http_pagedllm_send_error(r,
+                                                               &ctx->job.err));
+        return;
+    }
+
+    engine = ngx_http_pagedllm_same_engine(r, ctx);
+    if (engine == NULL) {
+        return;
+    }
+
+    b = ctx->tokenize
+        ? ngx_http_pagedllm_tokenize_json(r->pool, engine, ctx->job.ids,
+                                          ctx->job.n_ids)
+        : ngx_http_pagedllm_detokenize_json(r->pool, ctx->job.text,
+                                            ctx->job.text_len);
+
+    ngx_http_finalize_request(r, ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
+                                                             b));
+}
+
+
+/* The engine attached now if it is still the one the request was parsed
+   for; else the request is answered 503 and NULL returned. */
+static ngx_http_pagedllm_engine_t *
+ngx_http_pagedllm_same_engine(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_engine_t  *engine;
+
+    engine = ngx_http_pagedllm_channel_engine();
+
+    if (engine == NULL || engine->tok != ctx->tok) {
+        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
+                                  "the engine went away or changed its "
+                                  "model, try again"));
+        return NULL;
+    }
+
+    return engine;
+}
+
+
 /* Tokenized: check the length against the engine that is attached now
    (still the one parsed for), submit, start. */
 static void
@@ -256,12 +362,8 @@ ngx_http_pagedllm_submit(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
     ngx_http_pagedllm_error_t    err;
     ngx_http_pagedllm_engine_t  *engine;
 
-    engine = ngx_http_pagedllm_channel_engine();
-
-    if (engine == NULL || engine->tok != ctx->tok) {
-        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
-                                  "the engine went away or changed its "
-                                  "model, try again"));
+    engine = ngx_http_pagedllm_same_engine(r, ctx);
+    if (engine == NULL) {
         return;
     }
 

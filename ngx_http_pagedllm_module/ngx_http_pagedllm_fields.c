@@ -6,6 +6,8 @@
  * conversation, sampling parameters, stop strings, logit_bias.  A sampling
  * parameter takes its type, range and default from its row of PL_PARAMS
  * (proto/pl_params.h), the one definition the engine checks against too.
+ * POST /tokenize (a prompt or a conversation) and /detokenize (token ids)
+ * have tables of their own and take none of the common fields.
  */
 
 
@@ -49,6 +51,14 @@ static ngx_int_t ngx_http_pagedllm_f_stop(
 static ngx_int_t ngx_http_pagedllm_f_stop_token_ids(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_messages(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_text(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_tokens(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_add_special(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_add_generation_prompt(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 
 
@@ -133,6 +143,31 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
 ngx_http_pagedllm_api_t  ngx_http_pagedllm_apis[] = {
     { ngx_http_pagedllm_completion_fields, "prompt", 0 },
     { ngx_http_pagedllm_chat_fields, "messages", 1 }
+};
+
+
+/* POST /tokenize, vLLM's two forms: a prompt (text only), or a
+   conversation; then /detokenize */
+ngx_http_pagedllm_field_t  ngx_http_pagedllm_tokenize_fields[] = {
+    { "model", ngx_http_pagedllm_f_model, -1, NULL },
+    { "prompt", ngx_http_pagedllm_f_text, -1, NULL },
+    { "add_special_tokens", ngx_http_pagedllm_f_add_special, -1, NULL },
+    { NULL, NULL, -1, NULL }
+};
+
+ngx_http_pagedllm_field_t  ngx_http_pagedllm_tokenize_chat_fields[] = {
+    { "model", ngx_http_pagedllm_f_model, -1, NULL },
+    { "messages", ngx_http_pagedllm_f_messages, -1, NULL },
+    { "add_generation_prompt", ngx_http_pagedllm_f_add_generation_prompt,
+      -1, NULL },
+    { "add_special_tokens", ngx_http_pagedllm_f_add_special, -1, NULL },
+    { NULL, NULL, -1, NULL }
+};
+
+ngx_http_pagedllm_field_t  ngx_http_pagedllm_detokenize_fields[] = {
+    { "model", ngx_http_pagedllm_f_model, -1, NULL },
+    { "tokens", ngx_http_pagedllm_f_tokens, -1, NULL },
+    { NULL, NULL, -1, NULL }
 };
 
 
@@ -818,6 +853,68 @@ ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
     }
 
     p->messages = msgs;
+
+    return NGX_OK;
+}
+
+
+/* /tokenize's prompt: text only (token ids are tokens already) */
+static ngx_int_t
+ngx_http_pagedllm_f_text(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    if (!json_is_string(v)) {
+        return ngx_http_pagedllm_type_error(ps, "a string");
+    }
+
+    return ngx_http_pagedllm_prompt_text(ps, v);
+}
+
+
+/* /detokenize's ids, checked against the vocabulary; [] decodes to "" */
+static ngx_int_t
+ngx_http_pagedllm_f_tokens(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    if (!json_is_array(v)) {
+        return ngx_http_pagedllm_type_error(ps, "an array of token ids");
+    }
+
+    if (ngx_http_pagedllm_token_ids(ps, v, "an array of token ids",
+                                    &p->prompt)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    p->n_prompt = json_array_size(v);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_add_special(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    if (!json_is_boolean(v)) {
+        return ngx_http_pagedllm_type_error(ps, "a boolean");
+    }
+
+    ps->params->add_special = json_is_true(v);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_add_generation_prompt(ngx_http_pagedllm_parse_t *ps,
+    json_t *v)
+{
+    if (!json_is_boolean(v)) {
+        return ngx_http_pagedllm_type_error(ps, "a boolean");
+    }
+
+    ps->params->add_generation_prompt = json_is_true(v);
 
     return NGX_OK;
 }

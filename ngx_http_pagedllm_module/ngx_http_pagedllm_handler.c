@@ -1,10 +1,12 @@
 
 /*
  * ngx_http_pagedllm_handler: the request side's entry.  Routes
- * /v1/completions, /v1/chat/completions, /v1/models and the status
- * location, answers the GETs (parked until the engine attaches), gives a
- * completion its ctx and reads its body; and sends the answers made
- * whole: JSON, OpenAI-style errors, 503 with Retry-After, 405 with Allow.
+ * /v1/completions, /v1/chat/completions, /v1/models, vLLM's /tokenize,
+ * /detokenize and /version, and the status location, answers the GETs
+ * (parked until the engine attaches), gives a POST its ctx and reads its
+ * body; and sends the answers made whole: JSON, OpenAI-style errors, 503
+ * with Retry-After, 405 with Allow.  CORS (ngx_http_pagedllm_cors.c) comes
+ * first, before routing.
  * Every request gets a cleanup handler, so whichever way it ends (499
  * included) a running generation is aborted exactly once.
  */
@@ -18,8 +20,17 @@ typedef enum {
     NGX_HTTP_PAGEDLLM_ROUTE_NONE = 0,
     NGX_HTTP_PAGEDLLM_ROUTE_COMPLETIONS,
     NGX_HTTP_PAGEDLLM_ROUTE_CHAT,
-    NGX_HTTP_PAGEDLLM_ROUTE_MODELS
+    NGX_HTTP_PAGEDLLM_ROUTE_MODELS,
+    NGX_HTTP_PAGEDLLM_ROUTE_TOKENIZE,
+    NGX_HTTP_PAGEDLLM_ROUTE_DETOKENIZE,
+    NGX_HTTP_PAGEDLLM_ROUTE_VERSION
 } ngx_http_pagedllm_route_e;
+
+
+typedef struct {
+    ngx_str_t                     path;          /* below the location */
+    ngx_http_pagedllm_route_e     route;
+} ngx_http_pagedllm_path_t;
 
 
 static ngx_http_pagedllm_route_e ngx_http_pagedllm_route(
@@ -40,6 +51,17 @@ static ngx_int_t ngx_http_pagedllm_not_allowed(ngx_http_request_t *r,
 static ngx_int_t ngx_http_pagedllm_retry_after(ngx_http_request_t *r);
 
 
+static ngx_http_pagedllm_path_t  ngx_http_pagedllm_paths[] = {
+    { ngx_string("completions"), NGX_HTTP_PAGEDLLM_ROUTE_COMPLETIONS },
+    { ngx_string("chat/completions"), NGX_HTTP_PAGEDLLM_ROUTE_CHAT },
+    { ngx_string("models"), NGX_HTTP_PAGEDLLM_ROUTE_MODELS },
+    { ngx_string("tokenize"), NGX_HTTP_PAGEDLLM_ROUTE_TOKENIZE },
+    { ngx_string("detokenize"), NGX_HTTP_PAGEDLLM_ROUTE_DETOKENIZE },
+    { ngx_string("version"), NGX_HTTP_PAGEDLLM_ROUTE_VERSION },
+    { ngx_null_string, NGX_HTTP_PAGEDLLM_ROUTE_NONE }
+};
+
+
 static const ngx_http_pagedllm_events_t  ngx_http_pagedllm_events = {
     ngx_http_pagedllm_on_tokens,
     ngx_http_pagedllm_on_finish,
@@ -56,6 +78,11 @@ ngx_http_pagedllm_handler(ngx_http_request_t *r)
     ngx_http_pagedllm_ctx_t    *ctx;
     ngx_http_pagedllm_error_t   err;
     ngx_http_pagedllm_route_e   route;
+
+    rc = ngx_http_pagedllm_cors(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
 
     route = ngx_http_pagedllm_route(r, NULL);
 
@@ -78,6 +105,18 @@ ngx_http_pagedllm_handler(ngx_http_request_t *r)
 
         ngx_str_set(&allow, "GET, HEAD");
 
+    } else if (route == NGX_HTTP_PAGEDLLM_ROUTE_VERSION) {
+        if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
+            if (ngx_http_discard_request_body(r) != NGX_OK) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            return ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
+                                   ngx_http_pagedllm_version_json(r->pool));
+        }
+
+        ngx_str_set(&allow, "GET, HEAD");
+
     } else {
         if (r->method == NGX_HTTP_POST) {
             ctx = ngx_http_pagedllm_create_ctx(r,
@@ -87,6 +126,8 @@ ngx_http_pagedllm_handler(ngx_http_request_t *r)
             }
 
             ctx->chat = (route == NGX_HTTP_PAGEDLLM_ROUTE_CHAT);
+            ctx->tokenize = (route == NGX_HTTP_PAGEDLLM_ROUTE_TOKENIZE);
+            ctx->detokenize = (route == NGX_HTTP_PAGEDLLM_ROUTE_DETOKENIZE);
 
             rc = ngx_http_read_client_request_body(r,
                                               ngx_http_pagedllm_body_handler);
@@ -119,13 +160,14 @@ ngx_http_pagedllm_status_handler(ngx_http_request_t *r)
 }
 
 
-/* The path below the location: "completions", "chat/completions",
-   "models" or "models/ID" (id: ID, or empty; a model's name may hold
-   slashes), "v1/" allowed. */
+/* The path below the location, "v1/" allowed before it: one of the
+   paths above, or "models/ID" (id: ID, or empty; a model's name may hold
+   slashes). */
 static ngx_http_pagedllm_route_e
 ngx_http_pagedllm_route(ngx_http_request_t *r, ngx_str_t *id)
 {
     u_char                    *p, *last;
+    ngx_http_pagedllm_path_t  *path;
     ngx_http_core_loc_conf_t  *clcf;
 
     clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
@@ -147,26 +189,16 @@ ngx_http_pagedllm_route(ngx_http_request_t *r, ngx_str_t *id)
         p += 3;
     }
 
-    if ((size_t) (last - p) == sizeof("completions") - 1
-        && ngx_strncmp(p, "completions", last - p) == 0)
-    {
-        return NGX_HTTP_PAGEDLLM_ROUTE_COMPLETIONS;
+    if (id != NULL) {
+        ngx_str_null(id);
     }
 
-    if ((size_t) (last - p) == sizeof("chat/completions") - 1
-        && ngx_strncmp(p, "chat/completions", last - p) == 0)
-    {
-        return NGX_HTTP_PAGEDLLM_ROUTE_CHAT;
-    }
-
-    if ((size_t) (last - p) == sizeof("models") - 1
-        && ngx_strncmp(p, "models", last - p) == 0)
-    {
-        if (id != NULL) {
-            ngx_str_null(id);
+    for (path = ngx_http_pagedllm_paths; path->path.len; path++) {
+        if ((size_t) (last - p) == path->path.len
+            && ngx_strncmp(p, path->path.data, path->path.len) == 0)
+        {
+            return path->route;
         }
-
-        return NGX_HTTP_PAGEDLLM_ROUTE_MODELS;
     }
 
     if ((size_t) (last - p) > sizeof("models/") - 1

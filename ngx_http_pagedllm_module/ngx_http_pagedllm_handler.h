@@ -4,7 +4,8 @@
  * ngx_http_pagedllm_handler.c (entry, answers sent whole),
  * ngx_http_pagedllm_completion.c (a completion's steps up to submitting),
  * ngx_http_pagedllm_choice.c (the engine's output into each choice) and
- * ngx_http_pagedllm_output.c (SSE events or one JSON body out).  The
+ * ngx_http_pagedllm_output.c (SSE events or one JSON body out) and
+ * ngx_http_pagedllm_cors.c (CORS headers, preflights).  The
  * channel does not include it: it calls a request back only through the
  * events the request's ctx carries.
  */
@@ -26,6 +27,9 @@ ngx_int_t ngx_http_pagedllm_unavailable(ngx_http_request_t *r,
     const char *reason);
 ngx_int_t ngx_http_pagedllm_add_header(ngx_http_request_t *r,
     const char *name, ngx_str_t *value);
+
+/* cors */
+ngx_int_t ngx_http_pagedllm_cors(ngx_http_request_t *r);
 
 /* completion */
 void ngx_http_pagedllm_completions(ngx_http_request_t *r);

@@ -7,12 +7,16 @@
  *     pagedllm_reattach_interval 1s;      (http) retry while detached
  *     pagedllm_thread_pool default;       (http) nginx thread pool for
  *                                         tokenizer loads, long prompts
- *     location /v1/ { pagedllm; }         /v1/completions, /v1/models
+ *     location /v1/ { pagedllm; }         /v1/completions, /v1/models,
+ *                                         /v1/tokenize (location /: vLLM's
+ *                                         /tokenize, /detokenize, /version)
  *     location = /pagedllm/status { pagedllm_status; }
  *     location = /metrics { pagedllm_metrics; }   Prometheus text format
  *     pagedllm_max_unsent 1m;             unsent output before an abort
  *     pagedllm_retry_after 1s;            Retry-After of a 503
  *     pagedllm_timeout 300s;              engine silence before a 504
+ *     pagedllm_cors on | off | ORIGIN...; browsers of these origins (on:
+ *                                         any) may call the API
  */
 
 
@@ -23,6 +27,8 @@ static char *ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pagedllm_set_handler(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static char *ngx_http_pagedllm_cors_set(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static void *ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_pagedllm_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_pagedllm_create_loc_conf(ngx_conf_t *cf);
@@ -125,6 +131,13 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
       offsetof(ngx_http_pagedllm_loc_conf_t, timeout),
       NULL },
 
+    { ngx_string("pagedllm_cors"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_pagedllm_cors_set,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
@@ -220,6 +233,72 @@ ngx_http_pagedllm_set_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * pagedllm_cors on | off | ORIGIN...: an origin is what a browser sends
+ * in Origin, "scheme://host[:port]" with no path, so one written with a
+ * path or a trailing slash, which would never match, is refused here.
+ */
+static char *
+ngx_http_pagedllm_cors_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pagedllm_loc_conf_t *plcf = conf;
+
+    u_char      *host;
+    ngx_str_t   *value, *origin;
+    ngx_uint_t   i;
+
+    if (plcf->cors != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        plcf->cors = NGX_HTTP_PAGEDLLM_CORS_OFF;
+        return NGX_CONF_OK;
+    }
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "on") == 0) {
+        plcf->cors = NGX_HTTP_PAGEDLLM_CORS_ANY;
+        return NGX_CONF_OK;
+    }
+
+    plcf->cors_origins = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                          sizeof(ngx_str_t));
+    if (plcf->cors_origins == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        host = (u_char *) ngx_strstr(value[i].data, "://");
+
+        if (host == NULL
+            || (ngx_strncmp(value[i].data, "http://", 7) != 0
+                && ngx_strncmp(value[i].data, "https://", 8) != 0)
+            || host[3] == '\0'
+            || ngx_strlchr(host + 3, value[i].data + value[i].len, '/'))
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid origin \"%V\": \"on\", \"off\" or "
+                               "origins like \"https://example.com:8443\"",
+                               &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        origin = ngx_array_push(plcf->cors_origins);
+        if (origin == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *origin = value[i];
+    }
+
+    plcf->cors = NGX_HTTP_PAGEDLLM_CORS_LIST;
+
+    return NGX_CONF_OK;
+}
+
+
 static void *
 ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf)
 {
@@ -296,6 +375,8 @@ ngx_http_pagedllm_create_loc_conf(ngx_conf_t *cf)
     plcf->max_unsent = NGX_CONF_UNSET_SIZE;
     plcf->retry_after = NGX_CONF_UNSET;
     plcf->timeout = NGX_CONF_UNSET_MSEC;
+    plcf->cors = NGX_CONF_UNSET_UINT;
+    plcf->cors_origins = NULL;
 
     return plcf;
 }
@@ -311,6 +392,14 @@ ngx_http_pagedllm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               1024 * 1024);
     ngx_conf_merge_sec_value(conf->retry_after, prev->retry_after, 1);
     ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 300000);
+
+    if (conf->cors == NGX_CONF_UNSET_UINT) {
+        conf->cors = prev->cors;
+        conf->cors_origins = prev->cors_origins;
+    }
+
+    ngx_conf_merge_uint_value(conf->cors, prev->cors,
+                              NGX_HTTP_PAGEDLLM_CORS_OFF);
 
     return NGX_CONF_OK;
 }

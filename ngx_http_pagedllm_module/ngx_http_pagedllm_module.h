@@ -22,6 +22,7 @@
  *   ngx_http_pagedllm_choice.c      the engine's output into each choice,
  *                                   stop strings
  *   ngx_http_pagedllm_output.c      SSE events or one JSON body out
+ *   ngx_http_pagedllm_cors.c        CORS headers, preflights answered
  * OpenAI JSON in (ngx_http_pagedllm_request.h):
  *   ngx_http_pagedllm_request.c     the body decoded, fields checked
  *                                   together, the length
@@ -56,9 +57,16 @@
 #include <jansson.h>
 
 
+/* what GET /version answers */
+#define NGX_HTTP_PAGEDLLM_VERSION      "0.1.0"
+
 #define NGX_HTTP_PAGEDLLM_ERR_LEN      512
 #define NGX_HTTP_PAGEDLLM_MAX_STOP     4
 #define NGX_HTTP_PAGEDLLM_STOP_LEN     1024
+
+#define NGX_HTTP_PAGEDLLM_CORS_OFF     0
+#define NGX_HTTP_PAGEDLLM_CORS_ANY     1     /* pagedllm_cors on */
+#define NGX_HTTP_PAGEDLLM_CORS_LIST    2     /* the origins listed */
 
 
 typedef struct {
@@ -77,6 +85,8 @@ typedef struct {
     size_t                        max_unsent;
     time_t                        retry_after;
     ngx_msec_t                    timeout;
+    ngx_uint_t                    cors;          /* NGX_HTTP_PAGEDLLM_CORS_ */
+    ngx_array_t                  *cors_origins;  /* of ngx_str_t: _LIST */
 } ngx_http_pagedllm_loc_conf_t;
 
 
@@ -150,6 +160,8 @@ typedef struct {
     unsigned                      stream:1;
     unsigned                      include_usage:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
+    unsigned                      add_special:1; /* BOS/EOS of the text */
+    unsigned                      add_generation_prompt:1;
 } ngx_http_pagedllm_params_t;
 
 
@@ -179,15 +191,18 @@ typedef struct {
 
 
 /*
- * Tokenizing a prompt given as text, on a thread or inline: only the
- * reference-counted tokenizer and what the job holds are touched.  ids are
+ * Tokenizing a prompt given as text, or decoding ids to text (POST
+ * /detokenize), on a thread or inline: only the reference-counted
+ * tokenizer and what the job holds are touched.  ids and text are
  * malloc()ed and the request pool's (a cleanup frees them).
  */
 typedef struct {
     ngx_http_pagedllm_tok_t      *tok;
-    ngx_http_pagedllm_params_t   *params;        /* text or messages */
+    ngx_http_pagedllm_params_t   *params;        /* text, messages or ids */
     int32_t                      *ids;
     ngx_uint_t                    n_ids;
+    u_char                       *text;          /* params' ids decoded */
+    size_t                        text_len;
     ngx_int_t                     rc;
     ngx_http_pagedllm_error_t     err;
 } ngx_http_pagedllm_tokenize_t;
@@ -291,6 +306,8 @@ struct ngx_http_pagedllm_ctx_s {
     unsigned                      first_token:1;
     unsigned                      finished:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
+    unsigned                      tokenize:1;    /* POST /tokenize */
+    unsigned                      detokenize:1;  /* POST /detokenize */
 };
 
 
@@ -338,10 +355,16 @@ ngx_int_t ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
     ngx_http_pagedllm_decode_t *d, ngx_http_pagedllm_engine_t *engine,
     ngx_uint_t chat, ngx_http_pagedllm_params_t *params,
     ngx_http_pagedllm_error_t *err);
+ngx_int_t ngx_http_pagedllm_parse_tokens(ngx_http_request_t *r,
+    ngx_http_pagedllm_decode_t *d, ngx_http_pagedllm_engine_t *engine,
+    ngx_uint_t detokenize, ngx_http_pagedllm_params_t *params,
+    ngx_http_pagedllm_error_t *err);
 ngx_int_t ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
     ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
     ngx_http_pagedllm_params_t *params);
 void ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job,
+    ngx_log_t *log);
+void ngx_http_pagedllm_detokenize(ngx_http_pagedllm_tokenize_t *job,
     ngx_log_t *log);
 ngx_int_t ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err);
@@ -369,6 +392,11 @@ u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 ngx_buf_t *ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx);
 ngx_buf_t *ngx_http_pagedllm_models_json(ngx_pool_t *pool,
     ngx_http_pagedllm_engine_t *engine, ngx_uint_t one);
+ngx_buf_t *ngx_http_pagedllm_tokenize_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_engine_t *engine, int32_t *ids, ngx_uint_t n);
+ngx_buf_t *ngx_http_pagedllm_detokenize_json(ngx_pool_t *pool, u_char *text,
+    size_t len);
+ngx_buf_t *ngx_http_pagedllm_version_json(ngx_pool_t *pool);
 ngx_buf_t *ngx_http_pagedllm_status_json(ngx_pool_t *pool,
     ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats);
 

@@ -5,7 +5,8 @@
  * conversation rendered by the model's chat template, is tokenized here,
  * in the worker, with the engine's tokenizer, by
  * ngx_http_pagedllm_tokenize(): it is thread-safe, so that the handler
- * can run a long prompt's on the thread pool.
+ * can run a long prompt's on the thread pool.  POST /detokenize's ids are
+ * decoded back to text the same way, by ngx_http_pagedllm_detokenize().
  */
 
 
@@ -15,7 +16,7 @@
 #include <jansson.h>
 
 
-static void ngx_http_pagedllm_ids_cleanup(void *data);
+static void ngx_http_pagedllm_job_cleanup(void *data);
 
 
 /* The text of a message's content: a string, or an array of text parts
@@ -171,7 +172,8 @@ ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
 }
 
 
-/* job is to tokenize params' text with tok; the pool frees its ids. */
+/* job is to tokenize params' text, or decode its ids, with tok; the pool
+   frees what it makes. */
 ngx_int_t
 ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
     ngx_http_pagedllm_tokenize_t *job, ngx_http_pagedllm_tok_t *tok,
@@ -188,7 +190,7 @@ ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
         return NGX_ERROR;
     }
 
-    cln->handler = ngx_http_pagedllm_ids_cleanup;
+    cln->handler = ngx_http_pagedllm_job_cleanup;
     cln->data = job;
 
     return NGX_OK;
@@ -196,11 +198,12 @@ ngx_http_pagedllm_tokenize_init(ngx_pool_t *pool,
 
 
 static void
-ngx_http_pagedllm_ids_cleanup(void *data)
+ngx_http_pagedllm_job_cleanup(void *data)
 {
     ngx_http_pagedllm_tokenize_t  *job = data;
 
     ngx_free(job->ids);
+    ngx_free(job->text);
 }
 
 
@@ -237,7 +240,8 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
             }
         }
 
-        text = pl_chat_render(job->tok->chat, p->messages, 1, NULL, rerr,
+        text = pl_chat_render(job->tok->chat, p->messages,
+                              p->add_generation_prompt, NULL, rerr,
                               sizeof(rerr));
         if (text == NULL) {
             ngx_http_pagedllm_error_set(&job->err, NGX_HTTP_BAD_REQUEST,
@@ -256,8 +260,8 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
     cap = len + PL_TOKENIZER_EXTRA;
 
     job->ids = ngx_alloc(cap * sizeof(int32_t), log);
-    n = job->ids ? pl_tokenizer_encode(job->tok->tokenizer, text, len, !chat,
-                                       chat, job->ids, cap)
+    n = job->ids ? pl_tokenizer_encode(job->tok->tokenizer, text, len,
+                                       p->add_special, chat, job->ids, cap)
                  : -3;
 
     if (chat) {
@@ -277,4 +281,55 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
 
     job->n_ids = n;
     job->rc = NGX_OK;
+}
+
+
+
+/*
+ * The job's ids decoded, special tokens included (as vLLM's /detokenize
+ * does); bytes that end in an incomplete character become U+FFFD.  The
+ * text is malloc()ed: a first guess of a few bytes a token, doubled while
+ * it is short, up to the tokenizer's bound, so that a long list of ids
+ * does not reserve its worst case.  Runs on a thread: it touches only the
+ * job, its ids and the held tokenizer.
+ */
+void
+ngx_http_pagedllm_detokenize(ngx_http_pagedllm_tokenize_t *job,
+    ngx_log_t *log)
+{
+    long                         n;
+    size_t                       cap, max;
+    ngx_http_pagedllm_params_t  *p = job->params;
+
+    job->rc = NGX_ERROR;
+
+    max = p->n_prompt * pl_detok_max_bytes(job->tok->tokenizer) + 1;
+    cap = ngx_min(p->n_prompt * 8 + 64, max);
+
+    for ( ;; ) {
+        job->text = ngx_alloc(cap, log);
+        if (job->text == NULL) {
+            break;
+        }
+
+        n = pl_tokenizer_decode(job->tok->tokenizer, p->prompt, p->n_prompt,
+                                0, (char *) job->text, cap);
+        if (n >= 0) {
+            job->text_len = n;
+            job->rc = NGX_OK;
+            return;
+        }
+
+        ngx_free(job->text);
+        job->text = NULL;
+
+        if (cap == max) {
+            break;
+        }
+
+        cap = ngx_min(cap * 2, max);
+    }
+
+    ngx_http_pagedllm_error_set(&job->err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                "tokens", "'tokens' could not be decoded");
 }

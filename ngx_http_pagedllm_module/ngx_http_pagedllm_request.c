@@ -32,7 +32,8 @@ static ngx_int_t ngx_http_pagedllm_find_marker(json_t *root,
     ngx_http_pagedllm_error_t *err);
 static ngx_int_t ngx_http_pagedllm_has_marker(json_t *v);
 static ngx_int_t ngx_http_pagedllm_fields(ngx_http_pagedllm_parse_t *ps,
-    json_t *root, ngx_http_pagedllm_field_t *own);
+    json_t *root, ngx_http_pagedllm_field_t *own,
+    ngx_http_pagedllm_field_t *common);
 static ngx_http_pagedllm_field_t *ngx_http_pagedllm_find_field(
     ngx_http_pagedllm_field_t *known, const char *key);
 static ngx_int_t ngx_http_pagedllm_required(json_t *root,
@@ -104,6 +105,8 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
 
     ngx_memzero(p, sizeof(ngx_http_pagedllm_params_t));
     p->chat = chat;
+    p->add_special = !chat;          /* a chat template writes its own */
+    p->add_generation_prompt = 1;
 
     for (id = 0; id < PL_P_COUNT; id++) {
         ngx_http_pagedllm_param_set(p, id, pl_param(id)->dflt);
@@ -126,7 +129,8 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
     ps.pool = r->pool;
     ps.err = err;
 
-    rc = ngx_http_pagedllm_fields(&ps, root, api->fields);
+    rc = ngx_http_pagedllm_fields(&ps, root, api->fields,
+                                  ngx_http_pagedllm_common_fields);
     if (rc == NGX_OK) {
         rc = ngx_http_pagedllm_required(root, p, err);
     }
@@ -136,6 +140,65 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
     }
 
     ngx_http_pagedllm_defaults(root, p, engine);
+
+    return NGX_OK;
+}
+
+
+/*
+ * POST /tokenize or /detokenize, as vLLM takes them: a conversation when
+ * "messages" is there (the template's special tokens are its own, so
+ * add_special_tokens defaults to false), else a prompt (true); or the ids
+ * to decode.
+ */
+ngx_int_t
+ngx_http_pagedllm_parse_tokens(ngx_http_request_t *r,
+    ngx_http_pagedllm_decode_t *d, ngx_http_pagedllm_engine_t *engine,
+    ngx_uint_t detokenize, ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_error_t *err)
+{
+    json_t                     *root;
+    const char                 *name;
+    ngx_http_pagedllm_field_t  *own;
+    ngx_http_pagedllm_parse_t   ps;
+
+    ngx_memzero(p, sizeof(ngx_http_pagedllm_params_t));
+    p->add_generation_prompt = 1;
+
+    root = ngx_http_pagedllm_load(r->pool, d, err);
+    if (root == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (detokenize) {
+        own = ngx_http_pagedllm_detokenize_fields;
+        name = "tokens";
+
+    } else if (json_object_get(root, "messages") != NULL) {
+        own = ngx_http_pagedllm_tokenize_chat_fields;
+        name = "messages";
+
+    } else {
+        own = ngx_http_pagedllm_tokenize_fields;
+        name = "prompt";
+        p->add_special = 1;
+    }
+
+    ps.field = NULL;
+    ps.params = p;
+    ps.engine = engine;
+    ps.pool = r->pool;
+    ps.err = err;
+
+    if (ngx_http_pagedllm_fields(&ps, root, own, NULL) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (!ngx_http_pagedllm_given(root, name)) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
+                                    "'%s' is a required property", name);
+        return NGX_ERROR;
+    }
 
     return NGX_OK;
 }
@@ -288,7 +351,7 @@ ngx_http_pagedllm_has_marker(json_t *v)
 
 static ngx_int_t
 ngx_http_pagedllm_fields(ngx_http_pagedllm_parse_t *ps, json_t *root,
-    ngx_http_pagedllm_field_t *own)
+    ngx_http_pagedllm_field_t *own, ngx_http_pagedllm_field_t *common)
 {
     json_t                     *v;
     const char                 *key;
@@ -298,9 +361,8 @@ ngx_http_pagedllm_fields(ngx_http_pagedllm_parse_t *ps, json_t *root,
 
         f = ngx_http_pagedllm_find_field(own, key);
 
-        if (f == NULL) {
-            f = ngx_http_pagedllm_find_field(ngx_http_pagedllm_common_fields,
-                                             key);
+        if (f == NULL && common != NULL) {
+            f = ngx_http_pagedllm_find_field(common, key);
         }
 
         if (f == NULL) {

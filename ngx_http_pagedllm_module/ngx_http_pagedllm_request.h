@@ -57,6 +57,9 @@ typedef struct {
 
 extern ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[];
 extern ngx_http_pagedllm_api_t    ngx_http_pagedllm_apis[];
+extern ngx_http_pagedllm_field_t  ngx_http_pagedllm_tokenize_fields[];
+extern ngx_http_pagedllm_field_t  ngx_http_pagedllm_tokenize_chat_fields[];
+extern ngx_http_pagedllm_field_t  ngx_http_pagedllm_detokenize_fields[];
 
 
 /* fields */

@@ -610,6 +610,61 @@ ngx_http_pagedllm_models_json(ngx_pool_t *pool,
 }
 
 
+/* POST /tokenize: {"count", "max_model_len", "tokens"}, as vLLM answers */
+ngx_buf_t *
+ngx_http_pagedllm_tokenize_json(ngx_pool_t *pool,
+    ngx_http_pagedllm_engine_t *engine, int32_t *ids, ngx_uint_t n)
+{
+    json_t      *j, *tokens;
+    ngx_uint_t   i;
+
+    tokens = ngx_http_pagedllm_json_pool(pool, json_array());
+    if (tokens == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (json_array_append_new(tokens, json_integer(ids[i])) != 0) {
+            return NULL;
+        }
+    }
+
+    j = json_pack("{s:I,s:I,s:O}",
+                  "count", (json_int_t) n,
+                  "max_model_len", (json_int_t) engine->max_model_len,
+                  "tokens", tokens);
+
+    return ngx_http_pagedllm_json_buf(pool,
+                                      ngx_http_pagedllm_json_pool(pool, j));
+}
+
+
+/* POST /detokenize: {"prompt"} */
+ngx_buf_t *
+ngx_http_pagedllm_detokenize_json(ngx_pool_t *pool, u_char *text, size_t len)
+{
+    json_t  *j;
+
+    j = json_pack("{s:s%}", "prompt", text, len);
+
+    return ngx_http_pagedllm_json_buf(pool,
+                                      ngx_http_pagedllm_json_pool(pool, j));
+}
+
+
+/* GET /version */
+ngx_buf_t *
+ngx_http_pagedllm_version_json(ngx_pool_t *pool)
+{
+    json_t  *j;
+
+    j = json_pack("{s:s}", "version", NGX_HTTP_PAGEDLLM_VERSION);
+
+    return ngx_http_pagedllm_json_buf(pool,
+                                      ngx_http_pagedllm_json_pool(pool, j));
+}
+
+
 ngx_buf_t *
 ngx_http_pagedllm_status_json(ngx_pool_t *pool,
     ngx_http_pagedllm_engine_t *engine, pl_stats_t *s)
