@@ -48,6 +48,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -172,17 +173,23 @@ pl_engine_evict(pl_engine_t *e, pl_conn_t *c)
 
 
 /*
- * accept() ran out of descriptors: make one free.  The oldest connection
- * that has not said hello goes first; when every descriptor belongs to
- * attached workers, the spare one kept for this is closed to accept the
- * newcomer and close it at once, so it is told no instead of waiting in
- * the backlog.  0 when the next accept may succeed.
+ * accept() ran out of descriptors: make one free, when a connection is
+ * waiting (accept() runs out before it looks at the backlog).  The oldest
+ * connection that has not said hello goes first; when every descriptor
+ * belongs to attached workers, the spare one kept for this is closed to
+ * accept the newcomer and close it at once, so it is told no instead of
+ * waiting in the backlog.  0 when the next accept may succeed.
  */
 static int
 pl_engine_free_fd(pl_engine_t *e)
 {
-    pl_conn_t  *oldest;
-    int         n, fd;
+    struct pollfd  p = { e->lfd, POLLIN, 0 };
+    pl_conn_t     *oldest;
+    int            n, fd;
+
+    if (poll(&p, 1, 0) != 1) {
+        return -1;
+    }
 
     oldest = pl_engine_oldest_pending(e, NULL, &n);
     if (oldest != NULL) {
@@ -197,9 +204,9 @@ pl_engine_free_fd(pl_engine_t *e)
     close(e->spare_fd);
     fd = accept4(e->lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd >= 0) {
-        close(fd);
         pl_log(PL_LOG_WARN, "out of descriptors with every one held by an "
                "attached worker: a connection refused");
+        close(fd);
     }
     e->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 

@@ -6,7 +6,8 @@
  * made for it; a flood of connections that never say hello (as many as
  * the descriptor limit allows, up to 20,000) neither piles up in the
  * engine nor keeps a real worker out, also when the engine's descriptor
- * limit is far below the flood.
+ * limit is far below the flood; with no descriptor left at all, a
+ * newcomer is closed at once rather than left in the backlog.
  */
 
 #include <dirent.h>
@@ -105,6 +106,38 @@ engine_fds(void)
     closedir(d);
 
     return n;
+}
+
+
+/* The lowest descriptor number the engine has free: with its limit
+   there, its next open fails. */
+static int
+engine_lowest_free_fd(void)
+{
+    char            path[64];
+    unsigned char   used[1024] = { 0 };
+    DIR            *d;
+    struct dirent  *de;
+    int             fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int) fw_pid);
+    d = opendir(path);
+    if (d == NULL) {
+        return -1;
+    }
+    while ((de = readdir(d)) != NULL) {
+        fd = atoi(de->d_name);
+        if (de->d_name[0] != '.' && fd < (int) sizeof(used)) {
+            used[fd] = 1;
+        }
+    }
+    closedir(d);
+
+    for (fd = 0; fd < (int) sizeof(used) && used[fd]; fd++) {
+        /* the first hole */
+    }
+
+    return fd;
 }
 
 
@@ -321,6 +354,38 @@ flood_then_serve(int *fds, int n, const char *what)
 }
 
 
+/* Every descriptor the engine may open is taken, by an attached worker
+   among others: a newcomer is accepted and closed on the spare one, not
+   left hanging in the backlog, and the worker is still served. */
+static void
+test_no_fd_left(void)
+{
+    struct rlimit  rl;
+    fw_t           w;
+    int            fd;
+
+    if (!ok(fw_attach(&w, take_record) == 0, "a worker attaches")) {
+        return;
+    }
+
+    usleep(200000);     /* the engine closes its copy of the memfd */
+    rl.rlim_cur = rl.rlim_max = (rlim_t) engine_lowest_free_fd();
+    ok(prlimit(fw_pid, RLIMIT_NOFILE, &rl, NULL) == 0,
+       "the engine's descriptor limit lowered to its lowest free one, %llu",
+       (unsigned long long) rl.rlim_cur);
+
+    fd = fw_connect();
+    ok(fd >= 0 && fw_closed(fd), "a newcomer is closed");
+    if (fd >= 0) {
+        close(fd);
+    }
+    ok(log_has("a connection refused"), "the engine logs it");
+    ok(serve_one(&w, 3) == 0, "the attached worker is still served");
+
+    fw_detach(&w);
+}
+
+
 static void
 test_flood(const char *build)
 {
@@ -358,6 +423,8 @@ test_flood(const char *build)
        "the engine's descriptor limit lowered to %llu",
        (unsigned long long) rl.rlim_cur);
     flood_then_serve(fds, 500, "low limit");
+
+    test_no_fd_left();
 
     ok(fw_engine_stop() == 0, "the engine stops cleanly");
     free(fds);
