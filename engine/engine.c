@@ -172,97 +172,6 @@ pl_engine_evict(pl_engine_t *e, pl_conn_t *c)
 }
 
 
-/*
- * accept() ran out of descriptors: make one free, when a connection is
- * waiting (accept() runs out before it looks at the backlog).  The oldest
- * connection that has not said hello goes first; when every descriptor
- * belongs to attached workers, the spare one kept for this is closed to
- * accept the newcomer and close it at once, so it is told no instead of
- * waiting in the backlog.  0 when the next accept may succeed.
- */
-static int
-pl_engine_free_fd(pl_engine_t *e)
-{
-    struct pollfd  p = { e->lfd, POLLIN, 0 };
-    pl_conn_t     *oldest;
-    int            n, fd;
-
-    if (poll(&p, 1, 0) != 1) {
-        return -1;
-    }
-
-    oldest = pl_engine_oldest_pending(e, NULL, &n);
-    if (oldest != NULL) {
-        pl_engine_evict(e, oldest);
-        return 0;
-    }
-
-    if (e->spare_fd < 0) {
-        return -1;
-    }
-
-    close(e->spare_fd);
-    fd = accept4(e->lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd >= 0) {
-        pl_log(PL_LOG_WARN, "out of descriptors with every one held by an "
-               "attached worker: a connection refused");
-        close(fd);
-    }
-    e->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-
-    return -1;
-}
-
-
-static void
-pl_engine_add_conn(pl_engine_t *e, pl_conn_t *c)
-{
-    pl_conn_t  *oldest;
-    int         n;
-
-    if (pl_engine_watch(e, c->fd, EPOLLIN | EPOLLRDHUP, &c->sock_watch)
-        != 0)
-    {
-        pl_ipc_close(c);
-        return;
-    }
-
-    c->next = e->conns;
-    if (e->conns) {
-        e->conns->prev = c;
-    }
-    e->conns = c;
-
-    oldest = pl_engine_oldest_pending(e, NULL, &n);
-    if (n > PL_IPC_MAX_PENDING) {
-        pl_engine_evict(e, oldest);
-    }
-}
-
-
-/* At most PL_ACCEPT_BATCH connections a pass, so a flood of them cannot
-   hold up the batch, nor pile up evicted structs before the reap. */
-static void
-pl_engine_accept(pl_engine_t *e)
-{
-    pl_conn_t  *c;
-    int         i;
-
-    for (i = 0; i < PL_ACCEPT_BATCH; i++) {
-        c = pl_ipc_accept(e->lfd, e->next_worker_id + 1);
-        if (c != NULL) {
-            e->next_worker_id++;
-            pl_engine_add_conn(e, c);
-            continue;
-        }
-        if ((errno != EMFILE && errno != ENFILE) || pl_engine_free_fd(e) != 0)
-        {
-            break;
-        }
-    }
-}
-
-
 /* The worker's attach is complete: refuse it over --max-workers, before
    any region exists for it; 0 when it may attach. */
 static int
@@ -335,6 +244,104 @@ pl_engine_attach(pl_engine_t *e, pl_conn_t *c)
 
     e->totals.workers++;
     pl_log(PL_LOG_INFO, "worker %u (pid %u) attached", c->worker_id, c->pid);
+}
+
+
+/*
+ * accept() ran out of descriptors: make one free, when a connection is
+ * waiting (accept() runs out before it looks at the backlog).  The oldest
+ * connection that has not said hello goes first; when every descriptor
+ * belongs to attached workers, the spare one kept for this is closed to
+ * accept the newcomer and close it at once, so it is told no instead of
+ * waiting in the backlog.  0 when the next accept may succeed.
+ */
+static int
+pl_engine_free_fd(pl_engine_t *e)
+{
+    struct pollfd  p = { e->lfd, POLLIN, 0 };
+    pl_conn_t     *oldest;
+    int            n, fd;
+
+    if (poll(&p, 1, 0) != 1) {
+        return -1;
+    }
+
+    oldest = pl_engine_oldest_pending(e, NULL, &n);
+    if (oldest != NULL) {
+        pl_engine_evict(e, oldest);
+        return 0;
+    }
+
+    if (e->spare_fd < 0) {
+        return -1;
+    }
+
+    close(e->spare_fd);
+    fd = accept4(e->lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) {
+        pl_log(PL_LOG_WARN, "out of descriptors with every one held by an "
+               "attached worker: a connection refused");
+        close(fd);
+    }
+    e->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+    return -1;
+}
+
+
+/* Watch and list a new connection, and read its attach at once: a worker
+   sends it right after connecting, so it is usually in already, and a
+   worker attached here is never among the connections a flood evicts. */
+static void
+pl_engine_add_conn(pl_engine_t *e, pl_conn_t *c)
+{
+    pl_conn_t  *oldest;
+    int         n;
+
+    if (pl_engine_watch(e, c->fd, EPOLLIN | EPOLLRDHUP, &c->sock_watch)
+        != 0)
+    {
+        pl_ipc_close(c);
+        return;
+    }
+
+    c->next = e->conns;
+    if (e->conns) {
+        e->conns->prev = c;
+    }
+    e->conns = c;
+
+    pl_engine_attach(e, c);
+
+    oldest = pl_engine_oldest_pending(e, NULL, &n);
+    if (n > PL_IPC_MAX_PENDING) {
+        pl_engine_evict(e, oldest);
+    }
+}
+
+
+/* At most PL_ACCEPT_BATCH connections a pass, so a flood of them cannot
+   hold up the batch nor pile up evicted structs before the reap, and a
+   worker accepted before its attach arrived has a pass to send it before
+   PL_IPC_MAX_PENDING newer connections can evict it. */
+static void
+pl_engine_accept(pl_engine_t *e)
+{
+    pl_conn_t  *c;
+    int         i;
+
+    for (i = 0; i < PL_ACCEPT_BATCH; i++) {
+        c = pl_ipc_accept(e->lfd, e->next_worker_id + 1);
+        if (c != NULL) {
+            e->next_worker_id++;
+            pl_engine_add_conn(e, c);
+            continue;
+        }
+        if ((errno != EMFILE && errno != ENFILE) || pl_engine_free_fd(e) != 0)
+        {
+            break;
+        }
+    }
 }
 
 

@@ -20,7 +20,7 @@
 #include "scheduler.h"
 
 #define PL_MAX_EVENTS        64
-#define PL_ACCEPT_BATCH      256
+#define PL_ACCEPT_BATCH      (PL_IPC_MAX_PENDING / 2)
 #define PL_IDLE_TIMEOUT_MS   200
 #define PL_MAX_QUEUED        65536
 #define PL_MIB               (1024.0 * 1024.0)

@@ -5,9 +5,10 @@
  * attach over --max-workers is refused with a logged reason and no region
  * made for it; a flood of connections that never say hello (as many as
  * the descriptor limit allows, up to 20,000) neither piles up in the
- * engine nor keeps a real worker out, also when the engine's descriptor
- * limit is far below the flood; with no descriptor left at all, a
- * newcomer is closed at once rather than left in the backlog.
+ * engine nor keeps a real worker out, before or while the worker
+ * attaches, also when the engine's descriptor limit is far below the
+ * flood; with no descriptor left at all, a newcomer is closed at once
+ * rather than left in the backlog.
  */
 
 #include <dirent.h>
@@ -25,6 +26,8 @@
 #define CAP           2
 #define OVER_CAP      10
 #define MAX_PENDING   64    /* the engine's PL_IPC_MAX_PENDING */
+#define FLOOD_HOLD    1000
+#define FLOOD_ATTACHES 5
 
 static int  finished;
 
@@ -354,6 +357,57 @@ flood_then_serve(int *fds, int n, const char *what)
 }
 
 
+/* A child that keeps connecting silent sockets, holding the last
+   FLOOD_HOLD open, until it is killed. */
+static pid_t
+flooder(void)
+{
+    static int  held[FLOOD_HOLD];
+    pid_t       pid = fork();
+    int         i;
+
+    if (pid != 0) {
+        return pid;
+    }
+
+    for (i = 0; i < FLOOD_HOLD; i++) {
+        held[i] = -1;
+    }
+    for (i = 0; ; i = (i + 1) % FLOOD_HOLD) {
+        if (held[i] >= 0) {
+            close(held[i]);
+        }
+        held[i] = -1;
+        flood(&held[i], 1);
+    }
+}
+
+
+/* Workers attach and are served while the flood goes on. */
+static void
+test_ongoing_flood(void)
+{
+    pid_t  child = flooder();
+    fw_t   w;
+    int    i, served = 0;
+
+    usleep(200000);
+    for (i = 0; i < FLOOD_ATTACHES; i++) {
+        if (fw_attach(&w, take_record) == 0) {
+            served += serve_one(&w, 10 + (uint64_t) i) == 0;
+            fw_detach(&w);
+        }
+    }
+
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    usleep(300000);             /* the engine closes its ends */
+
+    is_int(served, FLOOD_ATTACHES, "during a flood %d workers in turn "
+           "attach and are served", FLOOD_ATTACHES);
+}
+
+
 /* Every descriptor the engine may open is taken, by an attached worker
    among others: a newcomer is accepted and closed on the spare one, not
    left hanging in the backlog, and the worker is still served. */
@@ -415,6 +469,8 @@ test_flood(const char *build)
        "before)", MAX_PENDING, held, base);
     ok(log_has("connections closed before their attach to make room"),
        "the engine logs the connections it closed");
+
+    test_ongoing_flood();
 
     /* the engine's own limit far below the flood: accept() and the new
        worker's doorbells find no descriptor until silent ones make way */
