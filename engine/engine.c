@@ -45,8 +45,10 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -54,6 +56,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -137,25 +140,75 @@ pl_engine_publish(pl_engine_t *e)
 /* ---- connections ---- */
 
 
-static void
-pl_engine_accept(pl_engine_t *e)
+/* The oldest connection still before its hello other than keep (the
+   list holds the newest first), and how many there are. */
+static pl_conn_t *
+pl_engine_oldest_pending(pl_engine_t *e, const pl_conn_t *keep, int *n)
 {
-    pl_conn_t  *c;
+    pl_conn_t  *c, *oldest = NULL;
 
-    while ((c = pl_ipc_accept(e->lfd, ++e->next_worker_id)) != NULL) {
-        if (pl_engine_watch(e, c->fd, EPOLLIN | EPOLLRDHUP, &c->sock_watch)
-            != 0)
-        {
-            pl_ipc_close(c);
-            continue;
+    *n = 0;
+    for (c = e->conns; c; c = c->next) {
+        if (!c->attached && !c->dead && c != keep) {
+            oldest = c;
+            (*n)++;
         }
-
-        c->next = e->conns;
-        if (e->conns) {
-            e->conns->prev = c;
-        }
-        e->conns = c;
     }
+
+    return oldest;
+}
+
+
+/* Close a connection that has not said hello at once, freeing its
+   descriptor; its struct waits for the reap, after every event of this
+   pass that may name it. */
+static void
+pl_engine_evict(pl_engine_t *e, pl_conn_t *c)
+{
+    epoll_ctl(e->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    pl_ipc_shut(c);
+    c->dead = 1;
+    e->evicted++;
+}
+
+
+/* The worker's attach is complete: refuse it over --max-workers, before
+   any region exists for it; 0 when it may attach. */
+static int
+pl_engine_admit(pl_engine_t *e, pl_conn_t *c)
+{
+    if (e->totals.workers < (uint32_t) e->cfg.max_workers) {
+        return 0;
+    }
+
+    pl_log(PL_LOG_WARN, "connection %u (pid %u): attach refused: %u workers "
+           "are attached, --max-workers is %d", c->worker_id, c->pid,
+           e->totals.workers, e->cfg.max_workers);
+    c->dead = 1;
+
+    return -1;
+}
+
+
+/* Build c's region; out of descriptors, connections still before their
+   hello make way for it, the oldest first: a worker that has said hello
+   is never kept out by ones that have not. */
+static int
+pl_engine_build(pl_engine_t *e, pl_conn_t *c, const pl_stats_t *st,
+    char *err, size_t errlen)
+{
+    pl_conn_t  *oldest;
+    int         rc, n;
+
+    while ((rc = pl_ipc_attach(c, &e->identity, st, err, errlen)) == -2) {
+        oldest = pl_engine_oldest_pending(e, c, &n);
+        if (oldest == NULL) {
+            return -1;
+        }
+        pl_engine_evict(e, oldest);
+    }
+
+    return rc;
 }
 
 
@@ -166,13 +219,16 @@ pl_engine_attach(pl_engine_t *e, pl_conn_t *c)
     pl_stats_t  st;
     int         rc;
 
-    e->totals.workers++;
-    pl_engine_stats(e, &st);
-    e->totals.workers--;
-
-    rc = pl_ipc_attach(c, &e->identity, &st, err, sizeof(err));
-    if (rc == 0) {
+    rc = pl_ipc_read_attach(c, err, sizeof(err));
+    if (rc == 0 || (rc > 0 && pl_engine_admit(e, c) != 0)) {
         return;
+    }
+
+    if (rc > 0) {
+        e->totals.workers++;
+        pl_engine_stats(e, &st);
+        e->totals.workers--;
+        rc = pl_engine_build(e, c, &st, err, sizeof(err));
     }
 
     if (rc < 0
@@ -188,6 +244,104 @@ pl_engine_attach(pl_engine_t *e, pl_conn_t *c)
 
     e->totals.workers++;
     pl_log(PL_LOG_INFO, "worker %u (pid %u) attached", c->worker_id, c->pid);
+}
+
+
+/*
+ * accept() ran out of descriptors: make one free, when a connection is
+ * waiting (accept() runs out before it looks at the backlog).  The oldest
+ * connection that has not said hello goes first; when every descriptor
+ * belongs to attached workers, the spare one kept for this is closed to
+ * accept the newcomer and close it at once, so it is told no instead of
+ * waiting in the backlog.  0 when the next accept may succeed.
+ */
+static int
+pl_engine_free_fd(pl_engine_t *e)
+{
+    struct pollfd  p = { e->lfd, POLLIN, 0 };
+    pl_conn_t     *oldest;
+    int            n, fd;
+
+    if (poll(&p, 1, 0) != 1) {
+        return -1;
+    }
+
+    oldest = pl_engine_oldest_pending(e, NULL, &n);
+    if (oldest != NULL) {
+        pl_engine_evict(e, oldest);
+        return 0;
+    }
+
+    if (e->spare_fd < 0) {
+        return -1;
+    }
+
+    close(e->spare_fd);
+    fd = accept4(e->lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) {
+        pl_log(PL_LOG_WARN, "out of descriptors with every one held by an "
+               "attached worker: a connection refused");
+        close(fd);
+    }
+    e->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+    return -1;
+}
+
+
+/* Watch and list a new connection, and read its attach at once: a worker
+   sends it right after connecting, so it is usually in already, and a
+   worker attached here is never among the connections a flood evicts. */
+static void
+pl_engine_add_conn(pl_engine_t *e, pl_conn_t *c)
+{
+    pl_conn_t  *oldest;
+    int         n;
+
+    if (pl_engine_watch(e, c->fd, EPOLLIN | EPOLLRDHUP, &c->sock_watch)
+        != 0)
+    {
+        pl_ipc_close(c);
+        return;
+    }
+
+    c->next = e->conns;
+    if (e->conns) {
+        e->conns->prev = c;
+    }
+    e->conns = c;
+
+    pl_engine_attach(e, c);
+
+    oldest = pl_engine_oldest_pending(e, NULL, &n);
+    if (n > PL_IPC_MAX_PENDING) {
+        pl_engine_evict(e, oldest);
+    }
+}
+
+
+/* At most PL_ACCEPT_BATCH connections a pass, so a flood of them cannot
+   hold up the batch nor pile up evicted structs before the reap, and a
+   worker accepted before its attach arrived has a pass to send it before
+   PL_IPC_MAX_PENDING newer connections can evict it. */
+static void
+pl_engine_accept(pl_engine_t *e)
+{
+    pl_conn_t  *c;
+    int         i;
+
+    for (i = 0; i < PL_ACCEPT_BATCH; i++) {
+        c = pl_ipc_accept(e->lfd, e->next_worker_id + 1);
+        if (c != NULL) {
+            e->next_worker_id++;
+            pl_engine_add_conn(e, c);
+            continue;
+        }
+        if ((errno != EMFILE && errno != ENFILE) || pl_engine_free_fd(e) != 0)
+        {
+            break;
+        }
+    }
 }
 
 
@@ -246,7 +400,9 @@ pl_engine_close(pl_engine_t *e, pl_conn_t *c)
                "freed", c->worker_id, aborted);
     }
 
-    epoll_ctl(e->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    if (c->fd >= 0) {
+        epoll_ctl(e->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    }
     if (c->attached) {
         epoll_ctl(e->ep, EPOLL_CTL_DEL, c->sub_efd, NULL);
         e->totals.workers--;
@@ -270,6 +426,13 @@ pl_engine_reap(pl_engine_t *e)
 {
     pl_conn_t  *c, *next;
     uint64_t    now = pl_now_ms();
+
+    if (e->evicted) {
+        pl_log(PL_LOG_WARN, "%u connections closed before their attach "
+               "to make room (at most %d wait for theirs)", e->evicted,
+               PL_IPC_MAX_PENDING);
+        e->evicted = 0;
+    }
 
     for (c = e->conns; c; c = next) {
         next = c->next;
@@ -835,7 +998,7 @@ pl_engine_main(const pl_engine_config_t *cfg)
     int                 rc = 0;
 
     e->cfg = *cfg;
-    e->lfd = e->sfd = e->ep = -1;
+    e->lfd = e->sfd = e->ep = e->spare_fd = -1;
 
     if (pl_engine_start(e) != 0) {
         rc = 1;

@@ -35,6 +35,7 @@ typedef struct {
     int          max_num_batched_tokens;
     int          max_model_len;         /* 0: from config.json */
     unsigned     socket_mode;
+    int          max_workers;           /* attached at once */
     int          prefix_caching;        /* automatic prefix caching */
     int          preemption_mode;       /* pl_preempt_mode_t */
     double       preemption_host_gbps;  /* auto's costs given (tests): host

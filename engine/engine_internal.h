@@ -20,6 +20,7 @@
 #include "scheduler.h"
 
 #define PL_MAX_EVENTS        64
+#define PL_ACCEPT_BATCH      (PL_IPC_MAX_PENDING / 2)
 #define PL_IDLE_TIMEOUT_MS   200
 #define PL_MAX_QUEUED        65536
 #define PL_MIB               (1024.0 * 1024.0)
@@ -56,6 +57,8 @@ typedef struct {
 
     pl_conn_t                 *conns;
     uint32_t                   next_worker_id;
+    uint32_t                   evicted;         /* before hello, this pass */
+    int                        spare_fd;        /* given up at EMFILE */
     int                        output_stuck;
 
     uint8_t                   *recbuf;

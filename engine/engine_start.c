@@ -8,6 +8,7 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +36,7 @@ pl_engine_config_defaults(pl_engine_config_t *cfg)
         .max_num_seqs = 256,
         .max_num_batched_tokens = 2048,
         .socket_mode = 0660,
+        .max_workers = 64,
         .prefix_caching = 1,
         .preemption_mode = PL_PREEMPT_RECOMPUTE,
         .swap_space_mb = 1024,
@@ -454,11 +457,36 @@ pl_engine_watch(pl_engine_t *e, int fd, uint32_t events, pl_watch_t *w)
 }
 
 
+/*
+ * Descriptors for workers: the soft limit raised to the hard one, and a
+ * spare descriptor kept to be given up when accept() finds none left
+ * (engine.c), so the engine can still take a connection off the backlog
+ * and close it rather than leave it hanging.
+ */
+static void
+pl_engine_reserve_fds(pl_engine_t *e)
+{
+    struct rlimit  rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            pl_log(PL_LOG_WARN, "raising the descriptor limit: %s",
+                   strerror(errno));
+        }
+    }
+
+    e->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+
 static int
 pl_engine_listen(pl_engine_t *e)
 {
     char      err[512];
     sigset_t  sigs;
+
+    pl_engine_reserve_fds(e);
 
     e->lfd = pl_ipc_listen(e->cfg.listen_path, e->cfg.socket_mode, err,
                            sizeof(err));
@@ -484,8 +512,8 @@ pl_engine_listen(pl_engine_t *e)
         return -1;
     }
 
-    pl_log(PL_LOG_INFO, "listening on %s (mode %04o)", e->cfg.listen_path,
-           e->cfg.socket_mode);
+    pl_log(PL_LOG_INFO, "listening on %s (mode %04o, at most %d workers)",
+           e->cfg.listen_path, e->cfg.socket_mode, e->cfg.max_workers);
 
     return 0;
 }
@@ -524,6 +552,9 @@ pl_engine_shutdown(pl_engine_t *e)
     }
     if (e->sfd >= 0) {
         close(e->sfd);
+    }
+    if (e->spare_fd >= 0) {
+        close(e->spare_fd);
     }
     if (e->ep >= 0) {
         close(e->ep);

@@ -12,7 +12,9 @@
  *
  * Everything here is non-blocking: attach is a small state machine driven
  * by the socket becoming readable, bounded by a deadline, so a client that
- * connects and stays silent cannot hold up the batch.
+ * connects and stays silent cannot hold up the batch.  Reading the worker's
+ * attach and building its region are two steps, so the engine can refuse
+ * a worker over its cap before a byte of region exists.
  */
 
 #include <errno.h>
@@ -102,6 +104,26 @@ pl_ipc_clear_stale(const char *path, const struct sockaddr_un *sa, char *err,
 }
 
 
+/*
+ * bind() creates the socket file with 0777 less the umask, so the umask
+ * is set to the complement of mode around it: the file exists with mode
+ * from its first instant, never wider for a moment as a chmod() after
+ * bind() would leave it.  The engine is the only writer of its umask.
+ */
+static int
+pl_ipc_bind(int fd, const struct sockaddr_un *sa, unsigned mode)
+{
+    mode_t  old = umask(~mode & 0777);
+    int     rc = bind(fd, (const struct sockaddr *) sa, sizeof(*sa));
+    int     saved = errno;
+
+    umask(old);
+    errno = saved;
+
+    return rc;
+}
+
+
 int
 pl_ipc_listen(const char *path, unsigned mode, char *err, size_t errlen)
 {
@@ -120,15 +142,15 @@ pl_ipc_listen(const char *path, unsigned mode, char *err, size_t errlen)
         return -1;
     }
 
-    if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0) {
+    if (pl_ipc_bind(fd, &sa, mode) != 0) {
         snprintf(err, errlen, "bind(\"%s\"): %s", sa.sun_path,
                  strerror(errno));
         close(fd);
         return -1;
     }
 
-    if (chmod(sa.sun_path, mode) != 0 || listen(fd, 64) != 0) {
-        snprintf(err, errlen, "chmod/listen \"%s\": %s", sa.sun_path,
+    if (listen(fd, PL_IPC_BACKLOG) != 0) {
+        snprintf(err, errlen, "listen \"%s\": %s", sa.sun_path,
                  strerror(errno));
         close(fd);
         unlink(sa.sun_path);
@@ -300,11 +322,9 @@ pl_ipc_check_attach(pl_conn_t *c, char *err, size_t errlen)
 
 
 int
-pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id,
-    const pl_stats_t *stats, char *err, size_t errlen)
+pl_ipc_read_attach(pl_conn_t *c, char *err, size_t errlen)
 {
     ssize_t  n;
-    int      memfd, rc;
 
     n = recv(c->fd, c->attach_buf + c->attach_got,
              sizeof(c->attach_buf) - c->attach_got, MSG_DONTWAIT);
@@ -321,20 +341,51 @@ pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id,
         return 0;
     }
 
-    if (pl_ipc_check_attach(c, err, errlen) != 0) {
+    return pl_ipc_check_attach(c, err, errlen) == 0 ? 1 : -1;
+}
+
+
+/* A descriptor could not be made: -2 with the doorbells closed when the
+   process is out of them, so the attach can be tried again; else -1. */
+static int
+pl_ipc_fd_failure(pl_conn_t *c)
+{
+    int  saved = errno;
+
+    if (saved != EMFILE && saved != ENFILE) {
         return -1;
     }
+
+    if (c->sub_efd >= 0) {
+        close(c->sub_efd);
+        c->sub_efd = -1;
+    }
+    if (c->comp_efd >= 0) {
+        close(c->comp_efd);
+        c->comp_efd = -1;
+    }
+    errno = saved;
+
+    return -2;
+}
+
+
+int
+pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id,
+    const pl_stats_t *stats, char *err, size_t errlen)
+{
+    int  memfd, rc;
 
     c->sub_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     c->comp_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (c->sub_efd < 0 || c->comp_efd < 0) {
         snprintf(err, errlen, "eventfd(): %s", strerror(errno));
-        return -1;
+        return pl_ipc_fd_failure(c);
     }
 
     memfd = pl_ipc_make_region(c, id, err, errlen);
     if (memfd < 0) {
-        return -1;
+        return c->region == NULL ? pl_ipc_fd_failure(c) : -1;
     }
     pl_stats_publish(c->hdr, stats);
 
@@ -603,6 +654,16 @@ pl_ipc_flush_doorbell(pl_conn_t *c)
 
 
 void
+pl_ipc_shut(pl_conn_t *c)
+{
+    if (c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
+}
+
+
+void
 pl_ipc_close(pl_conn_t *c)
 {
     if (c->region) {
@@ -616,7 +677,7 @@ pl_ipc_close(pl_conn_t *c)
         close(c->comp_efd);
     }
 
-    close(c->fd);
+    pl_ipc_shut(c);
     pl_seq_index_destroy(&c->live);
     free(c);
 }

@@ -18,6 +18,8 @@
 
 #define PL_IPC_RING_SIZE        (4u << 20)
 #define PL_IPC_ATTACH_TIMEOUT   2000            /* ms */
+#define PL_IPC_BACKLOG          64
+#define PL_IPC_MAX_PENDING      64      /* connections still before hello */
 
 /* What the engine serves, as told to every worker at attach. */
 typedef struct {
@@ -94,19 +96,24 @@ typedef struct {
 /* Monotonic milliseconds. */
 uint64_t   pl_now_ms(void);
 
-/* Unix socket listening at path (a stale file is replaced). fd or -1. */
+/* Unix socket listening at path (a stale file is replaced), created with
+   mode and never wider. fd or -1. */
 int        pl_ipc_listen(const char *path, unsigned mode, char *err,
     size_t errlen);
 
-/* Accept one connection; NULL when none is pending or on failure. */
+/* Accept one connection; NULL when none is pending or on failure (errno
+   says which: EAGAIN, EMFILE, ...). */
 pl_conn_t *pl_ipc_accept(int lfd, uint32_t worker_id);
 
-/*
- * Read what the worker sent so far of its pl_attach_t; once complete and
- * valid, build its region (identity and current stats filled in) and send
- * pl_hello_t with the descriptors.  1 attached, 0 more to read, -1 bad or
- * failed (err says why).
- */
+/* Read what the worker sent so far of its pl_attach_t: 1 complete and
+   valid, 0 more to read, -1 closed or bad (err says why). */
+int        pl_ipc_read_attach(pl_conn_t *c, char *err, size_t errlen);
+
+/* After a complete attach: build the worker's region (identity and
+   current stats filled in) and send pl_hello_t with the descriptors.
+   1 attached, -1 failed (err says why), -2 the process is out of
+   descriptors: nothing is kept, and it may be called again once some are
+   free. */
 int        pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id,
     const pl_stats_t *stats, char *err, size_t errlen);
 
@@ -146,6 +153,10 @@ uint32_t   pl_ipc_max_tokens_per_record(const pl_conn_t *c, int logprobs,
 
 /* Write the completion doorbell if anything was written this pass. */
 void       pl_ipc_flush_doorbell(pl_conn_t *c);
+
+/* Close the connection's socket at once (the rest waits for
+   pl_ipc_close): its descriptor is free for the next accept. */
+void       pl_ipc_shut(pl_conn_t *c);
 
 /* Unmap and close everything; the caller has dealt with its sequences. */
 void       pl_ipc_close(pl_conn_t *c);

@@ -41,6 +41,11 @@ static const char  usage_text[] =
 "  --max-model-len N              prompt + completion limit (default: the\n"
 "                                 model's max_position_embeddings)\n"
 "  --socket-mode OCTAL            permissions of the socket (default 0660)\n"
+"  --max-workers N                workers attached at once; an attach\n"
+"                                 over it is refused (default 64: nginx's\n"
+"                                 worker_processes on a large host, with\n"
+"                                 old workers still attached across a\n"
+"                                 reload)\n"
 "  --no-prefix-caching            do not reuse the KV of cached prompt\n"
 "                                 prefixes\n"
 "  --preemption-mode MODE         recompute, swap or auto (default\n"
@@ -82,7 +87,8 @@ enum {
     OPT_BLOCK_SIZE, OPT_KV_MB, OPT_GPU_UTIL, OPT_NUM_BLOCKS, OPT_MAX_SEQS,
     OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_HELP,
     OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY,
-    OPT_TP_SIZE, OPT_ENFORCE_EAGER, OPT_DTYPE, OPT_PREEMPTION_COSTS
+    OPT_TP_SIZE, OPT_ENFORCE_EAGER, OPT_DTYPE, OPT_PREEMPTION_COSTS,
+    OPT_MAX_WORKERS
 };
 
 static const struct option  options[] = {
@@ -99,6 +105,7 @@ static const struct option  options[] = {
     { "max-num-batched-tokens",  required_argument, NULL, OPT_MAX_TOKENS },
     { "max-model-len",           required_argument, NULL, OPT_MAX_LEN },
     { "socket-mode",             required_argument, NULL, OPT_SOCKET_MODE },
+    { "max-workers",             required_argument, NULL, OPT_MAX_WORKERS },
     { "log-level",               required_argument, NULL, OPT_LOG_LEVEL },
     { "help",                    no_argument,       NULL, OPT_HELP },
     { "no-prefix-caching",       no_argument,       NULL,
@@ -279,6 +286,9 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
     case OPT_SOCKET_MODE:
         bad = parse_int(arg, 8, 0, 0777, &mode);
         cfg->socket_mode = bad ? cfg->socket_mode : (unsigned) mode;
+        break;
+    case OPT_MAX_WORKERS:
+        bad = parse_int(arg, 10, 1, 65536, &cfg->max_workers);
         break;
     case OPT_NO_PREFIX_CACHING:
         cfg->prefix_caching = 0;
