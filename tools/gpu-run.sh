@@ -69,7 +69,7 @@ if [ $TEST = 1 ]; then
     if command -v prove >/dev/null 2>&1; then
         make BUILD=$B -j"$JOBS" test-gpu > "$OUT/test.log" 2>&1 || status=1
     else
-        make BUILD=$B -j"$JOBS" model $(ls t/gpu/*.c | sed "s|t/gpu/\(.*\)\.c|$B/t/gpu/\1.t|") \
+        make BUILD=$B -j"$JOBS" engine model $(ls t/gpu/*.c | sed "s|t/gpu/\(.*\)\.c|$B/t/gpu/\1.t|") \
             > "$OUT/test.log" 2>&1 || status=1
         for t in $B/t/gpu/*.t; do
             PAGEDLLM_BUILD=$(pwd)/$B $t >> "$OUT/test.log" 2>&1 || status=1
