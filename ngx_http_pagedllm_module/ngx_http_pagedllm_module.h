@@ -135,6 +135,8 @@ typedef struct {
     u_char                       *text;
     size_t                        text_len;
     json_t                       *messages;
+    json_t                       *template_kwargs;
+    uint32_t                      truncate_prompt;  /* 0: the whole */
     uint32_t                      max_tokens;
     uint32_t                      n;             /* choices, 1..16 */
     uint32_t                      best_of;       /* 0: n */

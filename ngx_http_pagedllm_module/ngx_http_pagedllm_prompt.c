@@ -73,18 +73,36 @@ ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
 }
 
 
-/* Text a client wrote may not spell a special token of the tokenizer:
-   the rendered prompt is tokenized with special tokens parsed (for the
-   template's own), so such text would become a control token. */
+/* Text a client wrote (a string, or the strings anywhere in an array or
+   object) may not spell a special token of the tokenizer: the rendered
+   prompt is tokenized with special tokens parsed (for the template's
+   own), so such text would become a control token.  name: the field. */
 static ngx_int_t
 ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
-    ngx_http_pagedllm_error_t *err)
+    const char *name, ngx_http_pagedllm_error_t *err)
 {
     size_t       len;
     ngx_uint_t   i;
-    const char  *s;
+    const char  *s, *key;
+    json_t      *e;
 
-    if (v == NULL) {
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, e) {
+            if (ngx_http_pagedllm_no_specials(e, tok, name, err) != NGX_OK) {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    if (json_is_object(v)) {
+        json_object_foreach(v, key, e) {
+            if (ngx_http_pagedllm_no_specials(e, tok, name, err) != NGX_OK) {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    if (!json_is_string(v)) {
         return NGX_OK;
     }
 
@@ -95,10 +113,9 @@ ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
         if (memmem(s, len, tok->specials[i].data, tok->specials[i].len)
             != NULL)
         {
-            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                        "messages",
-                                        "'messages' may not contain the "
-                                        "special token text \"%V\"",
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
+                                        "'%s' may not contain the special "
+                                        "token text \"%V\"", name,
                                         &tok->specials[i]);
             return NGX_ERROR;
         }
@@ -230,19 +247,26 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
     if (chat) {
         json_array_foreach(p->messages, i, m) {
             if (ngx_http_pagedllm_no_specials(json_object_get(m, "content"),
-                                              job->tok, &job->err)
+                                              job->tok, name, &job->err)
                 != NGX_OK
                 || ngx_http_pagedllm_no_specials(json_object_get(m, "name"),
-                                                 job->tok, &job->err)
+                                                 job->tok, name, &job->err)
                    != NGX_OK)
             {
                 return;
             }
         }
 
+        if (ngx_http_pagedllm_no_specials(p->template_kwargs, job->tok,
+                                          "chat_template_kwargs", &job->err)
+            != NGX_OK)
+        {
+            return;
+        }
+
         text = pl_chat_render(job->tok->chat, p->messages,
-                              p->add_generation_prompt, NULL, rerr,
-                              sizeof(rerr));
+                              p->add_generation_prompt, p->template_kwargs,
+                              rerr, sizeof(rerr));
         if (text == NULL) {
             ngx_http_pagedllm_error_set(&job->err, NGX_HTTP_BAD_REQUEST,
                                         name, "The chat template failed: %s",
@@ -279,8 +303,25 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
         return;
     }
 
-    job->n_ids = n;
+    job->n_ids = ngx_http_pagedllm_truncate(p, job->ids, n);
     job->rc = NGX_OK;
+}
+
+
+/* truncate_prompt_tokens: the last k of the n ids moved to the front */
+ngx_uint_t
+ngx_http_pagedllm_truncate(ngx_http_pagedllm_params_t *p, int32_t *ids,
+    ngx_uint_t n)
+{
+    ngx_uint_t  k = p->truncate_prompt;
+
+    if (k == 0 || n <= k) {
+        return n;
+    }
+
+    ngx_memmove(ids, ids + n - k, k * sizeof(int32_t));
+
+    return k;
 }
 
 
