@@ -147,9 +147,6 @@ ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "skip_special_tokens", NGX_HTTP_PAGEDLLM_TYPED(only_true) },
     { "spaces_between_special_tokens", NGX_HTTP_PAGEDLLM_TYPED(only_true) },
     { "include_stop_str_in_output", NGX_HTTP_PAGEDLLM_TYPED(only_false) },
-    { "store", NGX_HTTP_PAGEDLLM_TYPED(any_bool) },
-    { "metadata", ngx_http_pagedllm_f_metadata, -1, NULL },
-    { "service_tier", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
     { NULL, NULL, -1, NULL }
 };
 
@@ -183,6 +180,11 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
     { "modalities", ngx_http_pagedllm_f_modalities, -1, NULL },
     { "prediction", NGX_HTTP_PAGEDLLM_TYPED(any_object) },
     { "reasoning_effort", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
+    { "store", NGX_HTTP_PAGEDLLM_TYPED(any_bool) },
+    { "metadata", ngx_http_pagedllm_f_metadata, -1, NULL },
+    { "service_tier", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
+    { "safety_identifier", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
+    { "prompt_cache_key", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
     { "add_generation_prompt", ngx_http_pagedllm_f_add_generation_prompt,
       -1, NULL },
     { "continue_final_message", NGX_HTTP_PAGEDLLM_TYPED(only_false) },

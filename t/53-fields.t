@@ -81,10 +81,12 @@ my @refused = (
     [0, echo => '{}'], [0, echo => '""'], [0, echo => '0'],
     [0, echo => 'true'],
     [0, suffix => '5'], [0, suffix => '"tail"'],
-    [0, store => '"yes"'], [1, store => '1'],
+    [1, store => '"yes"'], [1, store => '1'],
     [1, metadata => '[]'], [1, metadata => '{"k":1}'],
-    [0, metadata => '"k"'],
-    [1, service_tier => 'true'], [0, service_tier => '{}'],
+    [1, metadata => '"k"'],
+    [1, service_tier => 'true'], [1, service_tier => '{}'],
+    [1, safety_identifier => '1'], [1, prompt_cache_key => '[]'],
+    [0, store => 'true'], [0, metadata => '{}'], [0, service_tier => '"a"'],
     [1, prediction => '"text"'], [1, prediction => '[]'],
     [1, modalities => '"text"'], [1, modalities => '[1]'],
     [1, modalities => '["text","audio"]'], [1, modalities => '["audio"]'],
@@ -104,6 +106,7 @@ my @refused = (
     [1, truncate_prompt_tokens => '1.5'],
     [0, truncate_prompt_tokens => '"3"'],
     [1, web_search_options => '{}'], [1, audio => '{"voice":"alloy"}'],
+    [1, verbosity => '"low"'],
 );
 
 for my $c (@refused) {
@@ -120,9 +123,10 @@ my @accepted = (
     [1, function_call => '"none"'],
     [1, response_format => '{"type":"text"}'], [1, response_format => 'null'],
     [0, echo => 'false'], [0, suffix => '""'],
-    [0, store => 'true'], [1, store => 'false'],
-    [1, metadata => '{"k":"v"}'], [0, metadata => '{}'],
-    [1, service_tier => '"auto"'], [0, service_tier => '"default"'],
+    [1, store => 'true'], [1, store => 'false'],
+    [1, metadata => '{"k":"v"}'], [1, metadata => '{}'],
+    [1, service_tier => '"auto"'], [1, service_tier => '"default"'],
+    [1, safety_identifier => '"s"'], [1, prompt_cache_key => '"k"'],
     [1, prediction => '{"type":"content","content":"x"}'],
     [1, modalities => '["text"]'], [1, modalities => '[]'],
     [1, reasoning_effort => '"low"'], [0, user => '"u"'], [1, user => '"u"'],
@@ -190,6 +194,8 @@ my $lp = $r->{choices}[0]{logprobs} // {};
 is(scalar @{ $lp->{token_logprobs} // [] }, 3, 'a logprob per token');
 ok(!grep({ !defined || $_ > 0 } @{ $lp->{token_logprobs} // [] }),
    'each one a log probability');
+ok(!grep({ defined && %$_ } @{ $lp->{top_logprobs} // [] }),
+   'and no alternatives');
 
 # a NUL in a prompt is text like any other
 $r = accepted(post(0, prompt => '"a\u0000b"'), 'a NUL in a prompt');
