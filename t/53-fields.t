@@ -4,8 +4,9 @@
 # nothing, and OpenAI's parameters that mean nothing here, are accepted;
 # what asks for a feature not here is a 400 naming it.  Then what the
 # implemented vLLM extras do (truncate_prompt_tokens, add_generation_prompt
-# and chat_template_kwargs on chat), logprobs 0, a NUL in a prompt, and
-# JSON errors in our own words.
+# and chat_template_kwargs on chat), logprobs 0, "usage": null on the
+# chunks before the last with include_usage, a NUL in a prompt, and JSON
+# errors in our own words.
 
 use strict;
 use warnings;
@@ -196,6 +197,25 @@ ok(!grep({ !defined || $_ > 0 } @{ $lp->{token_logprobs} // [] }),
    'each one a log probability');
 ok(!grep({ defined && %$_ } @{ $lp->{top_logprobs} // [] }),
    'and no alternatives');
+
+# stream_options.include_usage: "usage": null on every chunk but the last
+for my $chat (0, 1) {
+    my $what = $chat ? 'chat' : 'completions';
+    my %req = (max_tokens => 3, ignore_eos => JSON::PP::true,
+               $chat ? (messages => $J->decode($MSGS)) : (prompt => 'Hi'));
+    my $path = $chat ? '/v1/chat/completions' : '/v1/completions';
+    my $s = $t->stream_json($path, %req,
+                            stream_options => { include_usage => JSON::PP::true });
+    my @ev = @{ $s->{events} };
+    ok($s->{done} && @ev >= 4, "$what with include_usage: streamed");
+    my $last = pop @ev;
+    is($last->{usage}{completion_tokens}, 3, "$what: the last has the usage");
+    ok(!grep({ !exists $_->{usage} || defined $_->{usage} } @ev),
+       "$what: every other chunk has \"usage\": null");
+    $s = $t->stream_json($path, %req);
+    ok(!grep({ exists $_->{usage} } @{ $s->{events} }),
+       "$what without include_usage: no usage key");
+}
 
 # a NUL in a prompt is text like any other
 $r = accepted(post(0, prompt => '"a\u0000b"'), 'a NUL in a prompt');
