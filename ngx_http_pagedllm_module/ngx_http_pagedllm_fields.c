@@ -53,6 +53,8 @@ static ngx_int_t ngx_http_pagedllm_f_template_kwargs(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_truncate(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_skip_special(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_logit_bias(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stop(
@@ -144,7 +146,7 @@ ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "length_penalty", NGX_HTTP_PAGEDLLM_PARAM(length_penalty), NULL },
     { "early_stopping", ngx_http_pagedllm_f_early_stopping, -1, NULL },
     { "truncate_prompt_tokens", ngx_http_pagedllm_f_truncate, -1, NULL },
-    { "skip_special_tokens", NGX_HTTP_PAGEDLLM_TYPED(only_true) },
+    { "skip_special_tokens", ngx_http_pagedllm_f_skip_special, -1, NULL },
     { "spaces_between_special_tokens", NGX_HTTP_PAGEDLLM_TYPED(only_true) },
     { "include_stop_str_in_output", NGX_HTTP_PAGEDLLM_TYPED(only_false) },
     { NULL, NULL, -1, NULL }
@@ -639,6 +641,11 @@ ngx_http_pagedllm_f_typed(ngx_http_pagedllm_parse_t *ps, json_t *v)
 
     neutral = ngx_http_pagedllm_json_pool(ps->pool,
                   json_loads(t->neutral, 0, NULL));
+    if (neutral == NULL) {
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
 
     json_array_foreach(neutral, i, e) {
         if (json_equal(v, e)) {
@@ -783,6 +790,25 @@ ngx_http_pagedllm_f_truncate(ngx_http_pagedllm_parse_t *ps, json_t *v)
     ps->params->truncate_prompt = (k == -1 || k > ps->engine->max_model_len)
                                   ? ps->engine->max_model_len
                                   : (uint32_t) k;
+
+    return NGX_OK;
+}
+
+
+/* vLLM's skip_special_tokens (default true): false keeps special tokens'
+   text in the output */
+static ngx_int_t
+ngx_http_pagedllm_f_skip_special(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_boolean(v)) {
+        return ngx_http_pagedllm_type_error(ps, "a boolean");
+    }
+
+    ps->params->keep_specials = json_is_false(v);
 
     return NGX_OK;
 }

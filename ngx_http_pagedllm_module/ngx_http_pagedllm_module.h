@@ -164,6 +164,7 @@ typedef struct {
     unsigned                      chat:1;        /* /v1/chat/completions */
     unsigned                      add_special:1; /* BOS/EOS of the text */
     unsigned                      add_generation_prompt:1;
+    unsigned                      keep_specials:1;  /* in the output text */
 } ngx_http_pagedllm_params_t;
 
 

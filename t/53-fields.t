@@ -96,7 +96,7 @@ my @refused = (
     [1, max_completion_tokens => '"5"'], [1, max_completion_tokens => '0'],
     [0, include_stop_str_in_output => '1'],
     [0, include_stop_str_in_output => 'true'],
-    [1, skip_special_tokens => '"no"'], [0, skip_special_tokens => 'false'],
+    [1, skip_special_tokens => '"no"'], [0, skip_special_tokens => '1'],
     [0, spaces_between_special_tokens => '0'],
     [1, spaces_between_special_tokens => 'false'],
     [1, add_generation_prompt => '1'],
@@ -187,6 +187,20 @@ refused(post(1, chat_template_kwargs => '{"greeting":"<|end_of_text|>"}'),
         'chat_template_kwargs', 'special token text in chat_template_kwargs');
 refused(post(1, chat_template_kwargs => '{"a":["<|end_of_text|>"]}'),
         'chat_template_kwargs', 'special token text nested in one');
+
+# skip_special_tokens false keeps the special tokens' text: the bias makes
+# <|begin_of_text|> (id 510, no stop token) the greedy choice
+my %bos = (logit_bias => '{"510":100}', temperature => 0, max_tokens => 2);
+$r = accepted(post(0, %bos), 'a special token generated');
+is($r->{choices}[0]{text}, '', 'its text left out by default');
+$r = accepted(post(0, %bos, skip_special_tokens => 'false'),
+              'skip_special_tokens false');
+is($r->{choices}[0]{text}, '<|begin_of_text|><|begin_of_text|>',
+   'the special tokens\' text kept');
+$r = accepted(post(1, %bos, skip_special_tokens => 'false'),
+              'chat skip_special_tokens false');
+is($r->{choices}[0]{message}{content}, '<|begin_of_text|><|begin_of_text|>',
+   'on chat too');
 
 # logprobs 0: the sampled token's logprob, no alternatives
 $r = accepted(post(0, logprobs => 0, max_tokens => 3, ignore_eos => 'true'),
