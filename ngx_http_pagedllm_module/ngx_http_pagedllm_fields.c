@@ -55,6 +55,8 @@ static ngx_int_t ngx_http_pagedllm_f_truncate(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_skip_special(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_continue_final(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_logit_bias(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stop(
@@ -189,7 +191,8 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
     { "prompt_cache_key", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
     { "add_generation_prompt", ngx_http_pagedllm_f_add_generation_prompt,
       -1, NULL },
-    { "continue_final_message", NGX_HTTP_PAGEDLLM_TYPED(only_false) },
+    { "continue_final_message", ngx_http_pagedllm_f_continue_final, -1,
+      NULL },
     { "chat_template_kwargs", ngx_http_pagedllm_f_template_kwargs, -1,
       NULL },
     { NULL, NULL, -1, NULL }
@@ -809,6 +812,21 @@ ngx_http_pagedllm_f_skip_special(ngx_http_pagedllm_parse_t *ps, json_t *v)
     }
 
     ps->params->keep_specials = json_is_false(v);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_continue_final(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_uint_t  b;
+
+    if (ngx_http_pagedllm_bool(ps, v, &b) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ps->params->continue_final = b;
 
     return NGX_OK;
 }

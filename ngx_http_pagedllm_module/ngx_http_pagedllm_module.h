@@ -165,6 +165,7 @@ typedef struct {
     unsigned                      add_special:1; /* BOS/EOS of the text */
     unsigned                      add_generation_prompt:1;
     unsigned                      keep_specials:1;  /* in the output text */
+    unsigned                      continue_final:1; /* the last message */
 } ngx_http_pagedllm_params_t;
 
 

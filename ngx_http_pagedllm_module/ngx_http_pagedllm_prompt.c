@@ -17,6 +17,11 @@
 
 
 static void ngx_http_pagedllm_job_cleanup(void *data);
+static ngx_int_t ngx_http_pagedllm_continue_final(
+    ngx_http_pagedllm_params_t *p, char *text, size_t *len,
+    ngx_http_pagedllm_error_t *err);
+static u_char *ngx_http_pagedllm_rfind(u_char *text, size_t len, u_char *s,
+    size_t n);
 
 
 /* The text of a message's content: a string, or an array of text parts
@@ -225,6 +230,75 @@ ngx_http_pagedllm_job_cleanup(void *data)
 
 
 /*
+ * vLLM's continue_final_message: the rendered conversation ends where the
+ * last message's content last appears in it (or that content trimmed, as
+ * a template may trim it), so the model goes on with that message rather
+ * than starting a new one.
+ */
+static ngx_int_t
+ngx_http_pagedllm_continue_final(ngx_http_pagedllm_params_t *p, char *text,
+    size_t *len, ngx_http_pagedllm_error_t *err)
+{
+    json_t      *c;
+    size_t       n;
+    u_char      *end;
+    const char  *s;
+
+    c = json_object_get(json_array_get(p->messages,
+                                       json_array_size(p->messages) - 1),
+                        "content");
+    s = json_string_value(c);
+    n = json_string_length(c);
+
+    end = ngx_http_pagedllm_rfind((u_char *) text, *len, (u_char *) s, n);
+
+    while (end == NULL && n && (s[n - 1] == ' ' || s[n - 1] == '\n')) {
+        n--;
+    }
+
+    while (end == NULL && n && (s[0] == ' ' || s[0] == '\n')) {
+        s++;
+        n--;
+    }
+
+    if (end == NULL && n) {
+        end = ngx_http_pagedllm_rfind((u_char *) text, *len, (u_char *) s,
+                                      n);
+    }
+
+    if (end == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    "continue_final_message",
+                                    "The final message's content is not in "
+                                    "the prompt the chat template renders");
+        return NGX_ERROR;
+    }
+
+    *len = end - (u_char *) text;
+
+    return NGX_OK;
+}
+
+
+/* Where the last occurrence of s in text ends; NULL if it has none. */
+static u_char *
+ngx_http_pagedllm_rfind(u_char *text, size_t len, u_char *s, size_t n)
+{
+    u_char  *at, *end;
+
+    end = NULL;
+
+    while (n && (at = memmem(text, len, s, n)) != NULL) {
+        end = at + n;
+        len -= end - text;
+        text = end;
+    }
+
+    return end;
+}
+
+
+/*
  * The job's prompt text, or its conversation rendered by the chat template
  * (whose special tokens are its own: the text of a message may not spell
  * one, or it would become a control token), tokenized.  Runs on a thread: it
@@ -275,6 +349,14 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
         }
 
         len = ngx_strlen(text);
+
+        if (p->continue_final
+            && ngx_http_pagedllm_continue_final(p, text, &len, &job->err)
+               != NGX_OK)
+        {
+            free(text);
+            return;
+        }
 
     } else {
         text = (char *) p->text;

@@ -469,6 +469,16 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
+    if (p->continue_final && json_is_true(json_object_get(root,
+                                               "add_generation_prompt")))
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    "continue_final_message",
+                                    "Cannot set both 'continue_final_message'"
+                                    " and 'add_generation_prompt' to true");
+        return NGX_ERROR;
+    }
+
     if (ngx_http_pagedllm_given(root, "stream_options") && !p->stream) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                     "stream_options",

@@ -101,7 +101,7 @@ my @refused = (
     [1, spaces_between_special_tokens => 'false'],
     [1, add_generation_prompt => '1'],
     [1, continue_final_message => '"x"'],
-    [1, continue_final_message => 'true'],
+    [1, continue_final_message => 'true', add_generation_prompt => 'true'],
     [1, chat_template_kwargs => '[]'], [1, chat_template_kwargs => 'true'],
     [0, truncate_prompt_tokens => '0'], [0, truncate_prompt_tokens => '-2'],
     [1, truncate_prompt_tokens => '1.5'],
@@ -111,9 +111,9 @@ my @refused = (
 );
 
 for my $c (@refused) {
-    my ($chat, $field, $v) = @$c;
-    refused(post($chat, $field => $v), $field,
-            ($chat ? 'chat' : 'completions') . " $field: $v");
+    my ($chat, $field, $v, @with) = @$c;
+    refused(post($chat, $field => $v, @with), $field,
+            ($chat ? 'chat' : 'completions') . " $field: $v @with");
 }
 
 # the values that ask for nothing, and no-ops
@@ -187,6 +187,26 @@ refused(post(1, chat_template_kwargs => '{"greeting":"<|end_of_text|>"}'),
         'chat_template_kwargs', 'special token text in chat_template_kwargs');
 refused(post(1, chat_template_kwargs => '{"a":["<|end_of_text|>"]}'),
         'chat_template_kwargs', 'special token text nested in one');
+
+# continue_final_message: the prompt ends with the last message's content
+# (the template writes "<assistant>\n" + content | trim + "\n")
+my $tok = $t->request(POST => '/v1/tokenize', $J->encode(
+    { prompt => "<user>\nSay something.\n<assistant>\nOnce upon a" }));
+is($tok->{status}, 200, 'the expected prompt tokenized');
+for my $content ('Once upon a', 'Once upon a ') {
+    my $msgs = $J->encode([{ role => 'user', content => 'Say something.' },
+                           { role => 'assistant', content => $content }]);
+    $r = accepted(post(1, messages => $msgs,
+                       continue_final_message => 'true'),
+                  "continue_final_message, content \"$content\"");
+    is($r->{usage}{prompt_tokens}, $tok->{json}{count},
+       'the prompt ends with the final message\'s content');
+    $r = accepted(post(1, messages => $msgs,
+                       add_generation_prompt => 'false'),
+                  'the same without continue_final_message');
+    cmp_ok($r->{usage}{prompt_tokens}, '>', $tok->{json}{count},
+           'the message is closed');
+}
 
 # skip_special_tokens false keeps the special tokens' text: the bias makes
 # <|begin_of_text|> (id 510, no stop token) the greedy choice
