@@ -57,6 +57,8 @@ static ngx_int_t ngx_http_pagedllm_f_skip_special(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_continue_final(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_keep_stop(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_logit_bias(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stop(
@@ -150,7 +152,8 @@ ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "truncate_prompt_tokens", ngx_http_pagedllm_f_truncate, -1, NULL },
     { "skip_special_tokens", ngx_http_pagedllm_f_skip_special, -1, NULL },
     { "spaces_between_special_tokens", NGX_HTTP_PAGEDLLM_TYPED(only_true) },
-    { "include_stop_str_in_output", NGX_HTTP_PAGEDLLM_TYPED(only_false) },
+    { "include_stop_str_in_output", ngx_http_pagedllm_f_keep_stop, -1,
+      NULL },
     { NULL, NULL, -1, NULL }
 };
 
@@ -827,6 +830,23 @@ ngx_http_pagedllm_f_continue_final(ngx_http_pagedllm_parse_t *ps, json_t *v)
     }
 
     ps->params->continue_final = b;
+
+    return NGX_OK;
+}
+
+
+/* vLLM's include_stop_str_in_output: the text ends after the stop string
+   rather than before it */
+static ngx_int_t
+ngx_http_pagedllm_f_keep_stop(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_uint_t  b;
+
+    if (ngx_http_pagedllm_bool(ps, v, &b) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ps->params->keep_stop = b;
 
     return NGX_OK;
 }

@@ -166,6 +166,7 @@ typedef struct {
     unsigned                      add_generation_prompt:1;
     unsigned                      keep_specials:1;  /* in the output text */
     unsigned                      continue_final:1; /* the last message */
+    unsigned                      keep_stop:1;      /* the stop string */
 } ngx_http_pagedllm_params_t;
 
 

@@ -95,7 +95,6 @@ my @refused = (
     [0, user => '5'], [1, user => '[]'],
     [1, max_completion_tokens => '"5"'], [1, max_completion_tokens => '0'],
     [0, include_stop_str_in_output => '1'],
-    [0, include_stop_str_in_output => 'true'],
     [1, skip_special_tokens => '"no"'], [0, skip_special_tokens => '1'],
     [0, spaces_between_special_tokens => '0'],
     [1, spaces_between_special_tokens => 'false'],
@@ -187,6 +186,36 @@ refused(post(1, chat_template_kwargs => '{"greeting":"<|end_of_text|>"}'),
         'chat_template_kwargs', 'special token text in chat_template_kwargs');
 refused(post(1, chat_template_kwargs => '{"a":["<|end_of_text|>"]}'),
         'chat_template_kwargs', 'special token text nested in one');
+
+# include_stop_str_in_output: the text ends after the stop string; a stop
+# string is taken from the middle of a greedy output
+my %greedy = (temperature => 0, max_tokens => 12, ignore_eos => 'true');
+my $full = post(0, %greedy)->{json}{choices}[0]{text} // '';
+my ($at, $stop);
+for my $i (2 .. length($full) - 3) {
+    my $s = substr($full, $i, 2);
+    next if index($full, $s) < $i || $s =~ /["\\\x00-\x1f]/;
+    ($at, $stop) = ($i, $s);
+    last;
+}
+ok(defined $stop, 'a stop string in the middle of the output')
+    or diag("output: $full");
+$stop //= 'zz';
+$at //= 0;
+my $js = $J->encode($stop);
+$r = accepted(post(0, %greedy, stop => $js), 'the stop string');
+is($r->{choices}[0]{text}, substr($full, 0, $at), 'cut before it');
+$r = accepted(post(0, %greedy, stop => $js,
+                   include_stop_str_in_output => 'true'),
+              'include_stop_str_in_output true');
+is($r->{choices}[0]{text}, substr($full, 0, $at + 2), 'cut after it');
+is($r->{choices}[0]{finish_reason}, 'stop', 'finish_reason stop');
+my $s = $t->stream_json('/v1/completions', prompt => 'Hi', stop => $stop,
+                        temperature => 0, max_tokens => 12,
+                        ignore_eos => JSON::PP::true,
+                        include_stop_str_in_output => JSON::PP::true);
+is(join('', map { $_->{choices}[0]{text} // '' } @{ $s->{events} }),
+   substr($full, 0, $at + 2), 'streamed: the same text');
 
 # continue_final_message: the prompt ends with the last message's content
 # (the template writes "<assistant>\n" + content | trim + "\n")
