@@ -3,9 +3,12 @@
  * ngx_http_pagedllm_fields: the fields of a request body, a table per
  * endpoint and one for the fields both take, and the parser of each: the
  * prompt (text, or token ids checked against the vocabulary), the
- * conversation, sampling parameters, stop strings, logit_bias.  A sampling
- * parameter takes its type, range and default from its row of PL_PARAMS
- * (proto/pl_params.h), the one definition the engine checks against too.
+ * conversation, sampling parameters, stop strings, logit_bias, vLLM's
+ * extras.  A sampling parameter takes its type, range and default from its
+ * row of PL_PARAMS (proto/pl_params.h), the one definition the engine
+ * checks against too.  A field that means nothing here, or asks for what
+ * is not here, is still checked for its documented JSON type, and only
+ * the values that ask for nothing are accepted (ngx_http_pagedllm_typed_t).
  * POST /tokenize (a prompt or a conversation) and /detokenize (token ids)
  * have tables of their own and take none of the common fields.
  */

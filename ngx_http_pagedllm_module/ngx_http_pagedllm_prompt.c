@@ -81,7 +81,8 @@ ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
 /* Text a client wrote (a string, or the strings anywhere in an array or
    object) may not spell a special token of the tokenizer: the rendered
    prompt is tokenized with special tokens parsed (for the template's
-   own), so such text would become a control token.  name: the field. */
+   own), so such text would become a control token.  Nor may it hold
+   U+0000, where the rendered prompt would end.  name: the field. */
 static ngx_int_t
 ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
     const char *name, ngx_http_pagedllm_error_t *err)
@@ -114,6 +115,13 @@ ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
     s = json_string_value(v);
     len = json_string_length(v);
 
+    if (ngx_strlen(s) != len) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
+                                    "'%s' may not contain U+0000: the chat "
+                                    "template renders text up to it", name);
+        return NGX_ERROR;
+    }
+
     for (i = 0; i < tok->n_specials; i++) {
         if (memmem(s, len, tok->specials[i].data, tok->specials[i].len)
             != NULL)
@@ -142,7 +150,8 @@ ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
     role = json_object_get(m, "role");
     r = json_string_value(role);
 
-    if (r == NULL || (ngx_strcmp(r, "system") != 0
+    if (r == NULL || ngx_strlen(r) != json_string_length(role)
+        || (ngx_strcmp(r, "system") != 0
                       && ngx_strcmp(r, "developer") != 0
                       && ngx_strcmp(r, "user") != 0
                       && ngx_strcmp(r, "assistant") != 0))

@@ -5,8 +5,8 @@
 # what asks for a feature not here is a 400 naming it.  Then what the
 # implemented vLLM extras do (truncate_prompt_tokens, add_generation_prompt
 # and chat_template_kwargs on chat), logprobs 0, "usage": null on the
-# chunks before the last with include_usage, a NUL in a prompt, and JSON
-# errors in our own words.
+# chunks before the last with include_usage, a NUL in a prompt (refused
+# in what the chat template renders), and JSON errors in our own words.
 
 use strict;
 use warnings;
@@ -284,8 +284,13 @@ for my $chat (0, 1) {
 $r = accepted(post(0, prompt => '"a\u0000b"'), 'a NUL in a prompt');
 my $ab = post(0, prompt => '"ab"')->{json}{usage}{prompt_tokens};
 cmp_ok($r->{usage}{prompt_tokens}, '>', $ab, 'the NUL is a token');
-accepted(post(1, messages => '[{"role":"user","content":"a\u0000b"}]'),
-         'a NUL in a message');
+# the chat template renders C strings: a NUL there would end the prompt
+refused(post(1, messages => '[{"role":"user","content":"a\u0000b"}]'),
+        'messages', 'a NUL in a message');
+refused(post(1, messages => '[{"role":"user\u0000x","content":"a"}]'),
+        'messages', 'a NUL in a role');
+refused(post(1, chat_template_kwargs => '{"greeting":"a\u0000b"}'),
+        'chat_template_kwargs', 'a NUL in chat_template_kwargs');
 
 # JSON errors in our own words, not the JSON library's
 for my $bad (['{"prompt":"x",}', qr/not valid JSON/, 'a trailing comma'],
