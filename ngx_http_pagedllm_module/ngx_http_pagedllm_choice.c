@@ -213,7 +213,8 @@ ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx,
 /*
  * The last token of ch added len bytes: look for the earliest stop string
  * that ends in them.  On a match the text is cut where the stop string
- * starts, the pieces after the cut are dropped, and the choice ends with
+ * starts (where it ends, with include_stop_str_in_output), the pieces
+ * after the cut are dropped, and the choice ends with
  * "stop".
  */
 static ngx_uint_t
@@ -221,11 +222,12 @@ ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, size_t len)
 {
     u_char      *m;
-    size_t       from, cut;
+    size_t       from, cut, keep;
     ngx_str_t   *st;
     ngx_uint_t   i;
 
     cut = ch->text_len + 1;
+    keep = 0;
 
     for (i = 0; i < ctx->params.n_stop; i++) {
         st = &ctx->params.stop[i];
@@ -237,12 +239,15 @@ ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
                    st->len);
         if (m && (size_t) (m - ch->text) < cut) {
             cut = m - ch->text;
+            keep = ctx->params.keep_stop ? st->len : 0;
         }
     }
 
     if (cut > ch->text_len) {
         return 0;
     }
+
+    cut += keep;
 
     ch->text_len = cut;
 

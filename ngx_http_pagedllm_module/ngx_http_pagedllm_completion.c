@@ -426,7 +426,8 @@ ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx)
 
     for (i = 0; i < ctx->params.n; i++) {
         ctx->choices[i].index = i;
-        pl_detok_init(&ctx->choices[i].detok, ctx->tok->tokenizer, 1);
+        pl_detok_init(&ctx->choices[i].detok, ctx->tok->tokenizer,
+                      !ctx->params.keep_specials);
     }
 
     ctx->n_top = (ctx->params.flags & PL_SUBMIT_LOGPROBS)

@@ -3,9 +3,12 @@
  * ngx_http_pagedllm_fields: the fields of a request body, a table per
  * endpoint and one for the fields both take, and the parser of each: the
  * prompt (text, or token ids checked against the vocabulary), the
- * conversation, sampling parameters, stop strings, logit_bias.  A sampling
- * parameter takes its type, range and default from its row of PL_PARAMS
- * (proto/pl_params.h), the one definition the engine checks against too.
+ * conversation, sampling parameters, stop strings, logit_bias, vLLM's
+ * extras.  A sampling parameter takes its type, range and default from its
+ * row of PL_PARAMS (proto/pl_params.h), the one definition the engine
+ * checks against too.  A field that means nothing here, or asks for what
+ * is not here, is still checked for its documented JSON type, and only
+ * the values that ask for nothing are accepted (ngx_http_pagedllm_typed_t).
  * POST /tokenize (a prompt or a conversation) and /detokenize (token ids)
  * have tables of their own and take none of the common fields.
  */
@@ -40,9 +43,24 @@ static ngx_int_t ngx_http_pagedllm_f_early_stopping(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stream_options(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
-static ngx_int_t ngx_http_pagedllm_f_user(
+static ngx_int_t ngx_http_pagedllm_f_typed(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
-static ngx_int_t ngx_http_pagedllm_f_unsupported(
+static ngx_int_t ngx_http_pagedllm_unsupported(ngx_http_pagedllm_parse_t *ps);
+static ngx_int_t ngx_http_pagedllm_f_response_format(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_metadata(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_modalities(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_template_kwargs(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_truncate(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_skip_special(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_continue_final(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_keep_stop(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_logit_bias(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
@@ -78,6 +96,34 @@ static uint32_t  ngx_http_pagedllm_want_logprobs = PL_SUBMIT_LOGPROBS;
 static uint32_t  ngx_http_pagedllm_use_beam_search = PL_SUBMIT_BEAM_SEARCH;
 
 
+/* Fields read for their JSON type only: what each must be, and the values
+   that ask for nothing (any, where neutral is NULL). */
+#define NGX_HTTP_PAGEDLLM_J(t)     (1u << (t))
+#define NGX_HTTP_PAGEDLLM_J_BOOL                                             \
+    (NGX_HTTP_PAGEDLLM_J(JSON_TRUE) | NGX_HTTP_PAGEDLLM_J(JSON_FALSE))
+
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_any_bool =
+    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", NULL };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_any_string =
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", NULL };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_any_object =
+    { NGX_HTTP_PAGEDLLM_J(JSON_OBJECT), "an object", NULL };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_only_false =
+    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", "[false]" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_only_true =
+    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", "[true]" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_empty_array =
+    { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[[]]" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_empty_string =
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", "[\"\"]" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_no_choice =
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING) | NGX_HTTP_PAGEDLLM_J(JSON_OBJECT),
+      "a string or an object", "[\"none\"]" };
+
+#define NGX_HTTP_PAGEDLLM_TYPED(t)                                           \
+    ngx_http_pagedllm_f_typed, -1, &ngx_http_pagedllm_##t
+
+
 /* The fields both endpoints take, after the endpoint's own. */
 ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "model", ngx_http_pagedllm_f_model, -1, NULL },
@@ -91,7 +137,7 @@ ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "stream_options", ngx_http_pagedllm_f_stream_options, -1, NULL },
     { "ignore_eos", ngx_http_pagedllm_f_flag, -1,
       &ngx_http_pagedllm_ignore_eos },
-    { "user", ngx_http_pagedllm_f_user, -1, NULL },
+    { "user", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
     { "stop", ngx_http_pagedllm_f_stop, -1, NULL },
     { "logit_bias", ngx_http_pagedllm_f_logit_bias, -1, NULL },
     { "presence_penalty", NGX_HTTP_PAGEDLLM_PARAM(presence_penalty), NULL },
@@ -106,6 +152,11 @@ ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
       &ngx_http_pagedllm_use_beam_search },
     { "length_penalty", NGX_HTTP_PAGEDLLM_PARAM(length_penalty), NULL },
     { "early_stopping", ngx_http_pagedllm_f_early_stopping, -1, NULL },
+    { "truncate_prompt_tokens", ngx_http_pagedllm_f_truncate, -1, NULL },
+    { "skip_special_tokens", ngx_http_pagedllm_f_skip_special, -1, NULL },
+    { "spaces_between_special_tokens", NGX_HTTP_PAGEDLLM_TYPED(only_true) },
+    { "include_stop_str_in_output", ngx_http_pagedllm_f_keep_stop, -1,
+      NULL },
     { NULL, NULL, -1, NULL }
 };
 
@@ -116,8 +167,8 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_completion_fields[] = {
     { "best_of", NGX_HTTP_PAGEDLLM_PARAM(best_of), NULL },
     { "logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs),
       &ngx_http_pagedllm_want_logprobs },
-    { "echo", ngx_http_pagedllm_f_unsupported, -1, NULL },
-    { "suffix", ngx_http_pagedllm_f_unsupported, -1, NULL },
+    { "echo", NGX_HTTP_PAGEDLLM_TYPED(only_false) },
+    { "suffix", NGX_HTTP_PAGEDLLM_TYPED(empty_string) },
     { NULL, NULL, -1, NULL }
 };
 
@@ -130,11 +181,26 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
     { "logprobs", ngx_http_pagedllm_f_flag, -1,
       &ngx_http_pagedllm_want_logprobs },
     { "top_logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs), NULL },
-    { "tools", ngx_http_pagedllm_f_unsupported, -1, NULL },
-    { "tool_choice", ngx_http_pagedllm_f_unsupported, -1, "\"none\"" },
-    { "parallel_tool_calls", ngx_http_pagedllm_f_unsupported, -1, "true" },
-    { "response_format", ngx_http_pagedllm_f_unsupported, -1,
-      "{\"type\": \"text\"}" },
+    { "tools", NGX_HTTP_PAGEDLLM_TYPED(empty_array) },
+    { "tool_choice", NGX_HTTP_PAGEDLLM_TYPED(no_choice) },
+    { "parallel_tool_calls", NGX_HTTP_PAGEDLLM_TYPED(any_bool) },
+    { "functions", NGX_HTTP_PAGEDLLM_TYPED(empty_array) },
+    { "function_call", NGX_HTTP_PAGEDLLM_TYPED(no_choice) },
+    { "response_format", ngx_http_pagedllm_f_response_format, -1, NULL },
+    { "modalities", ngx_http_pagedllm_f_modalities, -1, NULL },
+    { "prediction", NGX_HTTP_PAGEDLLM_TYPED(any_object) },
+    { "reasoning_effort", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
+    { "store", NGX_HTTP_PAGEDLLM_TYPED(any_bool) },
+    { "metadata", ngx_http_pagedllm_f_metadata, -1, NULL },
+    { "service_tier", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
+    { "safety_identifier", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
+    { "prompt_cache_key", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
+    { "add_generation_prompt", ngx_http_pagedllm_f_add_generation_prompt,
+      -1, NULL },
+    { "continue_final_message", ngx_http_pagedllm_f_continue_final, -1,
+      NULL },
+    { "chat_template_kwargs", ngx_http_pagedllm_f_template_kwargs, -1,
+      NULL },
     { NULL, NULL, -1, NULL }
 };
 
@@ -558,48 +624,234 @@ ngx_http_pagedllm_f_flag(ngx_http_pagedllm_parse_t *ps, json_t *v)
 }
 
 
+/*
+ * A field read for its JSON type (ps->field->post: what it must be): null
+ * or a value that asks for nothing is accepted; any other value of its
+ * type asks for what is not here, and is refused by name.
+ */
 static ngx_int_t
-ngx_http_pagedllm_f_user(ngx_http_pagedllm_parse_t *ps, json_t *v)
+ngx_http_pagedllm_f_typed(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    if (!json_is_null(v) && !json_is_string(v)) {
-        return ngx_http_pagedllm_type_error(ps, "a string");
+    size_t                      i;
+    json_t                     *neutral, *e;
+    ngx_http_pagedllm_typed_t  *t = ps->field->post;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!(t->types & NGX_HTTP_PAGEDLLM_J(json_typeof(v)))) {
+        return ngx_http_pagedllm_type_error(ps, t->what);
+    }
+
+    if (t->neutral == NULL) {
+        return NGX_OK;
+    }
+
+    neutral = ngx_http_pagedllm_json_pool(ps->pool,
+                  json_loads(t->neutral, 0, NULL));
+    if (neutral == NULL) {
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(neutral, i, e) {
+        if (json_equal(v, e)) {
+            return NGX_OK;
+        }
+    }
+
+    return ngx_http_pagedllm_unsupported(ps);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_unsupported(ngx_http_pagedllm_parse_t *ps)
+{
+    ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST,
+                                ps->field->name, "'%s' is not supported",
+                                ps->field->name);
+    return NGX_ERROR;
+}
+
+
+/* an object with a "type" string; only {"type": "text"} asks for nothing */
+static ngx_int_t
+ngx_http_pagedllm_f_response_format(ngx_http_pagedllm_parse_t *ps,
+    json_t *v)
+{
+    json_t  *type;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    type = json_object_get(v, "type");
+
+    if (!json_is_string(type)) {
+        return ngx_http_pagedllm_type_error(ps, "an object with a 'type' "
+                                            "string");
+    }
+
+    if (ngx_strcmp(json_string_value(type), "text") != 0) {
+        return ngx_http_pagedllm_unsupported(ps);
     }
 
     return NGX_OK;
 }
 
 
-/* Accepted only when it asks for nothing: null, false, "", [] or {}, or
-   the value the field's post spells in JSON (what OpenAI does without the
-   feature, e.g. a response_format of {"type": "text"}). */
+/* OpenAI's stored-completion tags: an object of strings, kept nowhere */
 static ngx_int_t
-ngx_http_pagedllm_f_unsupported(ngx_http_pagedllm_parse_t *ps, json_t *v)
+ngx_http_pagedllm_f_metadata(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    json_t                     *neutral;
-    ngx_http_pagedllm_error_t  *err = ps->err;
+    json_t      *e;
+    const char  *key;
 
-    if (json_is_null(v) || json_is_false(v)
-        || (json_is_string(v) && json_string_length(v) == 0)
-        || (json_is_array(v) && json_array_size(v) == 0)
-        || (json_is_object(v) && json_object_size(v) == 0))
-    {
+    if (json_is_null(v)) {
         return NGX_OK;
     }
 
-    if (ps->field->post != NULL) {
-        neutral = ngx_http_pagedllm_json_pool(ps->pool,
-                      json_loads(ps->field->post, JSON_DECODE_ANY, NULL));
+    if (!json_is_object(v)) {
+        return ngx_http_pagedllm_type_error(ps, "an object of strings");
+    }
 
-        if (neutral != NULL && json_equal(v, neutral)) {
-            return NGX_OK;
+    json_object_foreach(v, key, e) {
+        if (!json_is_string(e)) {
+            return ngx_http_pagedllm_type_error(ps, "an object of strings");
         }
     }
 
-    ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                ps->field->name,
-                                "'%s' is not supported",
-                                ps->field->name);
-    return NGX_ERROR;
+    return NGX_OK;
+}
+
+
+/* the output's kinds: text only */
+static ngx_int_t
+ngx_http_pagedllm_f_modalities(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    size_t   i;
+    json_t  *e;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_array(v)) {
+        return ngx_http_pagedllm_type_error(ps, "an array of strings");
+    }
+
+    json_array_foreach(v, i, e) {
+        if (!json_is_string(e)) {
+            return ngx_http_pagedllm_type_error(ps, "an array of strings");
+        }
+
+        if (ngx_strcmp(json_string_value(e), "text") != 0) {
+            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST,
+                                        "modalities", "'modalities' may "
+                                        "only ask for \"text\", not \"%s\"",
+                                        json_string_value(e));
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* variables added to the chat template's context */
+static ngx_int_t
+ngx_http_pagedllm_f_template_kwargs(ngx_http_pagedllm_parse_t *ps,
+    json_t *v)
+{
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(v)) {
+        return ngx_http_pagedllm_type_error(ps, "an object");
+    }
+
+    ps->params->template_kwargs = v;
+
+    return NGX_OK;
+}
+
+
+/* vLLM's truncate_prompt_tokens: keep the prompt's last k tokens; -1 is
+   the model's context */
+static ngx_int_t
+ngx_http_pagedllm_f_truncate(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    json_int_t  k;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    k = json_is_integer(v) ? json_integer_value(v) : 0;
+
+    if (k == 0 || k < -1) {
+        return ngx_http_pagedllm_type_error(ps, "a positive integer or -1");
+    }
+
+    ps->params->truncate_prompt = (k == -1 || k > ps->engine->max_model_len)
+                                  ? ps->engine->max_model_len
+                                  : (uint32_t) k;
+
+    return NGX_OK;
+}
+
+
+/* vLLM's skip_special_tokens (default true): false keeps special tokens'
+   text in the output */
+static ngx_int_t
+ngx_http_pagedllm_f_skip_special(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_boolean(v)) {
+        return ngx_http_pagedllm_type_error(ps, "a boolean");
+    }
+
+    ps->params->keep_specials = json_is_false(v);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_f_continue_final(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_uint_t  b;
+
+    if (ngx_http_pagedllm_bool(ps, v, &b) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ps->params->continue_final = b;
+
+    return NGX_OK;
+}
+
+
+/* vLLM's include_stop_str_in_output: the text ends after the stop string
+   rather than before it */
+static ngx_int_t
+ngx_http_pagedllm_f_keep_stop(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_uint_t  b;
+
+    if (ngx_http_pagedllm_bool(ps, v, &b) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ps->params->keep_stop = b;
+
+    return NGX_OK;
 }
 
 

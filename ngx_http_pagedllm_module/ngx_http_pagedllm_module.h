@@ -135,6 +135,8 @@ typedef struct {
     u_char                       *text;
     size_t                        text_len;
     json_t                       *messages;
+    json_t                       *template_kwargs;
+    uint32_t                      truncate_prompt;  /* 0: the whole */
     uint32_t                      max_tokens;
     uint32_t                      n;             /* choices, 1..16 */
     uint32_t                      best_of;       /* 0: n */
@@ -162,6 +164,9 @@ typedef struct {
     unsigned                      chat:1;        /* /v1/chat/completions */
     unsigned                      add_special:1; /* BOS/EOS of the text */
     unsigned                      add_generation_prompt:1;
+    unsigned                      keep_specials:1;  /* in the output text */
+    unsigned                      continue_final:1; /* the last message */
+    unsigned                      keep_stop:1;      /* the stop string */
 } ngx_http_pagedllm_params_t;
 
 

@@ -17,6 +17,11 @@
 
 
 static void ngx_http_pagedllm_job_cleanup(void *data);
+static ngx_int_t ngx_http_pagedllm_continue_final(
+    ngx_http_pagedllm_params_t *p, char *text, size_t *len,
+    ngx_http_pagedllm_error_t *err);
+static u_char *ngx_http_pagedllm_rfind(u_char *text, size_t len, u_char *s,
+    size_t n);
 
 
 /* The text of a message's content: a string, or an array of text parts
@@ -73,32 +78,57 @@ ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
 }
 
 
-/* Text a client wrote may not spell a special token of the tokenizer:
-   the rendered prompt is tokenized with special tokens parsed (for the
-   template's own), so such text would become a control token. */
+/* Text a client wrote (a string, or the strings anywhere in an array or
+   object) may not spell a special token of the tokenizer: the rendered
+   prompt is tokenized with special tokens parsed (for the template's
+   own), so such text would become a control token.  Nor may it hold
+   U+0000, where the rendered prompt would end.  name: the field. */
 static ngx_int_t
 ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
-    ngx_http_pagedllm_error_t *err)
+    const char *name, ngx_http_pagedllm_error_t *err)
 {
     size_t       len;
     ngx_uint_t   i;
-    const char  *s;
+    const char  *s, *key;
+    json_t      *e;
 
-    if (v == NULL) {
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, e) {
+            if (ngx_http_pagedllm_no_specials(e, tok, name, err) != NGX_OK) {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    if (json_is_object(v)) {
+        json_object_foreach(v, key, e) {
+            if (ngx_http_pagedllm_no_specials(e, tok, name, err) != NGX_OK) {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    if (!json_is_string(v)) {
         return NGX_OK;
     }
 
     s = json_string_value(v);
     len = json_string_length(v);
 
+    if (ngx_strlen(s) != len) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
+                                    "'%s' may not contain U+0000: the chat "
+                                    "template renders text up to it", name);
+        return NGX_ERROR;
+    }
+
     for (i = 0; i < tok->n_specials; i++) {
         if (memmem(s, len, tok->specials[i].data, tok->specials[i].len)
             != NULL)
         {
-            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                        "messages",
-                                        "'messages' may not contain the "
-                                        "special token text \"%V\"",
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
+                                        "'%s' may not contain the special "
+                                        "token text \"%V\"", name,
                                         &tok->specials[i]);
             return NGX_ERROR;
         }
@@ -120,7 +150,8 @@ ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
     role = json_object_get(m, "role");
     r = json_string_value(role);
 
-    if (r == NULL || (ngx_strcmp(r, "system") != 0
+    if (r == NULL || ngx_strlen(r) != json_string_length(role)
+        || (ngx_strcmp(r, "system") != 0
                       && ngx_strcmp(r, "developer") != 0
                       && ngx_strcmp(r, "user") != 0
                       && ngx_strcmp(r, "assistant") != 0))
@@ -208,6 +239,75 @@ ngx_http_pagedllm_job_cleanup(void *data)
 
 
 /*
+ * vLLM's continue_final_message: the rendered conversation ends where the
+ * last message's content last appears in it (or that content trimmed, as
+ * a template may trim it), so the model goes on with that message rather
+ * than starting a new one.
+ */
+static ngx_int_t
+ngx_http_pagedllm_continue_final(ngx_http_pagedllm_params_t *p, char *text,
+    size_t *len, ngx_http_pagedllm_error_t *err)
+{
+    json_t      *c;
+    size_t       n;
+    u_char      *end;
+    const char  *s;
+
+    c = json_object_get(json_array_get(p->messages,
+                                       json_array_size(p->messages) - 1),
+                        "content");
+    s = json_string_value(c);
+    n = json_string_length(c);
+
+    end = ngx_http_pagedllm_rfind((u_char *) text, *len, (u_char *) s, n);
+
+    while (end == NULL && n && (s[n - 1] == ' ' || s[n - 1] == '\n')) {
+        n--;
+    }
+
+    while (end == NULL && n && (s[0] == ' ' || s[0] == '\n')) {
+        s++;
+        n--;
+    }
+
+    if (end == NULL && n) {
+        end = ngx_http_pagedllm_rfind((u_char *) text, *len, (u_char *) s,
+                                      n);
+    }
+
+    if (end == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    "continue_final_message",
+                                    "The final message's content is not in "
+                                    "the prompt the chat template renders");
+        return NGX_ERROR;
+    }
+
+    *len = end - (u_char *) text;
+
+    return NGX_OK;
+}
+
+
+/* Where the last occurrence of s in text ends; NULL if it has none. */
+static u_char *
+ngx_http_pagedllm_rfind(u_char *text, size_t len, u_char *s, size_t n)
+{
+    u_char  *at, *end;
+
+    end = NULL;
+
+    while (n && (at = memmem(text, len, s, n)) != NULL) {
+        end = at + n;
+        len -= end - text;
+        text = end;
+    }
+
+    return end;
+}
+
+
+/*
  * The job's prompt text, or its conversation rendered by the chat template
  * (whose special tokens are its own: the text of a message may not spell
  * one, or it would become a control token), tokenized.  Runs on a thread: it
@@ -230,19 +330,26 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
     if (chat) {
         json_array_foreach(p->messages, i, m) {
             if (ngx_http_pagedllm_no_specials(json_object_get(m, "content"),
-                                              job->tok, &job->err)
+                                              job->tok, name, &job->err)
                 != NGX_OK
                 || ngx_http_pagedllm_no_specials(json_object_get(m, "name"),
-                                                 job->tok, &job->err)
+                                                 job->tok, name, &job->err)
                    != NGX_OK)
             {
                 return;
             }
         }
 
+        if (ngx_http_pagedllm_no_specials(p->template_kwargs, job->tok,
+                                          "chat_template_kwargs", &job->err)
+            != NGX_OK)
+        {
+            return;
+        }
+
         text = pl_chat_render(job->tok->chat, p->messages,
-                              p->add_generation_prompt, NULL, rerr,
-                              sizeof(rerr));
+                              p->add_generation_prompt, p->template_kwargs,
+                              rerr, sizeof(rerr));
         if (text == NULL) {
             ngx_http_pagedllm_error_set(&job->err, NGX_HTTP_BAD_REQUEST,
                                         name, "The chat template failed: %s",
@@ -251,6 +358,14 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
         }
 
         len = ngx_strlen(text);
+
+        if (p->continue_final
+            && ngx_http_pagedllm_continue_final(p, text, &len, &job->err)
+               != NGX_OK)
+        {
+            free(text);
+            return;
+        }
 
     } else {
         text = (char *) p->text;
@@ -279,8 +394,25 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
         return;
     }
 
-    job->n_ids = n;
+    job->n_ids = ngx_http_pagedllm_truncate(p, job->ids, n);
     job->rc = NGX_OK;
+}
+
+
+/* truncate_prompt_tokens: the last k of the n ids moved to the front */
+ngx_uint_t
+ngx_http_pagedllm_truncate(ngx_http_pagedllm_params_t *p, int32_t *ids,
+    ngx_uint_t n)
+{
+    ngx_uint_t  k = p->truncate_prompt;
+
+    if (k == 0 || n <= k) {
+        return n;
+    }
+
+    ngx_memmove(ids, ids + n - k, k * sizeof(int32_t));
+
+    return k;
 }
 
 

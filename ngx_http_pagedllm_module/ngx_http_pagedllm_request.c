@@ -22,10 +22,14 @@
 #define NGX_HTTP_PAGEDLLM_MARKER      "\xef\xbf\xbe"   /* U+FFFE */
 #define NGX_HTTP_PAGEDLLM_MARKER_LEN  3
 
+/* a string may hold U+0000 ("\u0000"): text is passed with its length */
+#define NGX_HTTP_PAGEDLLM_JSON_FLAGS  (JSON_REJECT_DUPLICATES|JSON_ALLOW_NUL)
+
 
 static void ngx_http_pagedllm_decode_cleanup(void *data);
 static json_t *ngx_http_pagedllm_load(ngx_pool_t *pool,
     ngx_http_pagedllm_decode_t *d, ngx_http_pagedllm_error_t *err);
+static const char *ngx_http_pagedllm_json_error(json_error_t *jerr);
 static u_char *ngx_http_pagedllm_sanitize(ngx_pool_t *pool, u_char *body,
     size_t len, size_t *out_len);
 static ngx_int_t ngx_http_pagedllm_find_marker(json_t *root,
@@ -85,8 +89,8 @@ ngx_http_pagedllm_decode(ngx_http_pagedllm_decode_t *d)
     d->bad_utf8 = !pl_utf8_valid((char *) d->body, d->len);
 
     if (!d->bad_utf8) {
-        d->root = json_loadb((char *) d->body, d->len, JSON_REJECT_DUPLICATES,
-                             &d->jerr);
+        d->root = json_loadb((char *) d->body, d->len,
+                             NGX_HTTP_PAGEDLLM_JSON_FLAGS, &d->jerr);
     }
 }
 
@@ -137,6 +141,10 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
 
     if (rc != NGX_OK) {
         return NGX_ERROR;
+    }
+
+    if (p->prompt != NULL) {
+        p->n_prompt = ngx_http_pagedllm_truncate(p, p->prompt, p->n_prompt);
     }
 
     ngx_http_pagedllm_defaults(root, p, engine);
@@ -225,16 +233,16 @@ ngx_http_pagedllm_load(ngx_pool_t *pool, ngx_http_pagedllm_decode_t *d,
             return NULL;
         }
 
-        d->root = json_loadb((char *) body, len, JSON_REJECT_DUPLICATES,
-                             &d->jerr);
+        d->root = json_loadb((char *) body, len,
+                             NGX_HTTP_PAGEDLLM_JSON_FLAGS, &d->jerr);
     }
 
     if (d->root == NULL) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, NULL,
                                     "We could not parse the JSON body of "
                                     "your request: %s (line %d, column %d)",
-                                    d->jerr.text, d->jerr.line,
-                                    d->jerr.column);
+                                    ngx_http_pagedllm_json_error(&d->jerr),
+                                    d->jerr.line, d->jerr.column);
         return NULL;
     }
 
@@ -251,6 +259,37 @@ ngx_http_pagedllm_load(ngx_pool_t *pool, ngx_http_pagedllm_decode_t *d,
     }
 
     return d->root;
+}
+
+
+/* What is wrong with a body jansson refused, in our words (its own
+   texts change between versions and quote its internals). */
+static const char *
+ngx_http_pagedllm_json_error(json_error_t *jerr)
+{
+    switch (json_error_code(jerr)) {
+
+    case json_error_end_of_input_expected:
+        return "more follows the JSON value";
+
+    case json_error_premature_end_of_input:
+        return "the body ends inside the JSON value";
+
+    case json_error_duplicate_key:
+        return "an object holds the same key twice";
+
+    case json_error_null_byte_in_key:
+        return "an object key holds U+0000";
+
+    case json_error_numeric_overflow:
+        return "a number is too large";
+
+    case json_error_invalid_utf8:
+        return "the body is not valid UTF-8";
+
+    default:
+        return "the body is not valid JSON";
+    }
 }
 
 
@@ -427,6 +466,16 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "best_of",
                                     "'best_of' (%uD) must be at least 'n' "
                                     "(%uD)", p->best_of, p->n);
+        return NGX_ERROR;
+    }
+
+    if (p->continue_final && json_is_true(json_object_get(root,
+                                               "add_generation_prompt")))
+    {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    "continue_final_message",
+                                    "Cannot set both 'continue_final_message'"
+                                    " and 'add_generation_prompt' to true");
         return NGX_ERROR;
     }
 

@@ -24,14 +24,24 @@ typedef ngx_int_t (*ngx_http_pagedllm_field_pt)(ngx_http_pagedllm_parse_t *ps,
 
 /* A request field.  param: the row of PL_PARAMS a sampling parameter
    takes its type, range and default from (-1 for other fields); post: a
-   PL_SUBMIT_* flag the field sets, or for an unsupported field the JSON of
-   the value that asks for nothing. */
+   PL_SUBMIT_* flag the field sets, or for a field read for its type only
+   its ngx_http_pagedllm_typed_t. */
 typedef struct {
     const char                   *name;
     ngx_http_pagedllm_field_pt    parse;
     ngx_int_t                     param;
     void                         *post;
 } ngx_http_pagedllm_field_t;
+
+
+/* What a field read for its JSON type only must be: types, a mask of
+   1 << json_type; what, the types in words; neutral, the JSON array of
+   the values that ask for nothing (NULL: any value of the types). */
+typedef struct {
+    unsigned                      types;
+    const char                   *what;
+    const char                   *neutral;
+} ngx_http_pagedllm_typed_t;
 
 
 /* One request being parsed: the field at hand names itself in errors and
@@ -69,5 +79,7 @@ void ngx_http_pagedllm_param_set(ngx_http_pagedllm_params_t *p,
 /* prompt */
 json_t *ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err);
+ngx_uint_t ngx_http_pagedllm_truncate(ngx_http_pagedllm_params_t *p,
+    int32_t *ids, ngx_uint_t n);
 
 #endif /* _NGX_HTTP_PAGEDLLM_REQUEST_H_INCLUDED_ */

@@ -44,7 +44,8 @@ static json_t *ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
     ngx_uint_t first, ngx_uint_t n);
 static u_char *ngx_http_pagedllm_sse_choice(u_char *p,
     ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index);
-static u_char *ngx_http_pagedllm_sse_end(u_char *p, ngx_str_t *logprobs,
+static u_char *ngx_http_pagedllm_sse_end(u_char *p,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *logprobs,
     uint32_t finish_reason);
 static json_t *ngx_http_pagedllm_choice_json(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
@@ -161,6 +162,7 @@ ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx, size_t text_len)
                   "\"text\":\"\",\"logprobs\":null,\"finish_reason\":"
                   "\"length\"}]}\n\n")
            + sizeof("chat.completion.chunk\"delta\":{\"content\":}")
+           + sizeof(",\"usage\":null")
            + NGX_TIME_T_LEN + ctx->id.len + 6 * ctx->model.len
            + 6 * text_len;
 }
@@ -193,7 +195,7 @@ ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     p = (u_char *) ngx_escape_json(p, text, len);
     p = ngx_cpymem(p, api->text_close.data, api->text_close.len);
 
-    return ngx_http_pagedllm_sse_end(p, logprobs, finish_reason);
+    return ngx_http_pagedllm_sse_end(p, ctx, logprobs, finish_reason);
 }
 
 
@@ -205,7 +207,7 @@ ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     p = ngx_http_pagedllm_sse_choice(p, ctx, index);
     p = ngx_sprintf(p, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}");
 
-    return ngx_http_pagedllm_sse_end(p, NULL, 0);
+    return ngx_http_pagedllm_sse_end(p, ctx, NULL, 0);
 }
 
 
@@ -219,10 +221,11 @@ ngx_http_pagedllm_sse_choice(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
-/* A chunk's choice after its text: logprobs and finish_reason. */
+/* A chunk's choice after its text: logprobs and finish_reason; then, when
+   the last chunk carries the usage, "usage": null, as OpenAI sends it. */
 static u_char *
-ngx_http_pagedllm_sse_end(u_char *p, ngx_str_t *logprobs,
-    uint32_t finish_reason)
+ngx_http_pagedllm_sse_end(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_str_t *logprobs, uint32_t finish_reason)
 {
     const char  *reason;
 
@@ -238,10 +241,18 @@ ngx_http_pagedllm_sse_end(u_char *p, ngx_str_t *logprobs,
     reason = ngx_http_pagedllm_reason(finish_reason);
 
     if (reason) {
-        return ngx_sprintf(p, ",\"finish_reason\":\"%s\"}]}\n\n", reason);
+        p = ngx_sprintf(p, ",\"finish_reason\":\"%s\"}]", reason);
+
+    } else {
+        p = ngx_cpymem(p, ",\"finish_reason\":null}]",
+                       sizeof(",\"finish_reason\":null}]") - 1);
     }
 
-    return ngx_sprintf(p, ",\"finish_reason\":null}]}\n\n");
+    if (ctx->params.include_usage) {
+        p = ngx_cpymem(p, ",\"usage\":null", sizeof(",\"usage\":null") - 1);
+    }
+
+    return ngx_cpymem(p, "}\n\n", 3);
 }
 
 

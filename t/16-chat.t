@@ -199,7 +199,6 @@ error_ok(chat(messages => \@msgs, tools => [{ type => 'function' }]), 'tools', '
 error_ok(chat(messages => \@msgs, response_format => { type => 'json_object' }),
          'response_format', 'response_format json_object');
 error_ok(chat(messages => \@msgs, tool_choice => 'auto'), 'tool_choice', 'tool_choice auto');
-error_ok(chat(messages => \@msgs, store => $T), 'store', 'store (not an argument here)');
 error_ok(chat(messages => \@msgs, max_completion_tokens => 0), 'max_completion_tokens',
          'max_completion_tokens 0');
 
