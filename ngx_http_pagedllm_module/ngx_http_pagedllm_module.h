@@ -31,6 +31,8 @@
  * and
  *   ngx_http_pagedllm_response.c    OpenAI JSON and SSE out, errors
  *   ngx_http_pagedllm_metrics.c     Prometheus metrics, HTTP outcome counters
+ *   ngx_http_pagedllm_variables.c   $pagedllm_* variables, read from a
+ *                                   request's ctx
  *
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through
@@ -298,6 +300,8 @@ struct ngx_http_pagedllm_ctx_s {
     ngx_http_pagedllm_choice_t   *choices;       /* params.n of them */
     ngx_uint_t                    n_finished;    /* choices ended */
     ngx_uint_t                    n_top;
+    uint64_t                      start_us;      /* _now_us() at entry */
+    uint64_t                      ttft_us;       /* with first_token */
 
     ngx_chain_t                  *free;
     ngx_chain_t                  *busy;
@@ -346,6 +350,10 @@ ngx_int_t ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
 /* metrics */
 ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
+
+/* variables */
+ngx_int_t ngx_http_pagedllm_add_variables(ngx_conf_t *cf);
+uint64_t ngx_http_pagedllm_now_us(void);
 
 /* request */
 ngx_int_t ngx_http_pagedllm_decode_init(ngx_pool_t *pool,
