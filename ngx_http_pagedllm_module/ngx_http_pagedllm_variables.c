@@ -28,45 +28,46 @@
 #include "ngx_http_pagedllm_module.h"
 
 
-static ngx_http_pagedllm_ctx_t *ngx_http_pagedllm_var_ctx(
-    ngx_http_request_t *r);
-static ngx_int_t ngx_http_pagedllm_var_str(ngx_http_request_t *r,
+/* a variable's value from a submitted request's ctx: NGX_OK, NGX_DECLINED
+   (none yet), NGX_ERROR */
+typedef ngx_int_t (*ngx_http_pagedllm_value_pt)(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+
+typedef struct {
+    ngx_str_t                     name;
+    ngx_http_pagedllm_value_pt    value;
+} ngx_http_pagedllm_var_t;
+
+
+static ngx_int_t ngx_http_pagedllm_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
-static ngx_int_t ngx_http_pagedllm_var_number(ngx_http_variable_value_t *v,
-    ngx_pool_t *pool, ngx_uint_t n);
+static ngx_int_t ngx_http_pagedllm_number(ngx_pool_t *pool, ngx_uint_t n,
+    ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_request_id(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_model(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
 static ngx_int_t ngx_http_pagedllm_var_prompt_tokens(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
 static ngx_int_t ngx_http_pagedllm_var_completion_tokens(
-    ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t data);
+    ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
 static ngx_int_t ngx_http_pagedllm_var_ttft(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
 static ngx_int_t ngx_http_pagedllm_var_finish_reason(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
 static ngx_str_t *ngx_http_pagedllm_var_reason(uint32_t reason);
 
 
-static ngx_http_variable_t  ngx_http_pagedllm_vars[] = {
-
-    { ngx_string("pagedllm_request_id"), NULL, ngx_http_pagedllm_var_str,
-      offsetof(ngx_http_pagedllm_ctx_t, id), NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("pagedllm_model"), NULL, ngx_http_pagedllm_var_str,
-      offsetof(ngx_http_pagedllm_ctx_t, model), NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("pagedllm_prompt_tokens"), NULL,
-      ngx_http_pagedllm_var_prompt_tokens, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("pagedllm_completion_tokens"), NULL,
-      ngx_http_pagedllm_var_completion_tokens, 0,
-      NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("pagedllm_ttft"), NULL, ngx_http_pagedllm_var_ttft, 0,
-      NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("pagedllm_finish_reason"), NULL,
-      ngx_http_pagedllm_var_finish_reason, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-      ngx_http_null_variable
+static ngx_http_pagedllm_var_t  ngx_http_pagedllm_vars[] = {
+    { ngx_string("pagedllm_request_id"), ngx_http_pagedllm_var_request_id },
+    { ngx_string("pagedllm_model"), ngx_http_pagedllm_var_model },
+    { ngx_string("pagedllm_prompt_tokens"),
+      ngx_http_pagedllm_var_prompt_tokens },
+    { ngx_string("pagedllm_completion_tokens"),
+      ngx_http_pagedllm_var_completion_tokens },
+    { ngx_string("pagedllm_ttft"), ngx_http_pagedllm_var_ttft },
+    { ngx_string("pagedllm_finish_reason"),
+      ngx_http_pagedllm_var_finish_reason }
 };
 
 
@@ -81,16 +82,20 @@ static ngx_str_t  ngx_http_pagedllm_reasons[] = {
 ngx_int_t
 ngx_http_pagedllm_add_variables(ngx_conf_t *cf)
 {
-    ngx_http_variable_t  *var, *v;
+    ngx_uint_t            i;
+    ngx_http_variable_t  *var;
 
-    for (v = ngx_http_pagedllm_vars; v->name.len; v++) {
-        var = ngx_http_add_variable(cf, &v->name, v->flags);
+    for (i = 0; i < sizeof(ngx_http_pagedllm_vars)
+                    / sizeof(ngx_http_pagedllm_var_t); i++)
+    {
+        var = ngx_http_add_variable(cf, &ngx_http_pagedllm_vars[i].name,
+                                    NGX_HTTP_VAR_NOCACHEABLE);
         if (var == NULL) {
             return NGX_ERROR;
         }
 
-        var->get_handler = v->get_handler;
-        var->data = v->data;
+        var->get_handler = ngx_http_pagedllm_variable;
+        var->data = i;
     }
 
     return NGX_OK;
@@ -109,63 +114,73 @@ ngx_http_pagedllm_now_us(void)
 }
 
 
-/* the completion's ctx once it was submitted (it has its id), or NULL */
-static ngx_http_pagedllm_ctx_t *
-ngx_http_pagedllm_var_ctx(ngx_http_request_t *r)
+/* data: the index in ngx_http_pagedllm_vars; a completion has values
+   once it was submitted (it has its id) */
+static ngx_int_t
+ngx_http_pagedllm_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
 {
+    ngx_int_t                 rc;
+    ngx_str_t                 value;
     ngx_http_pagedllm_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r->main, ngx_http_pagedllm_module);
 
     if (ctx == NULL || ctx->id.len == 0 || ctx->choices == NULL) {
-        return NULL;
-    }
-
-    return ctx;
-}
-
-
-static ngx_int_t
-ngx_http_pagedllm_var_str(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
-{
-    ngx_str_t                *s;
-    ngx_http_pagedllm_ctx_t  *ctx;
-
-    ctx = ngx_http_pagedllm_var_ctx(r);
-    if (ctx == NULL) {
         v->not_found = 1;
         return NGX_OK;
     }
 
-    s = (ngx_str_t *) ((u_char *) ctx + data);
+    rc = ngx_http_pagedllm_vars[data].value(r, ctx, &value);
 
-    v->len = s->len;
+    if (rc == NGX_DECLINED) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    v->len = value.len;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;
-    v->data = s->data;
+    v->data = value.data;
 
     return NGX_OK;
 }
 
 
 static ngx_int_t
-ngx_http_pagedllm_var_number(ngx_http_variable_value_t *v, ngx_pool_t *pool,
-    ngx_uint_t n)
+ngx_http_pagedllm_number(ngx_pool_t *pool, ngx_uint_t n, ngx_str_t *value)
 {
-    u_char  *p;
-
-    p = ngx_pnalloc(pool, NGX_INT_T_LEN);
-    if (p == NULL) {
+    value->data = ngx_pnalloc(pool, NGX_INT_T_LEN);
+    if (value->data == NULL) {
         return NGX_ERROR;
     }
 
-    v->len = ngx_sprintf(p, "%ui", n) - p;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-    v->data = p;
+    value->len = ngx_sprintf(value->data, "%ui", n) - value->data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_var_request_id(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    *value = ctx->id;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_var_model(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    *value = ctx->model;
 
     return NGX_OK;
 }
@@ -173,68 +188,38 @@ ngx_http_pagedllm_var_number(ngx_http_variable_value_t *v, ngx_pool_t *pool,
 
 static ngx_int_t
 ngx_http_pagedllm_var_prompt_tokens(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
 {
-    ngx_http_pagedllm_ctx_t  *ctx;
-
-    ctx = ngx_http_pagedllm_var_ctx(r);
-    if (ctx == NULL) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
-
-    return ngx_http_pagedllm_var_number(v, r->pool, ctx->params.n_prompt);
+    return ngx_http_pagedllm_number(r->pool, ctx->params.n_prompt, value);
 }
 
 
 static ngx_int_t
 ngx_http_pagedllm_var_completion_tokens(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
 {
-    ngx_uint_t                i, n;
-    ngx_http_pagedllm_ctx_t  *ctx;
-
-    ctx = ngx_http_pagedllm_var_ctx(r);
-    if (ctx == NULL) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
-
-    n = 0;
-
-    for (i = 0; i < ctx->params.n; i++) {
-        n += ctx->choices[i].completion_tokens;
-    }
-
-    return ngx_http_pagedllm_var_number(v, r->pool, n);
+    return ngx_http_pagedllm_number(r->pool,
+                                    ngx_http_pagedllm_completion_tokens(ctx),
+                                    value);
 }
 
 
 static ngx_int_t
 ngx_http_pagedllm_var_ttft(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
 {
-    u_char                   *p;
-    ngx_http_pagedllm_ctx_t  *ctx;
-
-    ctx = ngx_http_pagedllm_var_ctx(r);
-    if (ctx == NULL || !ctx->first_token) {
-        v->not_found = 1;
-        return NGX_OK;
+    if (!ctx->first_token) {
+        return NGX_DECLINED;
     }
 
-    p = ngx_pnalloc(r->pool, NGX_INT64_LEN + sizeof(".000") - 1);
-    if (p == NULL) {
+    value->data = ngx_pnalloc(r->pool, NGX_INT64_LEN + sizeof(".000") - 1);
+    if (value->data == NULL) {
         return NGX_ERROR;
     }
 
-    v->len = ngx_sprintf(p, "%uL.%03uL", ctx->ttft_us / 1000,
-                         ctx->ttft_us % 1000)
-             - p;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-    v->data = p;
+    value->len = ngx_sprintf(value->data, "%uL.%03uL", ctx->ttft_us / 1000,
+                             ctx->ttft_us % 1000)
+                 - value->data;
 
     return NGX_OK;
 }
@@ -242,28 +227,18 @@ ngx_http_pagedllm_var_ttft(ngx_http_request_t *r,
 
 static ngx_int_t
 ngx_http_pagedllm_var_finish_reason(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
 {
-    u_char                   *p;
-    size_t                    len;
-    ngx_str_t                *s;
-    ngx_uint_t                i, found;
-    ngx_http_pagedllm_ctx_t  *ctx;
+    u_char      *p;
+    ngx_str_t   *s;
+    ngx_uint_t   i, found;
 
-    ctx = ngx_http_pagedllm_var_ctx(r);
-    if (ctx == NULL) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
-
-    len = ctx->params.n * (sizeof("length,") - 1);
-
-    p = ngx_pnalloc(r->pool, len);
+    p = ngx_pnalloc(r->pool, ctx->params.n * (sizeof("length,") - 1));
     if (p == NULL) {
         return NGX_ERROR;
     }
 
-    v->data = p;
+    value->data = p;
     found = 0;
 
     for (i = 0; i < ctx->params.n; i++) {
@@ -280,17 +255,9 @@ ngx_http_pagedllm_var_finish_reason(ngx_http_request_t *r,
         p = s ? ngx_cpymem(p, s->data, s->len) : ngx_cpymem(p, "-", 1);
     }
 
-    if (!found) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
+    value->len = p - value->data;
 
-    v->len = p - v->data;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-
-    return NGX_OK;
+    return found ? NGX_OK : NGX_DECLINED;
 }
 
 
