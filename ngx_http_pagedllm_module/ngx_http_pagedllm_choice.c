@@ -57,6 +57,7 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
 
     if (!ctx->first_token) {
         ctx->first_token = 1;
+        ctx->ttft_us = ngx_http_pagedllm_now_us() - ctx->start_us;
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                        "pagedllm: request %uL first token",
                        (uint64_t) ctx->node.key);

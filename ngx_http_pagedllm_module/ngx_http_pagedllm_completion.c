@@ -517,6 +517,10 @@ ngx_http_pagedllm_start(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
                   - ctx->id.data;
     ctx->created = ngx_time();
 
+    if (ngx_http_pagedllm_add_header(r, "X-Request-Id", &ctx->id) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     ngx_add_timer(&ctx->timer, plcf->timeout);
 
     r->read_event_handler = ngx_http_test_reading;

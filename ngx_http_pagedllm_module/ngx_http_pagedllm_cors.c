@@ -87,9 +87,10 @@ ngx_http_pagedllm_cors(ngx_http_request_t *r)
         return ngx_http_pagedllm_cors_preflight(r);
     }
 
-    /* a 503's Retry-After is not a header scripts may read unless named */
+    /* scripts read only the headers named: a 503's Retry-After, a
+       completion's X-Request-Id */
 
-    ngx_str_set(&value, "Retry-After");
+    ngx_str_set(&value, "Retry-After, X-Request-Id");
 
     if (ngx_http_pagedllm_add_header(r, "Access-Control-Expose-Headers",
                                      &value)

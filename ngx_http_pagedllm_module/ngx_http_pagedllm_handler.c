@@ -237,6 +237,7 @@ ngx_http_pagedllm_create_ctx(ngx_http_request_t *r,
     hcln->data = ctx;
 
     ctx->request = r;
+    ctx->start_us = ngx_http_pagedllm_now_us();
     ctx->resume = resume;
     ctx->events = &ngx_http_pagedllm_events;
     ctx->timer.handler = ngx_http_pagedllm_timeout;

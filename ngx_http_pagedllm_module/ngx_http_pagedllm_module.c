@@ -143,7 +143,7 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_pagedllm_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_pagedllm_add_variables,       /* preconfiguration */
     ngx_http_pagedllm_metrics_init,        /* postconfiguration */
 
     ngx_http_pagedllm_create_main_conf,    /* create main configuration */

@@ -31,6 +31,8 @@
  * and
  *   ngx_http_pagedllm_response.c    OpenAI JSON and SSE out, errors
  *   ngx_http_pagedllm_metrics.c     Prometheus metrics, HTTP outcome counters
+ *   ngx_http_pagedllm_variables.c   $pagedllm_* variables, read from a
+ *                                   request's ctx
  *
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through
@@ -303,6 +305,8 @@ struct ngx_http_pagedllm_ctx_s {
     ngx_http_pagedllm_choice_t   *choices;       /* params.n of them */
     ngx_uint_t                    n_finished;    /* choices ended */
     ngx_uint_t                    n_top;
+    uint64_t                      start_us;      /* _now_us() at entry */
+    uint64_t                      ttft_us;       /* with first_token */
 
     ngx_chain_t                  *free;
     ngx_chain_t                  *busy;
@@ -352,6 +356,10 @@ ngx_int_t ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
 ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
 
+/* variables */
+ngx_int_t ngx_http_pagedllm_add_variables(ngx_conf_t *cf);
+uint64_t ngx_http_pagedllm_now_us(void);
+
 /* request */
 ngx_int_t ngx_http_pagedllm_decode_init(ngx_pool_t *pool,
     ngx_http_pagedllm_decode_t *d, u_char *body, size_t len);
@@ -394,6 +402,7 @@ u_char *ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 u_char *ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
 u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message);
+ngx_uint_t ngx_http_pagedllm_completion_tokens(ngx_http_pagedllm_ctx_t *ctx);
 ngx_buf_t *ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx);
 ngx_buf_t *ngx_http_pagedllm_models_json(ngx_pool_t *pool,
     ngx_http_pagedllm_engine_t *engine, ngx_uint_t one);

@@ -49,8 +49,6 @@ static u_char *ngx_http_pagedllm_sse_end(u_char *p,
     uint32_t finish_reason);
 static json_t *ngx_http_pagedllm_choice_json(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
-static ngx_uint_t ngx_http_pagedllm_completion_tokens(
-    ngx_http_pagedllm_ctx_t *ctx);
 
 static ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);
 static u_char *ngx_http_pagedllm_sse_head(u_char *p,
@@ -474,7 +472,7 @@ ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
 
 
 /* usage counts every choice's tokens */
-static ngx_uint_t
+ngx_uint_t
 ngx_http_pagedllm_completion_tokens(ngx_http_pagedllm_ctx_t *ctx)
 {
     ngx_uint_t  i, n;

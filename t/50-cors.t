@@ -87,6 +87,8 @@ is($r->{headers}{'access-control-allow-origin'}, $APP,
    'models: Allow-Origin');
 like($r->{headers}{'access-control-expose-headers'} // '', qr/Retry-After/,
      'models: Retry-After exposed to scripts');
+like($r->{headers}{'access-control-expose-headers'} // '', qr/X-Request-Id/,
+     'models: X-Request-Id exposed to scripts');
 
 $r = $t->request(GET => '/v1/models');
 is($r->{status}, 200, 'GET /v1/models without Origin: 200');

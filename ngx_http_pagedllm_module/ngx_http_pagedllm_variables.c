@@ -1,0 +1,273 @@
+
+/*
+ * ngx_http_pagedllm_variables: nginx variables of a completion, for
+ * log_format, map, limit_req keys and headers:
+ *
+ *   $pagedllm_request_id         the response's id ("cmpl-...",
+ *                                "chatcmpl-..."), also X-Request-Id
+ *   $pagedllm_model              the model that served it
+ *   $pagedllm_prompt_tokens      usage.prompt_tokens
+ *   $pagedllm_completion_tokens  usage.completion_tokens, all choices
+ *   $pagedllm_ttft               time to the first token: ms, three
+ *                                decimals, from the pagedllm handler
+ *                                taking the request to the first token
+ *                                of any choice coming from the engine
+ *   $pagedllm_finish_reason      each choice's reason, by index, comma
+ *                                separated: stop, length, abort, error
+ *
+ * Each reads the main request's ctx.  A completion that was never
+ * submitted (refused, still parsing, not a completion) has none of them:
+ * the variable is not found, and a log writes "-".  None is cached: the
+ * token counts, the first token and the reasons come while the request
+ * runs.  The time is read from the monotonic clock at both ends, not
+ * from nginx's cached time: a small model answers within the cached
+ * clock's millisecond, which would log most first tokens as 0.
+ */
+
+
+#include "ngx_http_pagedllm_module.h"
+
+
+/* a variable's value from a submitted request's ctx: NGX_OK, NGX_DECLINED
+   (none yet), NGX_ERROR */
+typedef ngx_int_t (*ngx_http_pagedllm_value_pt)(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+
+typedef struct {
+    ngx_str_t                     name;
+    ngx_http_pagedllm_value_pt    value;
+} ngx_http_pagedllm_var_t;
+
+
+static ngx_int_t ngx_http_pagedllm_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_pagedllm_number(ngx_pool_t *pool, ngx_uint_t n,
+    ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_request_id(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_model(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_prompt_tokens(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_completion_tokens(
+    ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_ttft(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_finish_reason(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_str_t *ngx_http_pagedllm_var_reason(uint32_t reason);
+
+
+static ngx_http_pagedllm_var_t  ngx_http_pagedllm_vars[] = {
+    { ngx_string("pagedllm_request_id"), ngx_http_pagedllm_var_request_id },
+    { ngx_string("pagedllm_model"), ngx_http_pagedllm_var_model },
+    { ngx_string("pagedllm_prompt_tokens"),
+      ngx_http_pagedllm_var_prompt_tokens },
+    { ngx_string("pagedllm_completion_tokens"),
+      ngx_http_pagedllm_var_completion_tokens },
+    { ngx_string("pagedllm_ttft"), ngx_http_pagedllm_var_ttft },
+    { ngx_string("pagedllm_finish_reason"),
+      ngx_http_pagedllm_var_finish_reason }
+};
+
+
+static ngx_str_t  ngx_http_pagedllm_reasons[] = {
+    ngx_string("stop"),              /* PL_FINISH_STOP */
+    ngx_string("length"),            /* PL_FINISH_LENGTH */
+    ngx_string("abort"),             /* PL_FINISH_ABORT */
+    ngx_string("error")              /* PL_FINISH_ERROR */
+};
+
+
+ngx_int_t
+ngx_http_pagedllm_add_variables(ngx_conf_t *cf)
+{
+    ngx_uint_t            i;
+    ngx_http_variable_t  *var;
+
+    for (i = 0; i < sizeof(ngx_http_pagedllm_vars)
+                    / sizeof(ngx_http_pagedllm_var_t); i++)
+    {
+        var = ngx_http_add_variable(cf, &ngx_http_pagedllm_vars[i].name,
+                                    NGX_HTTP_VAR_NOCACHEABLE);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = ngx_http_pagedllm_variable;
+        var->data = i;
+    }
+
+    return NGX_OK;
+}
+
+
+/* a monotonic clock in microseconds, for the times a request logs */
+uint64_t
+ngx_http_pagedllm_now_us(void)
+{
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+
+/* data: the index in ngx_http_pagedllm_vars; a completion has values
+   once it was submitted (it has its id) */
+static ngx_int_t
+ngx_http_pagedllm_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_int_t                 rc;
+    ngx_str_t                 value;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_pagedllm_module);
+
+    if (ctx == NULL || ctx->id.len == 0 || ctx->choices == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    rc = ngx_http_pagedllm_vars[data].value(r, ctx, &value);
+
+    if (rc == NGX_DECLINED) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    v->len = value.len;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+    v->data = value.data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_number(ngx_pool_t *pool, ngx_uint_t n, ngx_str_t *value)
+{
+    value->data = ngx_pnalloc(pool, NGX_INT_T_LEN);
+    if (value->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    value->len = ngx_sprintf(value->data, "%ui", n) - value->data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_var_request_id(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    *value = ctx->id;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_var_model(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    *value = ctx->model;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_var_prompt_tokens(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    return ngx_http_pagedllm_number(r->pool, ctx->params.n_prompt, value);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_var_completion_tokens(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    return ngx_http_pagedllm_number(r->pool,
+                                    ngx_http_pagedllm_completion_tokens(ctx),
+                                    value);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_var_ttft(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    if (!ctx->first_token) {
+        return NGX_DECLINED;
+    }
+
+    value->data = ngx_pnalloc(r->pool, NGX_INT64_LEN + sizeof(".000") - 1);
+    if (value->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    value->len = ngx_sprintf(value->data, "%uL.%03uL", ctx->ttft_us / 1000,
+                             ctx->ttft_us % 1000)
+                 - value->data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_var_finish_reason(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    u_char      *p;
+    ngx_str_t   *s;
+    ngx_uint_t   i, found;
+
+    p = ngx_pnalloc(r->pool, ctx->params.n * (sizeof("length,") - 1));
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    value->data = p;
+    found = 0;
+
+    for (i = 0; i < ctx->params.n; i++) {
+        s = ngx_http_pagedllm_var_reason(ctx->choices[i].finish_reason);
+
+        if (s != NULL) {
+            found = 1;
+        }
+
+        if (i > 0) {
+            *p++ = ',';
+        }
+
+        p = s ? ngx_cpymem(p, s->data, s->len) : ngx_cpymem(p, "-", 1);
+    }
+
+    value->len = p - value->data;
+
+    return found ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* a choice's PL_FINISH_* by name; NULL: it has not ended */
+static ngx_str_t *
+ngx_http_pagedllm_var_reason(uint32_t reason)
+{
+    if (reason < PL_FINISH_STOP || reason > PL_FINISH_ERROR) {
+        return NULL;
+    }
+
+    return &ngx_http_pagedllm_reasons[reason - PL_FINISH_STOP];
+}
