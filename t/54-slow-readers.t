@@ -91,8 +91,8 @@ sub slow_readers {
            "$name: no slow client got more than the bound and a flush");
     close $_ for @slow;
 
-    diag(sprintf "%s: %d slow readers aborted in %.1f s", $name, $N,
-                 time - $t0);
+    diag(sprintf "%s: %d slow readers aborted in %.1f s, the most one got "
+                 . "%d bytes", $name, $N, time - $t0, $most);
 
     is($t->completion(prompt => 'after', max_tokens => 2)->{status}, 200,
        "$name: the worker still serves");
