@@ -405,33 +405,37 @@ ngx_http_pagedllm_unsent(ngx_http_pagedllm_ctx_t *ctx)
 
 
 /*
- * What the kernel still holds in the connection's send queue, sent or not
- * but not yet acknowledged by the peer (SIOCOUTQ): up to the socket's
- * send buffer, 4 MB with Linux's default tcp_wmem, that a client that
- * never reads would otherwise park on top of nginx's buffers.  Counted on
- * HTTP/1.x connections only, where the queue holds this response alone
- * (TLS adds its record overhead to it).  An HTTP/2 or HTTP/3 connection
- * shares its socket among all its streams; there a stream's share of the
- * queue is bounded by the flow-control window the client gives it, and
- * only nginx's buffers count.
+ * What the kernel holds in the connection's send queue and has not sent
+ * yet (SIOCOUTQNSD): for a client that never reads, up to the socket's
+ * send buffer, 4 MB with Linux's default tcp_wmem, parked on top of
+ * nginx's buffers.  Bytes sent and not yet acknowledged are left out: a
+ * reading client on a distant link has a round trip's worth of them in
+ * flight.  Counted on HTTP/1.x over TCP only, where the queue holds this
+ * response alone (TLS adds its record overhead to it).  An HTTP/2 or
+ * HTTP/3 connection shares its socket among all its streams; there a
+ * stream's share of the queue is bounded by the flow-control window the
+ * client gives it, and only nginx's buffers count.
  */
 static size_t
 ngx_http_pagedllm_kernel_unsent(ngx_http_request_t *r)
 {
-#if (NGX_LINUX)
+#if (NGX_LINUX && defined SIOCOUTQNSD)
     int                n;
     ngx_connection_t  *c;
 
     c = r->connection;
 
-    if (r->http_version >= NGX_HTTP_VERSION_20 || c->fd == (ngx_socket_t) -1)
+    if (r->http_version >= NGX_HTTP_VERSION_20
+        || c->fd == (ngx_socket_t) -1
+        || (c->sockaddr->sa_family != AF_INET
+            && c->sockaddr->sa_family != AF_INET6))
     {
         return 0;
     }
 
-    if (ioctl(c->fd, SIOCOUTQ, &n) == -1) {
+    if (ioctl(c->fd, SIOCOUTQNSD, &n) == -1) {
         ngx_log_error(NGX_LOG_ALERT, c->log, ngx_socket_errno,
-                      "ioctl(SIOCOUTQ) failed");
+                      "ioctl(SIOCOUTQNSD) failed");
         return 0;
     }
 
