@@ -5,13 +5,18 @@
  * one JSON body once every choice has ended.  While streaming, the tail
  * of a choice's text that might still become a stop string is held back;
  * output buffers are reused once sent, and a client that lets too much
- * pile up unsent ends its generation.  The engine's silence for
+ * pile up unsent, in nginx's buffers and the kernel's send queue, ends
+ * its generation.  The engine's silence for
  * pagedllm_timeout fails the request.
  */
 
 
 #include "ngx_http_pagedllm_module.h"
 #include "ngx_http_pagedllm_handler.h"
+
+#if (NGX_LINUX)
+#include <linux/sockios.h>
+#endif
 
 
 #define NGX_HTTP_PAGEDLLM_OUT_MIN      4096
@@ -37,6 +42,7 @@ static ngx_chain_t *ngx_http_pagedllm_out_buf(ngx_http_pagedllm_ctx_t *ctx,
 static void ngx_http_pagedllm_after_write(ngx_http_pagedllm_ctx_t *ctx,
     ngx_int_t rc);
 static size_t ngx_http_pagedllm_unsent(ngx_http_pagedllm_ctx_t *ctx);
+static size_t ngx_http_pagedllm_kernel_unsent(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pagedllm_write_timer(ngx_http_request_t *r);
 static void ngx_http_pagedllm_flush_whole(ngx_http_pagedllm_ctx_t *ctx);
 
@@ -369,7 +375,8 @@ ngx_http_pagedllm_after_write(ngx_http_pagedllm_ctx_t *ctx, ngx_int_t rc)
     if (ngx_http_pagedllm_unsent(ctx) > plcf->max_unsent) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "pagedllm: client reads too slowly, more than %uz "
-                      "bytes unsent, aborting the generation",
+                      "bytes unsent (nginx and kernel), aborting the "
+                      "generation",
                       plcf->max_unsent);
         ngx_http_finalize_request(r, NGX_ERROR);
         return;
@@ -393,7 +400,49 @@ ngx_http_pagedllm_unsent(ngx_http_pagedllm_ctx_t *ctx)
         size += ngx_buf_size(cl->buf);
     }
 
-    return size;
+    return size + ngx_http_pagedllm_kernel_unsent(ctx->request);
+}
+
+
+/*
+ * What the kernel holds in the connection's send queue and has not sent
+ * yet (SIOCOUTQNSD): for a client that never reads, up to the socket's
+ * send buffer, 4 MB with Linux's default tcp_wmem, parked on top of
+ * nginx's buffers.  Bytes sent and not yet acknowledged are left out: a
+ * reading client on a distant link has a round trip's worth of them in
+ * flight.  Counted on HTTP/1.x over TCP only, where the queue holds this
+ * response alone (TLS adds its record overhead to it).  An HTTP/2 or
+ * HTTP/3 connection shares its socket among all its streams; there a
+ * stream's share of the queue is bounded by the flow-control window the
+ * client gives it, and only nginx's buffers count.
+ */
+static size_t
+ngx_http_pagedllm_kernel_unsent(ngx_http_request_t *r)
+{
+#if (NGX_LINUX && defined SIOCOUTQNSD)
+    int                n;
+    ngx_connection_t  *c;
+
+    c = r->connection;
+
+    if (r->http_version >= NGX_HTTP_VERSION_20
+        || c->fd == (ngx_socket_t) -1
+        || (c->sockaddr->sa_family != AF_INET
+            && c->sockaddr->sa_family != AF_INET6))
+    {
+        return 0;
+    }
+
+    if (ioctl(c->fd, SIOCOUTQNSD, &n) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, c->log, ngx_socket_errno,
+                      "ioctl(SIOCOUTQNSD) failed");
+        return 0;
+    }
+
+    return n > 0 ? (size_t) n : 0;
+#else
+    return 0;
+#endif
 }
 
 
