@@ -8,18 +8,10 @@
  * sequences, finishing, failing and ranking a group.
  */
 
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/signalfd.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "engine_internal.h"
 #include "pl_params.h"
