@@ -58,9 +58,10 @@
  * - equal splits: skewing them by a tile either way measured no faster.
  *
  * One file of about 1,300 lines: the forms share one templated kernel
- * body (copies, pipeline, softmax, both merges), and its launcher picks
- * the instantiation; split across files, every template would need its
- * explicit instantiations listed twice.
+ * body (copies, pipeline, softmax, both merges) and its launcher picks
+ * the instantiation, so split across files the templates would move
+ * into a header every part includes, or their instantiations be listed
+ * by hand.
  */
 
 #include <float.h>
