@@ -386,6 +386,12 @@ ngx_http_pagedllm_submit(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
         return;
     }
 
+    rc = ngx_http_pagedllm_limit_admit(r, ctx);
+    if (rc != NGX_DECLINED) {
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
     rc = ngx_http_pagedllm_channel_submit(ctx);
 
     if (rc == NGX_AGAIN) {

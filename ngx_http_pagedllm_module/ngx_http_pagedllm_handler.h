@@ -5,7 +5,8 @@
  * ngx_http_pagedllm_completion.c (a completion's steps up to submitting),
  * ngx_http_pagedllm_choice.c (the engine's output into each choice) and
  * ngx_http_pagedllm_output.c (SSE events or one JSON body out) and
- * ngx_http_pagedllm_cors.c (CORS headers, preflights).  The
+ * ngx_http_pagedllm_cors.c (CORS headers, preflights) and
+ * ngx_http_pagedllm_limit.c (token quotas).  The
  * channel does not include it: it calls a request back only through the
  * events the request's ctx carries.
  */
@@ -33,6 +34,11 @@ ngx_int_t ngx_http_pagedllm_cors(ngx_http_request_t *r);
 
 /* completion */
 void ngx_http_pagedllm_completions(ngx_http_request_t *r);
+
+/* limit */
+ngx_int_t ngx_http_pagedllm_limit_admit(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
+void ngx_http_pagedllm_limit_finish(ngx_http_pagedllm_ctx_t *ctx);
 
 /* choice */
 ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,

@@ -17,6 +17,8 @@
  *     pagedllm_timeout 300s;              engine silence before a 504
  *     pagedllm_cors on | off | ORIGIN...; browsers of these origins (on:
  *                                         any) may call the API
+ *     pagedllm_limit_tokens zone=NAME:SIZE key=$var rate=N/m [burst=M];
+ *                                         token quotas per key
  */
 
 
@@ -134,6 +136,14 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
     { ngx_string("pagedllm_cors"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_pagedllm_cors_set,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pagedllm_limit_tokens"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE3
+                        |NGX_CONF_TAKE4,
+      ngx_http_pagedllm_limit_tokens_set,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -377,6 +387,7 @@ ngx_http_pagedllm_create_loc_conf(ngx_conf_t *cf)
     plcf->timeout = NGX_CONF_UNSET_MSEC;
     plcf->cors = NGX_CONF_UNSET_UINT;
     plcf->cors_origins = NULL;
+    plcf->limits = NGX_CONF_UNSET_PTR;
 
     return plcf;
 }
@@ -400,6 +411,7 @@ ngx_http_pagedllm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_uint_value(conf->cors, prev->cors,
                               NGX_HTTP_PAGEDLLM_CORS_OFF);
+    ngx_conf_merge_ptr_value(conf->limits, prev->limits, NULL);
 
     return NGX_CONF_OK;
 }

@@ -23,6 +23,7 @@
  *                                   stop strings
  *   ngx_http_pagedllm_output.c      SSE events or one JSON body out
  *   ngx_http_pagedllm_cors.c        CORS headers, preflights answered
+ *   ngx_http_pagedllm_limit.c       token quotas per key in shared zones
  * OpenAI JSON in (ngx_http_pagedllm_request.h):
  *   ngx_http_pagedllm_request.c     the body decoded, fields checked
  *                                   together, the length
@@ -89,6 +90,8 @@ typedef struct {
     ngx_msec_t                    timeout;
     ngx_uint_t                    cors;          /* NGX_HTTP_PAGEDLLM_CORS_ */
     ngx_array_t                  *cors_origins;  /* of ngx_str_t: _LIST */
+    ngx_array_t                  *limits;        /* of ngx_shm_zone_t *:
+                                                    pagedllm_limit_tokens */
 } ngx_http_pagedllm_loc_conf_t;
 
 
@@ -227,6 +230,7 @@ typedef enum {
 typedef void (*ngx_http_pagedllm_resume_pt)(ngx_http_request_t *r);
 
 typedef struct ngx_http_pagedllm_ctx_s  ngx_http_pagedllm_ctx_t;
+typedef struct ngx_http_pagedllm_limit_req_s  ngx_http_pagedllm_limit_req_t;
 
 
 /* What the channel hands a running request while it drains the completion
@@ -310,6 +314,7 @@ struct ngx_http_pagedllm_ctx_s {
 
     ngx_chain_t                  *free;
     ngx_chain_t                  *busy;
+    ngx_http_pagedllm_limit_req_t  *limit;       /* its token quotas */
 
     unsigned                      dirty:1;
     unsigned                      first_token:1;
@@ -359,6 +364,10 @@ ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
 /* variables */
 ngx_int_t ngx_http_pagedllm_add_variables(ngx_conf_t *cf);
 uint64_t ngx_http_pagedllm_now_us(void);
+
+/* limit */
+char *ngx_http_pagedllm_limit_tokens_set(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* request */
 ngx_int_t ngx_http_pagedllm_decode_init(ngx_pool_t *pool,

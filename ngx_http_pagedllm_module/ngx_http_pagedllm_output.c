@@ -62,6 +62,8 @@ ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx)
             ngx_del_timer(&ctx->timer);
         }
 
+        ngx_http_pagedllm_limit_finish(ctx);
+
     } else {
         plcf = ngx_http_get_module_loc_conf(ctx->request,
                                             ngx_http_pagedllm_module);
