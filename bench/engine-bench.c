@@ -18,6 +18,7 @@
  */
 
 #include <errno.h>
+#include <getopt.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pl_cli.h"
 #include "pl_client.h"
 #include "pl_proto.h"
 #include "pl_ring.h"
@@ -278,6 +280,21 @@ bench_batch(bench_worker_t *w, int batch, int prompt, int gen, int vocab,
 }
 
 
+static const char  usage_text[] =
+"usage: engine-bench -s SOCKET [-b 1,16,64] [-P PROMPT] [-G GEN] [-V VOCAB]\n"
+"\n"
+"Attaches to a running pagedllm-engine as a worker would and measures\n"
+"greedy generation at each batch size, without nginx.\n"
+"\n"
+"  -s SOCKET    the engine's --listen socket\n"
+"  -b LIST      batch sizes, comma separated (default 1,16,64)\n"
+"  -P N         prompt tokens (default 128)\n"
+"  -G N         generated tokens, at least 2 (default 128)\n"
+"  -V N         the model's vocabulary, for random prompts (default 512)\n"
+"  --help       this text\n"
+"  --version    the name and version\n";
+
+
 int
 main(int argc, char **argv)
 {
@@ -286,23 +303,37 @@ main(int argc, char **argv)
     int              prompt = 128, gen = 128, vocab = 512, opt, b, rc = 0;
     uint64_t         base = 1;
     bench_worker_t   w;
+    static const struct option  no_long[] = { { NULL, 0, NULL, 0 } };
 
-    while ((opt = getopt(argc, argv, "s:b:P:G:V:")) != -1) {
+    pl_cli_standard(argc, argv, "engine-bench", usage_text);
+    opterr = 0;
+
+    while ((opt = getopt_long(argc, argv, ":s:b:P:G:V:", no_long, NULL))
+           != -1)
+    {
         switch (opt) {
         case 's': sock = optarg; break;
         case 'b': list = optarg; break;
         case 'P': prompt = atoi(optarg); break;
         case 'G': gen = atoi(optarg); break;
         case 'V': vocab = atoi(optarg); break;
+        case ':':
+            return pl_cli_error("engine-bench", "-%c needs a value", optopt);
         default:
-            sock = NULL;
-            break;
+            return optopt
+                   ? pl_cli_error("engine-bench", "unknown option '-%c'",
+                                  optopt)
+                   : pl_cli_error("engine-bench", "unknown option '%s'",
+                                  argv[optind - 1]);
         }
     }
+    if (optind < argc) {
+        return pl_cli_error("engine-bench", "unexpected argument '%s'",
+                            argv[optind]);
+    }
     if (sock == NULL || prompt < 1 || gen < 2 || vocab < 1) {
-        fprintf(stderr, "usage: %s -s SOCKET [-b 1,16,64] [-P prompt] "
-                "[-G gen >= 2] [-V vocab]\n", argv[0]);
-        return 2;
+        return pl_cli_error("engine-bench", "-s SOCKET is required, -P and "
+                            "-V at least 1, -G at least 2");
     }
     if (bench_attach(&w, sock) != 0) {
         return 1;
@@ -317,9 +348,8 @@ main(int argc, char **argv)
     {
         b = atoi(tok);
         if (b < 1 || b > BENCH_MAX_BATCH) {
-            fprintf(stderr, "engine-bench: batch %s out of 1..%d\n", tok,
-                    BENCH_MAX_BATCH);
-            return 2;
+            return pl_cli_error("engine-bench", "batch %s out of 1..%d", tok,
+                                BENCH_MAX_BATCH);
         }
         rc = bench_batch(&w, b, prompt, gen, vocab, base);
         base += (uint64_t) b;

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "pl_cli.h"
 #include "pl_tokenizer.h"
 
 typedef struct {
@@ -71,6 +72,17 @@ read_corpus(const char *path, corpus_t *c)
     return 0;
 }
 
+static const char  usage_text[] =
+"usage: tokenizer TOKENIZER_JSON CORPUS [ROUNDS]\n"
+"\n"
+"Encodes every line of CORPUS (one JSON string a line) ROUNDS times\n"
+"(default 3) with TOKENIZER_JSON, decodes the ids back, and prints the\n"
+"load time and the best round's MB/s and tokens/s.\n"
+"\n"
+"  --help       this text\n"
+"  --version    the name and version\n";
+
+
 int
 main(int argc, char **argv)
 {
@@ -82,9 +94,18 @@ main(int argc, char **argv)
     double           t0, load, enc = 1e9, dec = 1e9, t1;
     int              r, rounds = argc > 3 ? atoi(argv[3]) : 3, n;
 
-    if (argc < 3 || read_corpus(argv[2], &c) != 0) {
-        fprintf(stderr, "usage: tokenizer TOKENIZER_JSON CORPUS [ROUNDS]\n");
-        return 2;
+    pl_cli_standard(argc, argv, "tokenizer", usage_text);
+    for (i = 1; i < (size_t) argc; i++) {
+        if (argv[i][0] == '-') {
+            return pl_cli_error("tokenizer", "unknown option '%s'", argv[i]);
+        }
+    }
+    if (argc < 3 || argc > 4) {
+        return pl_cli_error("tokenizer", "TOKENIZER_JSON and CORPUS "
+                            "expected, and optionally ROUNDS");
+    }
+    if (read_corpus(argv[2], &c) != 0) {
+        return 1;
     }
     t0 = now_s();
     t = pl_tokenizer_load(argv[1], err, sizeof(err));

@@ -12,10 +12,11 @@
 #include <string.h>
 
 #include "engine.h"
+#include "pl_cli.h"
 #include "pl_model.h"
 #include "pl_ops.h"
 
-#define PL_EXIT_USAGE  2
+#define PL_ENGINE_NAME  "pagedllm-engine"
 
 static const char  usage_text[] =
 "usage: pagedllm-engine --model DIR --listen PATH [options]\n"
@@ -80,12 +81,13 @@ static const char  usage_text[] =
 "                                 graphs (graphs are used on one GPU by\n"
 "                                 default)\n"
 "  --log-level LEVEL              error, warn, info or debug (default info)\n"
-"  --help                         this text\n";
+"  --help                         this text\n"
+"  --version                      the name and version\n";
 
 enum {
     OPT_MODEL = 256, OPT_LISTEN, OPT_DEVICE, OPT_NAME, OPT_THREADS,
     OPT_BLOCK_SIZE, OPT_KV_MB, OPT_GPU_UTIL, OPT_NUM_BLOCKS, OPT_MAX_SEQS,
-    OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_HELP,
+    OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL,
     OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY,
     OPT_TP_SIZE, OPT_ENFORCE_EAGER, OPT_DTYPE, OPT_PREEMPTION_COSTS,
     OPT_MAX_WORKERS
@@ -107,7 +109,6 @@ static const struct option  options[] = {
     { "socket-mode",             required_argument, NULL, OPT_SOCKET_MODE },
     { "max-workers",             required_argument, NULL, OPT_MAX_WORKERS },
     { "log-level",               required_argument, NULL, OPT_LOG_LEVEL },
-    { "help",                    no_argument,       NULL, OPT_HELP },
     { "no-prefix-caching",       no_argument,       NULL,
       OPT_NO_PREFIX_CACHING },
     { "preemption-mode",         required_argument, NULL,
@@ -133,17 +134,6 @@ static const char *const  preemption_modes[] = {
 static const char *const  kv_policies[] = {
     "paged", "orca-max", "orca-pow2", "orca-oracle"
 };
-
-
-static int
-bad_usage(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "pagedllm-engine: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage_text);
-
-    return PL_EXIT_USAGE;
-}
 
 
 /* Whole-string integer in [lo, hi] in the given base; 0 or -1. */
@@ -245,7 +235,7 @@ parse_costs(const char *s, pl_engine_config_t *cfg)
 }
 
 
-/* Apply one option; 0, or an exit status. */
+/* Apply one option; 0, or -1 for a value it does not take. */
 static int
 apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
 {
@@ -318,10 +308,10 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
         bad = parse_log_level(arg);
         break;
     default:
-        return bad_usage("unknown option %s", arg);
+        bad = -1;
     }
 
-    return bad ? bad_usage("bad value \"%s\"", arg) : 0;
+    return bad;
 }
 
 
@@ -351,10 +341,9 @@ check_block_size(const pl_engine_config_t *cfg)
     if (pl_block_size_ok(kind, cfg->block_size, &sizes)) {
         return 0;
     }
-    fprintf(stderr, "pagedllm-engine: --block-size %d is not supported by "
-            "the %s backend, which takes %s\n", cfg->block_size, kind,
-            sizes);
-    return PL_EXIT_USAGE;
+    return pl_cli_error(PL_ENGINE_NAME, "--block-size %d is not supported "
+                        "by the %s backend, which takes %s",
+                        cfg->block_size, kind, sizes);
 }
 
 
@@ -362,31 +351,34 @@ int
 main(int argc, char **argv)
 {
     pl_engine_config_t  cfg;
-    int                 opt, rc;
+    int                 opt, rc, index;
 
+    pl_cli_standard(argc, argv, PL_ENGINE_NAME, usage_text);
     pl_engine_config_defaults(&cfg);
     opterr = 0;
 
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        if (opt == OPT_HELP) {
-            fputs(usage_text, stdout);
-            return 0;
+    while ((opt = getopt_long(argc, argv, ":", options, &index)) != -1) {
+        if (opt == ':') {
+            return pl_cli_error(PL_ENGINE_NAME, "%s needs a value",
+                                argv[optind - 1]);
         }
-        if (opt == '?' || opt == ':') {
-            return bad_usage("unknown option or missing value: %s",
-                             argv[optind - 1]);
+        if (opt == '?') {
+            return pl_cli_error(PL_ENGINE_NAME, "unknown option '%s'",
+                                argv[optind - 1]);
         }
-        rc = apply_option(&cfg, opt, optarg);
-        if (rc != 0) {
-            return rc;
+        if (apply_option(&cfg, opt, optarg) != 0) {
+            return pl_cli_error(PL_ENGINE_NAME, "--%s: bad value '%s'",
+                                options[index].name, optarg);
         }
     }
 
     if (optind < argc) {
-        return bad_usage("unexpected argument \"%s\"", argv[optind]);
+        return pl_cli_error(PL_ENGINE_NAME, "unexpected argument '%s'",
+                            argv[optind]);
     }
     if (cfg.model_dir == NULL || cfg.listen_path == NULL) {
-        return bad_usage("%s", "--model and --listen are required");
+        return pl_cli_error(PL_ENGINE_NAME,
+                            "--model and --listen are required");
     }
     rc = check_block_size(&cfg);
     if (rc != 0) {

@@ -54,6 +54,7 @@
 
 #include "pl_proto.h"
 #include "pl_ring.h"
+#include "pl_version.h"
 #include "pl_tokenizer.h"
 #include "pl_chat.h"
 
@@ -61,7 +62,7 @@
 
 
 /* what GET /version answers */
-#define NGX_HTTP_PAGEDLLM_VERSION      "0.1.0"
+#define NGX_HTTP_PAGEDLLM_VERSION      PL_VERSION
 
 #define NGX_HTTP_PAGEDLLM_ERR_LEN      512
 #define NGX_HTTP_PAGEDLLM_MAX_STOP     4

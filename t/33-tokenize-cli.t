@@ -83,7 +83,7 @@ is($rc, 1, 'a truncated file is refused');
 like($err, qr/JSON: .* at byte \d+/, 'with the position of the problem');
 
 ($out, $err, $rc) = run("--frobnicate", '');
-is($rc, 2, 'unknown options print the usage');
+is($rc, 2, 'an unknown option is a usage error');
 
 ($out, $err) = run("--chat $cfg",
     qq{{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true}\n"not a conversation"\n});

@@ -43,7 +43,8 @@ for my $case (['--bogus', qr/unknown option.*--bogus/],
     my ($args, $re) = @$case;
     ($rc, $out, $err) = run($args);
     is($rc, 2, "$args: status 2");
-    like($err, qr/\A[^\n]*$re[^\n]*try --help\n\z/, "$args: one line, "
+    like($err, qr/\A[^\n]*$re[^\n]*try 'pagedllm-sim --help'\n\z/,
+         "$args: one line, "
          . 'with a hint');
     is($out, '', "$args: nothing on stdout");
 }

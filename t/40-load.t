@@ -170,10 +170,12 @@ ok(@flags > 20, scalar(@flags) . ' long options in the source');
 is_deeply([ grep { $help !~ /--\Q$_\E\b/ } @flags ], [],
           '--help documents every long option');
 ($rc, $lines) = load('--version');
-like($lines->[0] // '', qr/^pagedllm-load \d+\.\d+$/, '--version: one line');
+like($lines->[0] // '', qr/^pagedllm-load \d+\.\d+\.\d+$/,
+     '--version: one line');
 ($rc, $lines, $err) = load('--no-such-flag');
 is($rc, 2, 'an unknown flag: exit 2');
-is($err, "pagedllm-load: unknown option '--no-such-flag'; try --help\n",
+is($err, "pagedllm-load: unknown option '--no-such-flag'; "
+        . "try 'pagedllm-load --help'\n",
    'an unknown flag: one line and the hint');
 
 ($rc, $lines, $err) = load('-p', $t->port, '--rate', 'fast');

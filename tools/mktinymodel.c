@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "pl_cli.h"
 #include "pl_ops.h"
 
 #define VOCAB       512
@@ -648,6 +649,19 @@ write_configs(const char *dir)
 }
 
 
+static const char  usage_text[] =
+"usage: mktinymodel [--vocab-size N] OUTDIR\n"
+"\n"
+"Writes a tiny Llama model with random weights (config.json,\n"
+"model.safetensors, tokenizer.json, tokenizer_config.json,\n"
+"generation_config.json) into OUTDIR, for tests.\n"
+"\n"
+"  --vocab-size N    embedding rows, 512..65536 (default 512: as many\n"
+"                    as the tokenizer has tokens)\n"
+"  --help            this text\n"
+"  --version         the name and version\n";
+
+
 int
 main(int argc, char **argv)
 {
@@ -655,17 +669,20 @@ main(int argc, char **argv)
     char        *end;
     long         n;
 
+    pl_cli_standard(argc, argv, "mktinymodel", usage_text);
+
     if (argc == 4 && strcmp(argv[1], "--vocab-size") == 0) {
         n = strtol(argv[2], &end, 10);
         if (*end != '\0' || n < VOCAB || n > MAX_VOCAB) {
-            fprintf(stderr, "mktinymodel: --vocab-size must be %d..%d\n",
-                    VOCAB, MAX_VOCAB);
-            return 2;
+            return pl_cli_error("mktinymodel", "--vocab-size must be "
+                                "%d..%d", VOCAB, MAX_VOCAB);
         }
         vocab_size = (int) n;
+    } else if (argc == 2 && argv[1][0] == '-') {
+        return pl_cli_error("mktinymodel", "unknown option '%s'", argv[1]);
     } else if (argc != 2) {
-        fprintf(stderr, "usage: mktinymodel [--vocab-size N] OUTDIR\n");
-        return 2;
+        return pl_cli_error("mktinymodel", "one OUTDIR expected, "
+                            "optionally after --vocab-size N");
     }
     make_dirs(dir);
     write_configs(dir);

@@ -43,8 +43,10 @@
 #include <string.h>
 
 #include "block_manager.h"
+#include "pl_cli.h"
 #include "scheduler.h"
 
+#define SIM_NAME        "pagedllm-sim"
 #define SIM_MAX_LEN     2048
 #define SIM_STEP_MS     20.0
 #define SIM_TOKEN_MS    0.14
@@ -332,7 +334,8 @@ static const char  usage_text[] =
 "  --preemption-mode recompute|swap  (default recompute; the engine's\n"
 "                                 auto needs a host link the model lacks)\n"
 "  --seed N                       (default 1)\n"
-"  --help                         this text\n";
+"  --help                         this text\n"
+"  --version                      the name and version\n";
 
 
 static int
@@ -348,7 +351,6 @@ parse(int argc, char **argv, sim_config_t *c)
         { "max-num-batched-tokens", required_argument, NULL, 't' },
         { "preemption-mode", required_argument, NULL, 'p' },
         { "seed", required_argument, NULL, 'S' },
-        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
     int  o;
@@ -356,7 +358,7 @@ parse(int argc, char **argv, sim_config_t *c)
     *c = (sim_config_t) { "sharegpt", 1.0, 1000, 16, 15728, 256, 2048, 0, 1 };
 
     opterr = 0;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (o) {
         case 'w': c->workload = optarg; break;
         case 'r': c->rate = atof(optarg); break;
@@ -369,24 +371,23 @@ parse(int argc, char **argv, sim_config_t *c)
             if (strcmp(optarg, "recompute") != 0
                 && strcmp(optarg, "swap") != 0)
             {
-                fprintf(stderr, "pagedllm-sim: --preemption-mode %s: "
-                        "recompute or swap; try --help\n", optarg);
-                return -1;
+                return pl_cli_error(SIM_NAME, "--preemption-mode %s: "
+                                    "recompute or swap", optarg);
             }
             c->preemption_mode = strcmp(optarg, "swap") == 0;
             break;
         case 'S': c->seed = strtoull(optarg, NULL, 10); break;
-        case 'h': fputs(usage_text, stdout); exit(0);
+        case ':':
+            return pl_cli_error(SIM_NAME, "%s needs a value",
+                                argv[optind - 1]);
         default:
-            fprintf(stderr, "pagedllm-sim: unknown option or missing value: "
-                    "%s; try --help\n", argv[optind - 1]);
-            return -1;
+            return pl_cli_error(SIM_NAME, "unknown option '%s'",
+                                argv[optind - 1]);
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "pagedllm-sim: unexpected argument '%s'; "
-                "try --help\n", argv[optind]);
-        return -1;
+        return pl_cli_error(SIM_NAME, "unexpected argument '%s'",
+                            argv[optind]);
     }
 
     if (!(c->rate > 0 && c->requests > 0 && c->block_size >= 1
@@ -394,11 +395,10 @@ parse(int argc, char **argv, sim_config_t *c)
           && c->max_num_seqs > 0
           && c->max_num_batched_tokens >= SIM_MAX_LEN))
     {
-        fprintf(stderr, "pagedllm-sim: rate, requests and max-num-seqs must "
-                "be positive, block-size 1..256, kv-tokens and "
-                "max-num-batched-tokens at least %d; try --help\n",
-                SIM_MAX_LEN);
-        return -1;
+        return pl_cli_error(SIM_NAME, "rate, requests and max-num-seqs "
+                            "must be positive, block-size 1..256, kv-tokens "
+                            "and max-num-batched-tokens at least %d",
+                            SIM_MAX_LEN);
     }
 
     return 0;
@@ -417,8 +417,9 @@ main(int argc, char **argv)
     double          in = 0, out = 0;
     int             p, i;
 
+    pl_cli_standard(argc, argv, SIM_NAME, usage_text);
     if (parse(argc, argv, &c) != 0) {
-        return 2;
+        return PL_CLI_USAGE;
     }
 
     req = malloc((size_t) c.requests * sizeof(*req));
@@ -427,9 +428,8 @@ main(int argc, char **argv)
         return 1;
     }
     if (make_workload(&c, req) != 0) {
-        fprintf(stderr, "pagedllm-sim: --workload %s: sharegpt or alpaca; "
-                "try --help\n", c.workload);
-        return 2;
+        return pl_cli_error(SIM_NAME, "--workload %s: sharegpt or alpaca",
+                            c.workload);
     }
     for (i = 0; i < c.requests; i++) {
         in += req[i].in;

@@ -23,7 +23,10 @@
 #include <jansson.h>
 
 #include "pl_chat.h"
+#include "pl_cli.h"
 #include "pl_tokenizer.h"
+
+#define TOK_NAME  "pagedllm-tokenize"
 
 typedef struct {
     const char  *tokenizer;
@@ -35,14 +38,23 @@ typedef struct {
     int          skip_special;
 } pl_cli_opts_t;
 
-static int
-usage(void)
-{
-    fprintf(stderr, "usage: pagedllm-tokenize --tokenizer FILE [--decode | "
-            "--stream | --chat CONFIG] [--no-special] [--no-parse-special] "
-            "[--skip-special] < lines\n");
-    return 2;
-}
+static const char  usage_text[] =
+"usage: pagedllm-tokenize --tokenizer FILE [options] < lines\n"
+"       pagedllm-tokenize --chat CONFIG [--tokenizer FILE] < lines\n"
+"\n"
+"Each input line is one JSON value; each output line its answer.\n"
+"\n"
+"  --tokenizer FILE      tokenizer.json; a string in, its ids out\n"
+"  --decode              an array of ids in, the decoded string out\n"
+"  --stream              an array of ids in, the strings each\n"
+"                        incremental step returned out\n"
+"  --chat CONFIG         a conversation in, rendered with the chat\n"
+"                        template of tokenizer_config.json CONFIG\n"
+"  --no-special          no BOS/EOS added when encoding\n"
+"  --no-parse-special    special tokens in the text are plain text\n"
+"  --skip-special        special tokens left out when decoding\n"
+"  --help                this text\n"
+"  --version             the name and version\n";
 
 static void
 print_json(json_t *v)
@@ -202,6 +214,7 @@ chat_line(const pl_chat_t *c, json_t *in)
     return 0;
 }
 
+/* 0, or the exit status of an error it printed */
 static int
 parse_args(int argc, char **argv, pl_cli_opts_t *o)
 {
@@ -225,11 +238,22 @@ parse_args(int argc, char **argv, pl_cli_opts_t *o)
             o->parse_special = 0;
         } else if (strcmp(argv[i], "--skip-special") == 0) {
             o->skip_special = 1;
+        } else if (strcmp(argv[i], "--tokenizer") == 0
+                   || strcmp(argv[i], "--chat") == 0)
+        {
+            return pl_cli_error(TOK_NAME, "%s needs a value", argv[i]);
+        } else if (argv[i][0] == '-') {
+            return pl_cli_error(TOK_NAME, "unknown option '%s'", argv[i]);
         } else {
-            return -1;
+            return pl_cli_error(TOK_NAME, "unexpected argument '%s'",
+                                argv[i]);
         }
     }
-    return (o->tokenizer == NULL && o->chat == NULL) ? -1 : 0;
+    if (o->tokenizer == NULL && o->chat == NULL) {
+        return pl_cli_error(TOK_NAME, "--tokenizer FILE or --chat CONFIG "
+                            "is required");
+    }
+    return 0;
 }
 
 int
@@ -244,8 +268,9 @@ main(int argc, char **argv)
     json_error_t     jerr;
     int              rc = 0;
 
+    pl_cli_standard(argc, argv, TOK_NAME, usage_text);
     if (parse_args(argc, argv, &o) != 0) {
-        return usage();
+        return PL_CLI_USAGE;
     }
     if (o.tokenizer && (t = pl_tokenizer_load(o.tokenizer, err,
                                               sizeof(err))) == NULL)

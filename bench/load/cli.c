@@ -13,13 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LOAD_VERSION  "pagedllm-load 2.0"
+#include "pl_cli.h"
 
 
-static void
-usage(void)
-{
-    printf(
+static const char  usage_text[] =
 "usage: pagedllm-load [options]\n"
 "Drives an OpenAI-style server and writes one JSON line per request rate.\n"
 "\n"
@@ -85,7 +82,7 @@ usage(void)
 "output\n"
 "      --out FILE           the JSON lines to FILE (stdout)\n"
 "  -h, --help               this help\n"
-"      --version            the version\n"
+"      --version            the name and version\n"
 "\n"
 "Each JSON line: mode, offered_rate, requests, ok, failed, duration_s,\n"
 "request_rate (achieved), prompt_tokens, output_tokens,\n"
@@ -93,8 +90,7 @@ usage(void)
 "(end-to-end latency / output tokens of a sequence), ttft_{p50,p90,p99}_ms,\n"
 "tpot_{p50,p99}_ms, latency_{p50,p99}_s, running_mean, kv_usage_mean,\n"
 "errors (by kind) and first_error.  The exit status is 1 when a request\n"
-"failed.\n");
-}
+"failed.\n";
 
 
 static double *
@@ -134,9 +130,8 @@ parse_long(const char *s, const char *flag, long min)
     long   v = strtol(s, &end, 10);
 
     if (*s == '\0' || *end || v < min) {
-        fprintf(stderr, "pagedllm-load: %s: '%s' is not an integer >= %ld\n",
-                flag, s, min);
-        exit(2);
+        exit(pl_cli_error(LOAD_NAME, "%s: '%s' is not an integer >= %ld",
+                          flag, s, min));
     }
     return v;
 }
@@ -158,7 +153,7 @@ parse_double(const char *s, const char *flag)
 enum {
     OPT_RATE = 256, OPT_DURATION, OPT_SEED, OPT_WARMUP, OPT_TIMEOUT,
     OPT_DIST, OPT_DATASET, OPT_N, OPT_BEAM, OPT_TEMP, OPT_PREFIX, OPT_CHAT,
-    OPT_METRICS, OPT_MAXLEN, OPT_OUT, OPT_VERSION
+    OPT_METRICS, OPT_MAXLEN, OPT_OUT
 };
 
 static const struct option  load_options[] = {
@@ -185,7 +180,6 @@ static const struct option  load_options[] = {
     { "chat-turns", required_argument, NULL, OPT_CHAT },
     { "out", required_argument, NULL, OPT_OUT },
     { "help", no_argument, NULL, 'h' },
-    { "version", no_argument, NULL, OPT_VERSION },
     { NULL, 0, NULL, 0 }
 };
 
@@ -215,6 +209,7 @@ load_parse_args(load_conf_t *cf, int argc, char **argv)
     int          opt, conc_set = 0, temp_set = 0;
     char         url[400];
 
+    pl_cli_standard(argc, argv, LOAD_NAME, usage_text);
     conf_defaults(cf);
     opterr = 0;
 
@@ -275,27 +270,23 @@ load_parse_args(load_conf_t *cf, int argc, char **argv)
         case OPT_CHAT:
             cf->chat_turns = parse_long(optarg, "--chat-turns", 1);
             if (cf->chat_turns > LOAD_MAX_TURNS) {
-                fprintf(stderr, "pagedllm-load: --chat-turns: at most %d\n",
-                        LOAD_MAX_TURNS);
-                exit(2);
+                exit(pl_cli_error(LOAD_NAME, "--chat-turns: at most %d",
+                                  LOAD_MAX_TURNS));
             }
             break;
         case OPT_OUT: out = optarg; break;
-        case 'h': usage(); exit(0);
-        case OPT_VERSION: printf("%s\n", LOAD_VERSION); exit(0);
+        case 'h': fputs(usage_text, stdout); exit(0);
         case ':':
-            fprintf(stderr, "pagedllm-load: %s needs a value; try --help\n",
-                    argv[optind - 1]);
-            exit(2);
+            exit(pl_cli_error(LOAD_NAME, "%s needs a value",
+                              argv[optind - 1]));
         default:
-            fprintf(stderr, "pagedllm-load: unknown option '%s'; try --help\n",
-                    argv[optind - 1]);
-            exit(2);
+            exit(pl_cli_error(LOAD_NAME, "unknown option '%s'",
+                              argv[optind - 1]));
         }
     }
 
     if (optind < argc) {
-        load_die("unexpected argument '%s'; try --help", argv[optind]);
+        load_die("unexpected argument '%s'", argv[optind]);
     }
 
     if (strcmp(cf->dist, "fixed") != 0) {

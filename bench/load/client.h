@@ -27,6 +27,8 @@
 
 #include "load.h"
 
+#define LOAD_NAME  "pagedllm-load"
+
 #define LOAD_MAX_TURNS     64
 #define LOAD_SCRAPE_EVERY  0.5
 

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "pl_cli.h"
+
 
 double
 load_now(void)
@@ -24,10 +26,10 @@ load_now(void)
 void
 load_die(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "pagedllm-load: ");
+    fprintf(stderr, "%s: ", LOAD_NAME);
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n");
-    exit(2);
+    fprintf(stderr, "; try '%s --help'\n", LOAD_NAME);
+    exit(PL_CLI_USAGE);
 }
 
 
