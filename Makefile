@@ -4,6 +4,8 @@
 #   make run        start engine + nginx on 127.0.0.1:8080 with the tiny model
 #   make test       build and run every test (prove)
 #   make bench      serving benchmark: engine + nginx under pagedllm-load
+#   make install    programs, module, tiny model, systemd units (PREFIX,
+#                   DESTDIR; see the README's Installing)
 #   make CUDA=0     build without the CUDA backend
 #   make BUILD=dir  build into another folder
 #   make NCCL_HOME=dir  use the NCCL in dir (else the one the compiler finds)
@@ -83,7 +85,7 @@ LIB      := $(BUILD)/libpagedllm.a
 TEXTLIB  := $(BUILD)/libpltext.a
 
 .PHONY: all deps test-deps engine module model tools units run test bench \
-        clean
+        clean install
 
 all: deps engine module model tools $(BENCHES)
 
@@ -177,6 +179,44 @@ bench: all $(BENCHES)
 
 clean:
 	rm -rf $(BUILD)
+
+# make install: the programs, the tiny model and the docs under PREFIX;
+# the module where Debian's nginx loads modules from, with the
+# load_module snippet Debian's module packages ship (modules-available,
+# enabled by a link in modules-enabled); the engine's systemd unit and
+# nginx's drop-in.  DESTDIR stages all of it.
+PREFIX        ?= /usr/local
+BINDIR        ?= $(PREFIX)/bin
+DATADIR       ?= $(PREFIX)/share/pagedllm
+DOCDIR        ?= $(PREFIX)/share/doc/pagedllm
+UNITDIR       ?= $(PREFIX)/lib/systemd/system
+NGINX_MODDIR  ?= /usr/lib/nginx/modules
+NGINX_AVAIL   ?= /usr/share/nginx/modules-available
+NGINX_ENABLED ?= /etc/nginx/modules-enabled
+INSTALL_BINS  := $(ENGINE) $(BUILD)/pagedllm-tokenize $(BUILD)/pagedllm-sim \
+                 $(BUILD)/bench/pagedllm-load
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(NGINX_MODDIR) \
+	    $(DESTDIR)$(NGINX_AVAIL) $(DESTDIR)$(NGINX_ENABLED) \
+	    $(DESTDIR)$(DATADIR)/models/tiny $(DESTDIR)$(DOCDIR) \
+	    $(DESTDIR)$(UNITDIR)/nginx.service.d
+	install -m 755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR)
+	install -m 644 $(MODULE) $(DESTDIR)$(NGINX_MODDIR)
+	install -m 644 packaging/nginx/mod-http-pagedllm.conf \
+	    $(DESTDIR)$(NGINX_AVAIL)
+	ln -sf $(NGINX_AVAIL)/mod-http-pagedllm.conf \
+	    $(DESTDIR)$(NGINX_ENABLED)/50-mod-http-pagedllm.conf
+	install -m 644 $(BUILD)/models/tiny/* $(DESTDIR)$(DATADIR)/models/tiny
+	install -m 644 packaging/nginx/pagedllm.conf \
+	    $(DESTDIR)$(DATADIR)/nginx-pagedllm.conf
+	install -m 644 README.md $(DESTDIR)$(DOCDIR)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DATADIR@|$(DATADIR)|g' \
+	    -e 's|@DOCDIR@|$(DOCDIR)|g' packaging/systemd/pagedllm-engine.service.in \
+	    >$(DESTDIR)$(UNITDIR)/pagedllm-engine.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/pagedllm-engine.service
+	install -m 644 packaging/systemd/nginx.service.d/pagedllm.conf \
+	    $(DESTDIR)$(UNITDIR)/nginx.service.d
 
 # GPU tests and kernel benchmarks: run on a machine with an NVIDIA GPU
 # (tools/gpu-run.sh runs both on the lent one).

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Serving benchmark: starts engine + nginx (tools/run.sh) on a loopback
-# port and drives it with pagedllm-load, printing a table; each run's
+# port, in its own run folder BUILD_DIR/bench-run (so a server of make run,
+# in BUILD_DIR/run, goes on undisturbed), and drives it with
+# pagedllm-load, printing a table; each run's
 # JSON line (pagedllm-load --help lists its fields) is kept in
 # BUILD_DIR/bench-serve.jsonl.
 #   bench/serve.sh BUILD_DIR
@@ -20,7 +22,8 @@ vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$model/config.json")
 log=$build/bench-serve.log
 jsonl=$build/bench-serve.jsonl
 
-PAGEDLLM_PORT=$port setsid tools/run.sh "$build" >"$log" 2>&1 &
+PAGEDLLM_PORT=$port PAGEDLLM_RUN_DIR=$build/bench-run \
+    setsid tools/run.sh "$build" >"$log" 2>&1 &
 server=$!
 trap 'kill -TERM -- -$server 2>/dev/null || kill -TERM $server; wait $server 2>/dev/null || true' EXIT
 

@@ -4,7 +4,12 @@
 # Ctrl-C (or TERM) stops both.
 #   tools/run.sh BUILD_DIR
 #   PAGEDLLM_PORT (default 8080), PAGEDLLM_MODEL (default BUILD/models/tiny),
-#   PAGEDLLM_DEVICE (default auto), PAGEDLLM_ENGINE_ARGS (more engine flags)
+#   PAGEDLLM_DEVICE (default auto), PAGEDLLM_ENGINE_ARGS (more engine flags),
+#   PAGEDLLM_RUN_DIR (default BUILD/run): the run folder, holding the
+#   engine's socket, both pid files, nginx's configuration and logs.
+# One run folder serves one server at a time: a folder whose engine or
+# nginx is alive (by its pid file) is refused, and no socket is ever
+# removed here (the engine replaces a stale one and refuses a live one).
 set -eu
 
 if [ $# -ne 1 ]; then
@@ -16,7 +21,7 @@ build=$(cd "$1" && pwd)
 port=${PAGEDLLM_PORT:-8080}
 model=${PAGEDLLM_MODEL:-$build/models/tiny}
 device=${PAGEDLLM_DEVICE:-auto}
-run=$build/run
+run=${PAGEDLLM_RUN_DIR:-$build/run}
 sock=$run/engine.sock
 
 for f in "$build/pagedllm-engine" "$build/ngx_http_pagedllm_module.so" \
@@ -27,6 +32,38 @@ do
         exit 1
     fi
 done
+
+# the pid in file $1 if that process is alive
+live_pid() {
+    if [ -s "$1" ]; then
+        pid=$(cat "$1")
+        if [ -n "$pid" ] && [ -d "/proc/$pid" ]; then
+            echo "$pid"
+        fi
+    fi
+}
+
+for f in "$run/engine.pid" "$run/nginx.pid"; do
+    pid=$(live_pid "$f")
+    if [ -n "$pid" ]; then
+        echo "pagedllm: $run is in use by a running server (pid $pid in" \
+             "$f); stop it, or give this one PAGEDLLM_RUN_DIR" >&2
+        exit 1
+    fi
+done
+
+# whether an engine accepts connections on the socket
+listening() {
+    perl -MIO::Socket::UNIX -e \
+        'exit !IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => $ARGV[0])' \
+        "$sock" 2>/dev/null
+}
+
+if listening; then
+    echo "pagedllm: an engine already listens on $sock; stop it, or give" \
+         "this one PAGEDLLM_RUN_DIR" >&2
+    exit 1
+fi
 
 mkdir -p "$run/conf" "$run/logs" "$run/tmp"
 
@@ -87,21 +124,21 @@ stop() {
     if [ -n "$engine_pid" ]; then
         kill -TERM "$engine_pid" 2>/dev/null || true
         wait "$engine_pid" 2>/dev/null || true
+        rm -f "$run/engine.pid"
     fi
-    rm -f "$sock"
 }
 
 trap stop EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-rm -f "$sock"
 "$build/pagedllm-engine" --model "$model" --listen "$sock" \
     --device "$device" ${PAGEDLLM_ENGINE_ARGS:-} &
 engine_pid=$!
+echo "$engine_pid" >"$run/engine.pid"
 
 i=0
-while [ ! -S "$sock" ]; do
+until listening; do
     if ! kill -0 "$engine_pid" 2>/dev/null; then
         echo "pagedllm: the engine exited before listening" >&2
         engine_pid=""
