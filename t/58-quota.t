@@ -5,8 +5,9 @@
 # when the request ends; a stream that crosses its quota runs to its end
 # and the key's next request gets a 429 with the Retry-After the debt
 # needs; keys are independent, an empty key is not counted, a prompt above
-# the burst can never pass, a refilled bucket admits again, and a client
-# that goes away is charged what was generated.
+# the burst can never pass, a refilled bucket admits again, a client that
+# goes away is charged what was generated, and with two quotas in one
+# place both must admit (a refusal by one gives the other its tokens back).
 
 use strict;
 use warnings;
@@ -32,6 +33,19 @@ my $t = PagedLLM::Test->new(
         location /fast/ {
             pagedllm;
             pagedllm_limit_tokens zone=fast:64k key=$http_x_key rate=10/s
+                                  burst=20;
+        }
+
+        location /two/ {
+            pagedllm;
+            pagedllm_limit_tokens zone=per:64k key=$http_x_key rate=1/m
+                                  burst=20;
+            pagedllm_limit_tokens zone=all:64k key=all rate=1/m burst=30;
+        }
+
+        location /one/ {
+            pagedllm;
+            pagedllm_limit_tokens zone=per:64k key=$http_x_key rate=1/m
                                   burst=20;
         }
 
@@ -203,6 +217,29 @@ close $st;
 sleep 0.5;
 $r = complete($w[0], 'gina', 40);
 refused_ok($r, 'gina: gone after 11 tokens or more, 40 is refused');
+
+# ---- two quotas in one place ---------------------------------------------
+
+sub complete_at {
+    my ($c, $path, $key, $n_prompt) = @_;
+    return ka_request($c, POST => "$path/v1/completions",
+                      $J->encode({ prompt => prompt($n_prompt),
+                                   max_tokens => 1,
+                                   ignore_eos => JSON::PP::true }),
+                      'X-Key' => $key);
+}
+
+$r = complete_at($w[0], '/two', 'hank', 14);
+is($r->{status}, 200, 'hank: 15 tokens from his bucket and the shared one');
+$r = complete_at($w[1], '/two', 'ivy', 16);
+refused_ok($r, 'ivy: her bucket holds 16, the shared one 15');
+$r = complete_at($w[0], '/one', 'ivy', 20);
+is($r->{status}, 200,
+   'ivy: the refusal gave her own bucket its 16 back (20 pass elsewhere)');
+$r = complete_at($w[1], '/two', 'hank', 5);
+is($r->{status}, 200, 'hank: 5 more, in both buckets');
+$r = complete_at($w[0], '/one', 'hank', 1);
+refused_ok($r, 'hank: his bucket, shared with /one, is spent');
 
 # ---- configuration -------------------------------------------------------
 
