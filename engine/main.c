@@ -351,13 +351,13 @@ int
 main(int argc, char **argv)
 {
     pl_engine_config_t  cfg;
-    int                 opt, rc, index;
+    int                 opt, rc, longindex;
 
     pl_cli_standard(argc, argv, PL_ENGINE_NAME, usage_text);
     pl_engine_config_defaults(&cfg);
     opterr = 0;
 
-    while ((opt = getopt_long(argc, argv, ":", options, &index)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":", options, &longindex)) != -1) {
         if (opt == ':') {
             return pl_cli_error(PL_ENGINE_NAME, "%s needs a value",
                                 argv[optind - 1]);
@@ -368,7 +368,7 @@ main(int argc, char **argv)
         }
         if (apply_option(&cfg, opt, optarg) != 0) {
             return pl_cli_error(PL_ENGINE_NAME, "--%s: bad value '%s'",
-                                options[index].name, optarg);
+                                options[longindex].name, optarg);
         }
     }
 
