@@ -80,6 +80,7 @@
 #   PAPER_DEADLINE_S      hard limit for the whole call from its start
 #                         (570): no run starts past it, packing still runs
 #   PAPER_BUDGET_S        overrides every group's budget
+#   PAPER_BUDGET_<group>  overrides that group's budget (PAPER_BUDGET_basic)
 #   PAPER_STOP_X          the sweep stop rule's factor (3)
 #   PAPER_POLICIES        policies of the groups that compare them
 #   PAPER_SG_RATES, PAPER_AL_RATES
@@ -487,7 +488,7 @@ run_sampled() {
 # shared (n = W or beam width W) against unshared (W x the requests, n =
 # 1) at the same sequences in flight; used blocks sampled from /metrics
 group_memsave() {
-    local c=32 rounds=30 w mode flag
+    local c=32 rounds=${PAPER_MEMSAVE_ROUNDS:-12} w mode flag
     [ "$SMOKE" = 1 ] && c=4 rounds=20
     use_model llama2-7b || return 1
     serve nocache --no-prefix-caching --num-blocks $((HELD * 4)) || return 1
@@ -522,7 +523,7 @@ group_prefix() {
 }
 
 group_chat() {
-    local policies p k=0 n s rates="1 2 3 5 7 10"
+    local policies p k=0 n s rates=${PAPER_CHAT_RATES:-1 2 3 5 7 10}
     use_model llama2-7b || return 1
     [ "$SMOKE" = 1 ] && rates="0.5 1"
     policies=${PAPER_POLICIES:-orca-max orca-pow2 orca-oracle paged}
@@ -634,6 +635,8 @@ for GROUP in "$@"; do
     cp "$LOGS/machine.txt" "$W/" 2>/dev/null
     unset "${!REF_@}"
     budget=${PAPER_BUDGET_S:-$(budget_of "$GROUP")}
+    gb=PAPER_BUDGET_$GROUP
+    budget=${!gb:-$budget}
     [ "$SMOKE" = 1 ] && budget=${PAPER_BUDGET_S:-120}
     GROUP_T0=$(now)
     GROUP_END=$((GROUP_T0 + budget))
