@@ -29,6 +29,13 @@ _Static_assert(PL_MAX_SEQS == PL_SEQ_GROUP_MAX,
                "the protocol's n and best_of limit is the group's");
 
 
+/* A beam's row of logits on the host, scored in parallel with the
+   iteration's other beam rows. */
+typedef struct {
+    pl_seq_t                  *seq;
+    const float               *row;
+} pl_beam_job_t;
+
 typedef struct {
     pl_engine_config_t         cfg;
     pl_backend_t              *be;
@@ -44,6 +51,7 @@ typedef struct {
     pl_sampler_t               sampler;
     pl_seq_t                 **draws;           /* sampler request i's */
     int32_t                   *tokens;          /* what it drew */
+    pl_beam_job_t             *beam_jobs;       /* the iteration's beam rows */
     int                        host_row;        /* of host_row_data */
     const float               *host_row_data;
     pl_ipc_identity_t          identity;

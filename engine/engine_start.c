@@ -409,8 +409,10 @@ pl_engine_init_draws(pl_engine_t *e)
 
     e->draws = malloc(n * sizeof(pl_seq_t *));
     e->tokens = malloc(n * sizeof(int32_t));
+    e->beam_jobs = malloc((size_t) e->cfg.max_num_seqs
+                          * sizeof(pl_beam_job_t));
 
-    return e->draws && e->tokens ? 0 : -1;
+    return e->draws && e->tokens && e->beam_jobs ? 0 : -1;
 }
 
 
@@ -559,6 +561,7 @@ pl_engine_shutdown(pl_engine_t *e)
 
     free(e->recbuf);
     free(e->draws);
+    free(e->beam_jobs);
     free(e->tokens);
     pl_sampler_destroy(&e->sampler);
     pl_runner_destroy(&e->runner);
