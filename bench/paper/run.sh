@@ -43,13 +43,15 @@
 #              5shot: 80 and 341 tokens) on Alpaca-length requests, paged
 #              with prefix caching against orca-oracle, held KV.
 #   chat       Fig. 24, 420 s.  Chatbot: --chat-turns 4 on ShareGPT
-#              lengths, all four policies, held KV.
+#              lengths, all four policies, held KV, 2..10 req/s.
 #   blocksize  Figs. 25-26, 540 s.  Paged, block sizes 1..64 with the KV
 #              held at 15,728 tokens: normalized latency at one ShareGPT
-#              and one Alpaca rate (PAPER_BS_RATES).
-#   preempt    Fig. 27, 540 s.  ShareGPT past paged's capacity, held KV:
-#              --preemption-mode recompute, swap and auto at block sizes 4,
-#              16 and 64; latency and preemptions.
+#              and one Alpaca rate past paged's knee, where fragmentation
+#              costs (PAPER_BS_RATES, "40 400").
+#   preempt    Fig. 27, 540 s.  ShareGPT past paged's capacity, held KV
+#              (PAPER_PREEMPT_RATE, 50 req/s): --preemption-mode
+#              recompute, swap and auto at block sizes 4, 16 and 64;
+#              latency and preemptions.
 #   h200       Figs. 14-17 on the unconstrained H200 (the engine's default
 #              KV sizing, --gpu-memory-utilization 0.90), 480 s.
 #   llama3     Figs. 14-17 on the Llama-3-8B shape (GQA, 8 KV heads),
@@ -86,6 +88,10 @@
 #   PAPER_SG_RATES, PAPER_AL_RATES
 #                         the ShareGPT and Alpaca rate lists of the held-KV
 #                         groups (defaults below)
+#   PAPER_CHAT_RATES      the chat group's rates ("2 4 6 8 10")
+#   PAPER_BS_RATES        the blocksize group's ShareGPT and Alpaca rates
+#   PAPER_PREEMPT_RATE    the preempt group's ShareGPT rate
+#   PAPER_MEMSAVE_ROUNDS  closed-loop rounds of each memsave run (12)
 #   PAPER_NO_PLOT=1       no matplotlib: runs and summary only
 #   PAPER_SMOKE=1         a check of the script on a machine without a GPU:
 #                         the tiny model (BUILD/models/tiny), the CPU
@@ -523,7 +529,7 @@ group_prefix() {
 }
 
 group_chat() {
-    local policies p k=0 n s rates=${PAPER_CHAT_RATES:-1 2 3 5 7 10}
+    local policies p k=0 n s rates=${PAPER_CHAT_RATES:-2 4 6 8 10}
     use_model llama2-7b || return 1
     [ "$SMOKE" = 1 ] && rates="0.5 1"
     policies=${PAPER_POLICIES:-orca-max orca-pow2 orca-oracle paged}
@@ -560,8 +566,7 @@ group_blocksize() {
 group_preempt() {
     local bs mode rate n
     use_model llama2-7b || return 1
-    read -r rate _ <<< "${PAPER_BS_RATES:-$BS_RATES}"
-    rate=$(awk -v r="$rate" 'BEGIN { print r * 2 }')
+    rate=${PAPER_PREEMPT_RATE:-$PREEMPT_RATE}
     n=$(awk -v r="$rate" -v s="$SG_SECS" 'BEGIN { print int(r * s) }')
     for mode in recompute swap auto; do
         for bs in 4 16 64; do
@@ -618,11 +623,12 @@ done
 if [ "$SMOKE" = 1 ]; then
     SG_RATES="1 2 4"; SG_SECS=2; SG_MIN=4
     AL_RATES="4 8 16"; AL_SECS=1; AL_MIN=6
-    BS_RATES="2 8"
+    BS_RATES="2 8"; PREEMPT_RATE=4
 else
-    SG_RATES=${PAPER_SG_RATES:-4 8 12 16 20 25 30}; SG_SECS=3; SG_MIN=12
-    AL_RATES=${PAPER_AL_RATES:-20 40 70 110 160 220 300}; AL_SECS=2; AL_MIN=40
-    BS_RATES="12 110"
+    SG_RATES=${PAPER_SG_RATES:-4 8 12 16 20 25 30 40 50}; SG_SECS=3; SG_MIN=12
+    AL_RATES=${PAPER_AL_RATES:-20 40 70 110 160 220 300 400 500}
+    AL_SECS=2; AL_MIN=40
+    BS_RATES="40 400"; PREEMPT_RATE=50
 fi
 HELD=$((HELD_TOKENS / 16))
 
