@@ -307,12 +307,16 @@ struct ngx_http_pagedllm_ctx_s {
     ngx_uint_t                    n_top;
     uint64_t                      start_us;      /* _now_us() at entry */
     uint64_t                      ttft_us;       /* with first_token */
+    /* the engine's, from a FINISH that ended a choice (engine_timed) */
+    ngx_uint_t                    cached_tokens; /* prefix-cache hits */
+    uint64_t                      queue_time_us;
 
     ngx_chain_t                  *free;
     ngx_chain_t                  *busy;
 
     unsigned                      dirty:1;
     unsigned                      first_token:1;
+    unsigned                      engine_timed:1;
     unsigned                      finished:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
     unsigned                      tokenize:1;    /* POST /tokenize */
