@@ -33,6 +33,7 @@
  *   ngx_http_pagedllm_metrics.c     Prometheus metrics, HTTP outcome counters
  *   ngx_http_pagedllm_variables.c   $pagedllm_* variables, read from a
  *                                   request's ctx
+ *   ngx_http_pagedllm_health.c      /health: attached, engine heartbeat
  *
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through
@@ -89,6 +90,7 @@ typedef struct {
     ngx_msec_t                    timeout;
     ngx_uint_t                    cors;          /* NGX_HTTP_PAGEDLLM_CORS_ */
     ngx_array_t                  *cors_origins;  /* of ngx_str_t: _LIST */
+    ngx_msec_t                    health_max_age;  /* pagedllm_health */
 } ngx_http_pagedllm_loc_conf_t;
 
 
@@ -359,6 +361,11 @@ ngx_int_t ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
 /* metrics */
 ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
+
+/* health */
+char *ngx_http_pagedllm_health_set(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_pagedllm_health_handler(ngx_http_request_t *r);
 
 /* variables */
 ngx_int_t ngx_http_pagedllm_add_variables(ngx_conf_t *cf);
