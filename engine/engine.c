@@ -897,7 +897,8 @@ pl_engine_send_finish(pl_conn_t *c, const pl_seq_t *s, uint32_t index,
         r.completion_tokens = (uint32_t) pl_seq_generated(s);
         r.cum_logprob = l->beam ? s->cum_logprob : 0;
         r.cached_tokens = (uint32_t) l->cached_tokens;
-        r.queue_time_us = l->t_scheduled - l->t_arrival;
+        r.queue_time_us = l->t_scheduled ? l->t_scheduled - l->t_arrival
+                                         : 0;
     }
 
     return pl_ipc_send_finish(c, &r);
