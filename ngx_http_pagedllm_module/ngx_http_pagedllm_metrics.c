@@ -30,7 +30,9 @@
 #include "ngx_http_pagedllm_module.h"
 
 
-#define NGX_HTTP_PAGEDLLM_METRICS_ZONE   8    /* pages */
+/* pages; nginx reuses a zone across a reload only at the same size, so a
+   new layout of ngx_http_pagedllm_counters_t comes with a new size */
+#define NGX_HTTP_PAGEDLLM_METRICS_ZONE   16
 #define NGX_HTTP_PAGEDLLM_METRICS_SIZE   65536
 #define NGX_HTTP_PAGEDLLM_MAX_BUCKETS    24
 
