@@ -21,7 +21,7 @@
 
 #define PL_MAX_EVENTS        64
 #define PL_ACCEPT_BATCH      (PL_IPC_MAX_PENDING / 2)
-#define PL_IDLE_TIMEOUT_MS   200
+#define PL_IDLE_TIMEOUT_MS   PL_HEARTBEAT_MS
 #define PL_MAX_QUEUED        65536
 #define PL_MIB               (1024.0 * 1024.0)
 
@@ -75,6 +75,11 @@ typedef struct {
     uint64_t                   seed_counter;
 
     pl_stats_t                 totals;
+
+    size_t                     weight_bytes;    /* for the start-up log */
+    size_t                     activation_bytes;
+    uint64_t                   summary_at;      /* the periodic log line */
+    pl_stats_t                 summary_totals;  /* as it was then */
 } pl_engine_t;
 
 /* engine_start.c */
