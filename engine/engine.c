@@ -115,6 +115,57 @@ pl_engine_stats(const pl_engine_t *e, pl_stats_t *st)
     st->preemptions_auto_swap = e->sched.auto_swap;
     st->preemptions_auto_recompute = e->sched.auto_recompute;
     st->preemptions_swap_full = e->sched.swap_full;
+    st->heartbeat_us = pl_now_us();
+}
+
+
+/*
+ * Every --log-stats-interval seconds while there is anything to tell
+ * (tokens went through, or requests are held): throughput since the last
+ * line, the queues, KV usage and the prefix cache's hit rate over the
+ * interval.
+ */
+static void
+pl_engine_log_summary(pl_engine_t *e)
+{
+    pl_stats_t  st, *was = &e->summary_totals;
+    uint64_t    now = pl_now_us();
+    double      secs, used, queries;
+
+    if (e->cfg.log_stats_interval <= 0
+        || now - e->summary_at < (uint64_t) e->cfg.log_stats_interval
+                                 * 1000000)
+    {
+        return;
+    }
+
+    pl_engine_stats(e, &st);
+    secs = (double) (now - e->summary_at) / 1e6;
+    used = 100.0 * st.kv_blocks_used / (st.kv_blocks_total
+                                        ? st.kv_blocks_total : 1);
+    queries = (double) (st.prefix_cache_queries - was->prefix_cache_queries);
+
+    if (st.prompt_tokens_total != was->prompt_tokens_total
+        || st.generation_tokens_total != was->generation_tokens_total
+        || st.running || st.waiting || st.swapped)
+    {
+        pl_log(PL_LOG_INFO, "throughput: prompt %.1f tokens/s, generation "
+               "%.1f tokens/s; requests running %u, waiting %u, swapped %u; "
+               "KV usage %.1f%% (%u of %u blocks); prefix cache hit rate "
+               "%.1f%%",
+               (double) (st.prompt_tokens_total - was->prompt_tokens_total)
+               / secs,
+               (double) (st.generation_tokens_total
+                         - was->generation_tokens_total) / secs,
+               st.running, st.waiting, st.swapped, used, st.kv_blocks_used,
+               st.kv_blocks_total,
+               queries > 0 ? 100.0 * (double) (st.prefix_cache_hits
+                                               - was->prefix_cache_hits)
+                             / queries : 0.0);
+    }
+
+    e->summary_at = now;
+    *was = st;
 }
 
 
@@ -718,6 +769,43 @@ pl_engine_step(pl_engine_t *e, pl_seq_t *s, int32_t t,
 }
 
 
+/* The requests the plan runs for the first time: their queue time ends
+   now, and the prompt tokens their admission found in the prefix cache
+   (computed before the plan runs) are their cached tokens. */
+static void
+pl_engine_mark_scheduled(const pl_sched_entry_t *plan, int n)
+{
+    uint64_t   now = pl_now_us();
+    pl_seq_t  *l;
+    int        i;
+
+    for (i = 0; i < n; i++) {
+        l = plan[i].seq->leader;
+        if (l->t_scheduled == 0) {
+            l->t_scheduled = now;
+            l->cached_tokens = l->n_computed;
+        }
+    }
+}
+
+
+/* The requests whose first token this iteration drew. */
+static void
+pl_engine_mark_first_tokens(pl_seq_t *const *planned, int n)
+{
+    uint64_t   now = pl_now_us();
+    pl_seq_t  *l;
+    int        i;
+
+    for (i = 0; i < n; i++) {
+        l = planned[i]->leader;
+        if (l->t_first_token == 0 && pl_seq_generated(planned[i]) > 0) {
+            l->t_first_token = now;
+        }
+    }
+}
+
+
 static void
 pl_engine_iterate(pl_engine_t *e)
 {
@@ -729,6 +817,7 @@ pl_engine_iterate(pl_engine_t *e)
     char             err[512];
 
     n = pl_sched_step(sc);
+    pl_engine_mark_scheduled(sc->entries, n);
 
     /* copies and swaps first, even when nothing runs: a swap-out must
        land before the next plan reuses its blocks */
@@ -781,10 +870,39 @@ pl_engine_iterate(pl_engine_t *e)
     }
 
     pl_engine_beam_rows(e, planned, n, &logits);
+    pl_engine_mark_first_tokens(planned, n);
 }
 
 
 /* ---- output ---- */
+
+
+/* s's FINISH as choice index: a normal end carries its tokens and the
+   request's cache use and queue time, ABORT and ERROR carry none. */
+static int
+pl_engine_send_finish(pl_conn_t *c, const pl_seq_t *s, uint32_t index,
+    uint32_t reason)
+{
+    const pl_seq_t   *l = s->leader;
+    int               ended = reason == PL_FINISH_STOP
+                              || reason == PL_FINISH_LENGTH;
+    pl_rec_finish_t   r = {
+        .req_id = s->req_id,
+        .reason = reason,
+        .prompt_tokens = (uint32_t) s->n_prompt,
+        .index = index,
+    };
+
+    if (ended) {
+        r.completion_tokens = (uint32_t) pl_seq_generated(s);
+        r.cum_logprob = l->beam ? s->cum_logprob : 0;
+        r.cached_tokens = (uint32_t) l->cached_tokens;
+        r.queue_time_us = l->t_scheduled ? l->t_scheduled - l->t_arrival
+                                         : 0;
+    }
+
+    return pl_ipc_send_finish(c, &r);
+}
 
 
 /* Send member s's pending tokens, and its FINISH once it stopped
@@ -813,11 +931,8 @@ pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
     if ((s->finish_reason == PL_FINISH_STOP
          || s->finish_reason == PL_FINISH_LENGTH) && !s->finish_sent)
     {
-        if (pl_ipc_send_finish(c, s->req_id, index,
-                               (uint32_t) s->finish_reason,
-                               (uint32_t) s->n_prompt,
-                               (uint32_t) pl_seq_generated(s),
-                               s->leader->beam ? s->cum_logprob : 0) != 0)
+        if (pl_engine_send_finish(c, s, index, (uint32_t) s->finish_reason)
+            != 0)
         {
             return -1;
         }
@@ -861,8 +976,8 @@ pl_engine_flush_group(pl_conn_t *c, pl_seq_t *l)
 
     if (l->fail_reason) {
         if (!l->fail_sent
-            && pl_ipc_send_finish(c, l->req_id, 0, (uint32_t) l->fail_reason,
-                                  (uint32_t) l->n_prompt, 0, 0) != 0)
+            && pl_engine_send_finish(c, l, 0, (uint32_t) l->fail_reason)
+               != 0)
         {
             return -1;
         }
@@ -983,6 +1098,8 @@ pl_engine_pass(pl_engine_t *e)
        engine stands */
     pl_engine_publish(e);
     pl_engine_ring(e);
+
+    pl_engine_log_summary(e);
 }
 
 

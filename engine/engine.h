@@ -44,6 +44,7 @@ typedef struct {
     int          swap_space_mb;         /* host pool, swap and auto modes */
     int          kv_policy;             /* pl_kv_policy_t (baselines) */
     int          enforce_eager;         /* no CUDA graphs for decode */
+    int          log_stats_interval;    /* seconds; 0: no summary line */
 } pl_engine_config_t;
 
 void pl_engine_config_defaults(pl_engine_config_t *cfg);

@@ -21,13 +21,20 @@
 
 #define PL_MAX_EVENTS        64
 #define PL_ACCEPT_BATCH      (PL_IPC_MAX_PENDING / 2)
-#define PL_IDLE_TIMEOUT_MS   200
+#define PL_IDLE_TIMEOUT_MS   PL_HEARTBEAT_MS
 #define PL_MAX_QUEUED        65536
 #define PL_MIB               (1024.0 * 1024.0)
 
 _Static_assert(PL_MAX_SEQS == PL_SEQ_GROUP_MAX,
                "the protocol's n and best_of limit is the group's");
 
+
+/* A beam's row of logits on the host, scored in parallel with the
+   iteration's other beam rows. */
+typedef struct {
+    pl_seq_t                  *seq;
+    const float               *row;
+} pl_beam_job_t;
 
 typedef struct {
     pl_engine_config_t         cfg;
@@ -44,6 +51,7 @@ typedef struct {
     pl_sampler_t               sampler;
     pl_seq_t                 **draws;           /* sampler request i's */
     int32_t                   *tokens;          /* what it drew */
+    pl_beam_job_t             *beam_jobs;       /* the iteration's beam rows */
     int                        host_row;        /* of host_row_data */
     const float               *host_row_data;
     pl_ipc_identity_t          identity;
@@ -67,6 +75,11 @@ typedef struct {
     uint64_t                   seed_counter;
 
     pl_stats_t                 totals;
+
+    size_t                     weight_bytes;    /* for the start-up log */
+    size_t                     activation_bytes;
+    uint64_t                   summary_at;      /* the periodic log line */
+    pl_stats_t                 summary_totals;  /* as it was then */
 } pl_engine_t;
 
 /* engine_start.c */

@@ -76,6 +76,48 @@ pl_engine_rank(pl_seq_t *l)
 }
 
 
+/* ms from the request's arrival to t, "-" when t has not come */
+static const char *
+pl_engine_ms(const pl_seq_t *l, uint64_t t, char *buf, size_t len)
+{
+    if (t == 0) {
+        return "-";
+    }
+
+    snprintf(buf, len, "%.1f", (double) (t - l->t_arrival) / 1000.0);
+
+    return buf;
+}
+
+
+/* One line at info for each request that ended, once all its sequences
+   have: what operators grep for when a request looks slow or short. */
+static void
+pl_engine_log_request(const pl_seq_t *l)
+{
+    static const char  *reasons[] = { "-", "stop", "length", "abort",
+                                      "error" };
+    char                ttft[32], queue[32];
+    int                 i, out = 0, reason;
+
+    for (i = 0; i < l->n_members; i++) {
+        out += pl_seq_generated(l->members[i]);
+    }
+
+    reason = l->fail_reason ? l->fail_reason : l->finish_reason;
+
+    pl_log(PL_LOG_INFO, "request %u:%llu finished: %s, prompt %d tokens "
+           "(%d cached), generated %d in %d sequences, queue %s ms, "
+           "ttft %s ms, total %.1f ms, preemptions %d",
+           l->conn->worker_id, (unsigned long long) l->req_id,
+           reasons[reason >= 0 && reason <= PL_FINISH_ERROR ? reason : 0],
+           l->n_prompt, l->cached_tokens, out, l->n_members,
+           pl_engine_ms(l, l->t_scheduled, queue, sizeof(queue)),
+           pl_engine_ms(l, l->t_first_token, ttft, sizeof(ttft)),
+           (double) (pl_now_us() - l->t_arrival) / 1000.0, l->preemptions);
+}
+
+
 /* End sequence s: out of the scheduler (blocks freed); once its whole
    group has ended, the request leaves the live index.  Its remaining
    output and FINISH go out with the next flush. */
@@ -98,6 +140,7 @@ pl_engine_finish(pl_engine_t *e, pl_seq_t *s, int reason)
     }
 
     if (++l->n_finished == l->n_members) {
+        pl_engine_log_request(l);
         pl_seq_index_remove(&l->conn->live, l);
         if (l->best_of > l->n_return && l->fail_reason == 0
             && l->beam == NULL)
@@ -489,6 +532,7 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
     s->ignore_eos = (r->flags & PL_SUBMIT_IGNORE_EOS) != 0;
     s->seed = (r->flags & PL_SUBMIT_HAS_SEED) ? r->seed : e->seed_counter++;
     s->arrival = ++e->arrivals;
+    s->t_arrival = pl_now_us();
     s->n_return = r->n ? (int) r->n : 1;
     s->best_of = r->best_of ? (int) r->best_of : s->n_return;
     s->out_index = s->best_of > s->n_return ? -1 : 0;

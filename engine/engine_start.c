@@ -38,6 +38,7 @@ pl_engine_config_defaults(pl_engine_config_t *cfg)
         .preemption_mode = PL_PREEMPT_RECOMPUTE,
         .swap_space_mb = 1024,
         .kv_policy = PL_KV_PAGED,
+        .log_stats_interval = 10,
     };
 }
 
@@ -76,7 +77,9 @@ pl_engine_open_backend(pl_engine_t *e)
 static int
 pl_engine_load_model(pl_engine_t *e)
 {
-    char  err[512];
+    char    err[512];
+    size_t  other;
+    double  start = (double) pl_now_us();
 
     pl_log(PL_LOG_INFO, "model: %s", e->cfg.model_dir);
 
@@ -97,7 +100,10 @@ pl_engine_load_model(pl_engine_t *e)
            e->mc->num_layers, e->mc->hidden_size, e->mc->num_heads,
            e->mc->num_kv_heads, e->mc->vocab_size,
            pl_dtype_name(e->mc->dtype), pl_dtype_name(e->be->act_dtype));
-    pl_log(PL_LOG_INFO, "weights loaded");
+    pl_model_memory(e->model, &e->weight_bytes, &other);
+    pl_log(PL_LOG_INFO, "weights loaded: %.1f MiB in %.2f s",
+           (double) e->weight_bytes / PL_MIB,
+           ((double) pl_now_us() - start) / 1e6);
 
     if (pl_model_prepare(e->model, e->cfg.max_num_batched_tokens,
                          e->cfg.max_num_seqs, err, sizeof(err)) != 0)
@@ -106,7 +112,31 @@ pl_engine_load_model(pl_engine_t *e)
         return -1;
     }
 
+    pl_model_memory(e->model, &e->weight_bytes, &e->activation_bytes);
+    e->activation_bytes -= other;
+
     return 0;
+}
+
+
+/* What the model holds on its device, in one line: weights, activations
+   (the largest batch's scratch), the KV cache and how many tokens it
+   holds. */
+static void
+pl_engine_memory_summary(pl_engine_t *e)
+{
+    double  kv = (double) pl_model_kv_block_bytes(e->model, e->cfg.block_size)
+                 * e->num_blocks;
+
+    pl_log(PL_LOG_INFO, "memory%s: weights %.1f MiB, activations %.1f MiB "
+           "(batches up to %d tokens), KV cache %.1f MiB = %d tokens; "
+           "%.1f MiB in all", pl_model_tp_size(e->model) > 1 ? " per rank"
+           : "", (double) e->weight_bytes / PL_MIB,
+           (double) e->activation_bytes / PL_MIB,
+           e->cfg.max_num_batched_tokens, kv / PL_MIB,
+           e->num_blocks * e->cfg.block_size,
+           ((double) e->weight_bytes + (double) e->activation_bytes + kv)
+           / PL_MIB);
 }
 
 
@@ -409,8 +439,10 @@ pl_engine_init_draws(pl_engine_t *e)
 
     e->draws = malloc(n * sizeof(pl_seq_t *));
     e->tokens = malloc(n * sizeof(int32_t));
+    e->beam_jobs = malloc((size_t) e->cfg.max_num_seqs
+                          * sizeof(pl_beam_job_t));
 
-    return e->draws && e->tokens ? 0 : -1;
+    return e->draws && e->tokens && e->beam_jobs ? 0 : -1;
 }
 
 
@@ -527,6 +559,8 @@ pl_engine_start(pl_engine_t *e)
         return -1;
     }
 
+    pl_engine_memory_summary(e);
+
     e->seed_counter = 0x5eed;
     e->totals.kv_blocks_total = (uint32_t) e->num_blocks;
     e->totals.block_size = (uint32_t) e->cfg.block_size;
@@ -559,6 +593,7 @@ pl_engine_shutdown(pl_engine_t *e)
 
     free(e->recbuf);
     free(e->draws);
+    free(e->beam_jobs);
     free(e->tokens);
     pl_sampler_destroy(&e->sampler);
     pl_runner_destroy(&e->runner);

@@ -41,11 +41,18 @@
 uint64_t
 pl_now_ms(void)
 {
+    return pl_now_us() / 1000;
+}
+
+
+uint64_t
+pl_now_us(void)
+{
     struct timespec  ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
 
-    return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+    return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
 }
 
 
@@ -612,14 +619,9 @@ pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
 
 
 int
-pl_ipc_send_finish(pl_conn_t *c, uint64_t req_id, uint32_t index,
-    uint32_t reason, uint32_t prompt_tokens, uint32_t completion_tokens,
-    double cum_logprob)
+pl_ipc_send_finish(pl_conn_t *c, const pl_rec_finish_t *r)
 {
-    pl_rec_finish_t  r = { req_id, reason, prompt_tokens, completion_tokens,
-                           index, cum_logprob };
-
-    return pl_ipc_write(c, PL_REC_FINISH, &r, sizeof(r), NULL, 0);
+    return pl_ipc_write(c, PL_REC_FINISH, r, sizeof(*r), NULL, 0);
 }
 
 

@@ -95,6 +95,8 @@ typedef struct {
 
 /* Monotonic milliseconds. */
 uint64_t   pl_now_ms(void);
+/* the same clock in microseconds */
+uint64_t   pl_now_us(void);
 
 /* Unix socket listening at path (a stale file is replaced), created with
    mode and never wider. fd or -1. */
@@ -140,9 +142,7 @@ int        pl_ipc_next(pl_conn_t *c, void *buf, uint32_t cap,
    sequence's cumulative log-probability (beam search; 0 otherwise). */
 int        pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
     const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top);
-int        pl_ipc_send_finish(pl_conn_t *c, uint64_t req_id, uint32_t index,
-    uint32_t reason, uint32_t prompt_tokens, uint32_t completion_tokens,
-    double cum_logprob);
+int        pl_ipc_send_finish(pl_conn_t *c, const pl_rec_finish_t *r);
 int        pl_ipc_send_error(pl_conn_t *c, uint64_t req_id, uint32_t status,
     const char *msg);
 

@@ -81,6 +81,9 @@ static const char  usage_text[] =
 "                                 graphs (graphs are used on one GPU by\n"
 "                                 default)\n"
 "  --log-level LEVEL              error, warn, info or debug (default info)\n"
+"  --log-stats-interval SEC       a summary line (throughput, queues, KV\n"
+"                                 usage) every SEC seconds while busy;\n"
+"                                 0 = off (default 10)\n"
 "  --help                         this text\n"
 "  --version                      the name and version\n";
 
@@ -90,7 +93,7 @@ enum {
     OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL,
     OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY,
     OPT_TP_SIZE, OPT_ENFORCE_EAGER, OPT_DTYPE, OPT_PREEMPTION_COSTS,
-    OPT_MAX_WORKERS
+    OPT_MAX_WORKERS, OPT_LOG_STATS_INTERVAL
 };
 
 static const struct option  options[] = {
@@ -109,6 +112,8 @@ static const struct option  options[] = {
     { "socket-mode",             required_argument, NULL, OPT_SOCKET_MODE },
     { "max-workers",             required_argument, NULL, OPT_MAX_WORKERS },
     { "log-level",               required_argument, NULL, OPT_LOG_LEVEL },
+    { "log-stats-interval",      required_argument, NULL,
+      OPT_LOG_STATS_INTERVAL },
     { "no-prefix-caching",       no_argument,       NULL,
       OPT_NO_PREFIX_CACHING },
     { "preemption-mode",         required_argument, NULL,
@@ -279,6 +284,9 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
         break;
     case OPT_MAX_WORKERS:
         bad = parse_int(arg, 10, 1, 65536, &cfg->max_workers);
+        break;
+    case OPT_LOG_STATS_INTERVAL:
+        bad = parse_int(arg, 10, 0, 86400, &cfg->log_stats_interval);
         break;
     case OPT_NO_PREFIX_CACHING:
         cfg->prefix_caching = 0;

@@ -262,6 +262,13 @@ pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
 }
 
 
+void
+pl_model_memory(const pl_model_t *m, size_t *weights, size_t *other)
+{
+    pl_shard_memory(rank0(m), weights, other);
+}
+
+
 size_t
 pl_model_kv_block_bytes(const pl_model_t *m, int block_size)
 {

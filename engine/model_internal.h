@@ -159,6 +159,10 @@ struct pl_shard_s {
     pl_owned_t         *owned;
     int                 n_owned;
     int                 owned_cap;
+    size_t              weight_bytes;   /* the weights as the backend
+                                           holds them */
+    size_t              alloc_bytes;    /* model_alloc(): activations,
+                                           workspaces, KV cache */
 
     int                 max_tokens;
     int                 max_seqs;

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "model_internal.h"
 
 
@@ -82,6 +83,7 @@ model_alloc(pl_shard_t *m, size_t bytes, const char *what, char *err,
         model_fail(err, errlen, "out of memory");
         return NULL;
     }
+    m->alloc_bytes += bytes;
     return p;
 }
 
@@ -152,6 +154,8 @@ model_weight_load(pl_shard_t *m, pl_weight_t *w, const void *host,
                           "tensor '%s'", pl_ckpt_path(m->ckpt), m->be->name,
                           what);
     }
+    m->weight_bytes += (size_t) w->rows * (size_t) w->cols
+                       * pl_dtype_size(w->dtype);
     if (w->data == host) {
         if (ours != NULL && model_own(m, ours, 0) != 0) {
             free(ours);
@@ -493,6 +497,21 @@ model_load_vocab(pl_shard_t *m, pl_weight_t *w, const char *name, int extra,
 }
 
 
+/* Rank 0's progress through the layers, at every quarter: a large
+   checkpoint takes minutes to read. */
+static void
+log_progress(const pl_shard_t *m, int done)
+{
+    int  n = m->cfg.num_layers;
+
+    if (m->sh.rank == 0 && (done * 4 / n != (done - 1) * 4 / n || done == n))
+    {
+        pl_log(PL_LOG_INFO, "loading weights: %d of %d layers, %.1f MiB",
+               done, n, (double) m->weight_bytes / (1024.0 * 1024.0));
+    }
+}
+
+
 /* the family's outer weights, the lm_head (the embedding when tied), then
    every layer */
 static int
@@ -521,6 +540,7 @@ load_weights(pl_shard_t *m, char *err, size_t errlen)
         if (fam->load_layer(m, l, err, errlen) != 0) {
             return -1;
         }
+        log_progress(m, l + 1);
     }
     pl_ckpt_done(m->ckpt);
     return 0;
@@ -604,6 +624,14 @@ pl_shard_load(const char *dir, pl_backend_t *be, pl_comm_t *comm, char *err,
         return NULL;
     }
     return m;
+}
+
+
+void
+pl_shard_memory(const pl_shard_t *m, size_t *weights, size_t *other)
+{
+    *weights = m->weight_bytes;
+    *other = m->alloc_bytes;
 }
 
 

@@ -36,6 +36,9 @@ pl_backend_t *pl_shard_backend(const pl_shard_t *m);
 int pl_shard_prepare(pl_shard_t *m, int max_tokens, int max_seqs,
     char *err, size_t errlen);
 size_t pl_shard_kv_block_bytes(const pl_shard_t *m, int block_size);
+/* Backend bytes this rank holds: its weights, and what it allocated
+   besides (activations, workspaces, KV cache once allocated). */
+void pl_shard_memory(const pl_shard_t *m, size_t *weights, size_t *other);
 int pl_shard_kv_alloc(pl_shard_t *m, int num_blocks, int block_size,
     char *err, size_t errlen);
 

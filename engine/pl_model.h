@@ -62,6 +62,11 @@ const pl_model_config_t *pl_model_config(const pl_model_t *m);
 int pl_model_prepare(pl_model_t *m, int max_tokens, int max_seqs, char *err,
     size_t errlen);
 
+/* Backend bytes rank 0 holds: its weights, and what it allocated besides
+   (activations and workspaces after pl_model_prepare(), then the KV
+   cache too). */
+void pl_model_memory(const pl_model_t *m, size_t *weights, size_t *other);
+
 /* Bytes one KV block takes over all layers (K and V). */
 size_t pl_model_kv_block_bytes(const pl_model_t *m, int block_size);
 

@@ -328,6 +328,7 @@ pl_sched_preempt(pl_scheduler_t *sc, pl_seq_t *s)
 
     sc->preemptions++;
     sc->n_preempted++;
+    s->leader->preemptions++;
 }
 
 

@@ -77,6 +77,14 @@ struct pl_seq_s {
     int                    fail_sent;
     uint64_t               seed;          /* member i draws from (seed, i) */
     pl_beam_t             *beam;          /* beam search state, or NULL */
+    /* the request's timing and cache use, for its FINISH and the log;
+       times are pl_now_us(), 0 until they happen */
+    uint64_t               t_arrival;     /* SUBMIT taken */
+    uint64_t               t_scheduled;   /* first iteration that ran it */
+    uint64_t               t_first_token;
+    int                    cached_tokens; /* reused from the prefix cache
+                                             at its first admission */
+    int                    preemptions;   /* of the group */
 
     pl_seq_t              *prev;          /* scheduler queue */
     pl_seq_t              *next;

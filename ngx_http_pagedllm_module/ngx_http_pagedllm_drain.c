@@ -16,7 +16,7 @@ static ngx_int_t ngx_http_pagedllm_dispatch(ngx_http_pagedllm_channel_t *ch,
     uint32_t type, uint32_t len);
 static void ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch,
     uint32_t len);
-static void ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch,
+static ngx_int_t ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch,
     uint32_t len);
 static void ngx_http_pagedllm_error(ngx_http_pagedllm_channel_t *ch,
     uint32_t len);
@@ -99,11 +99,10 @@ ngx_http_pagedllm_dispatch(ngx_http_pagedllm_channel_t *ch, uint32_t type,
         return NGX_OK;
 
     case PL_REC_FINISH:
-        if (len < sizeof(pl_rec_finish_t)) {
+        if (len != sizeof(pl_rec_finish_t)) {
             return NGX_ERROR;
         }
-        ngx_http_pagedllm_finish(ch, len);
-        return NGX_OK;
+        return ngx_http_pagedllm_finish(ch, len);
 
     case PL_REC_ERROR:
         if (len < sizeof(pl_rec_error_t)) {
@@ -170,7 +169,12 @@ ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch, uint32_t len)
 }
 
 
-static void
+/*
+ * A FINISH whose request fields cannot be the engine's (cache hits past
+ * the prompt, a nonzero reserved field) means the ring is corrupt: the
+ * channel is dropped, as for a bad record length.
+ */
+static ngx_int_t
 ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
 {
     pl_rec_finish_t           rec;
@@ -178,9 +182,19 @@ ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
 
     ngx_memcpy(&rec, ch->rec, sizeof(pl_rec_finish_t));
 
+    if (rec.cached_tokens > rec.prompt_tokens || rec.reserved != 0) {
+        return NGX_ERROR;
+    }
+
     ctx = ngx_http_pagedllm_lookup(ch, rec.req_id);
     if (ctx == NULL) {
-        return;
+        return NGX_OK;
+    }
+
+    if (rec.reason == PL_FINISH_STOP || rec.reason == PL_FINISH_LENGTH) {
+        ctx->cached_tokens = rec.cached_tokens;
+        ctx->queue_time_us = rec.queue_time_us;
+        ctx->engine_timed = 1;
     }
 
     if ((rec.reason == PL_FINISH_STOP || rec.reason == PL_FINISH_LENGTH)
@@ -194,7 +208,7 @@ ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
         }
 
         ngx_http_pagedllm_mark(ch, ctx);
-        return;
+        return NGX_OK;
     }
 
     ngx_rbtree_delete(&ch->tree, &ctx->node);
@@ -216,6 +230,8 @@ ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
     }
 
     ngx_http_pagedllm_mark(ch, ctx);
+
+    return NGX_OK;
 }
 
 

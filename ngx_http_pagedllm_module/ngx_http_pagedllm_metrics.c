@@ -13,20 +13,70 @@
  * for every request served by a "pagedllm" location, in a small shared
  * memory zone: every worker adds to the same counters, so any worker's
  * scrape reports all of them, and they survive a reload.
+ *
+ * The latency and length histograms live in that zone too, observed by
+ * the same log phase handler once per completion the engine finished
+ * (docs/ARCHITECTURE.md says why here and not in the engine): time to
+ * first token, mean time per output token after the first, end-to-end
+ * latency (the handler taking the request to its last byte handed to
+ * nginx's output), the engine's queue time, and prompt and generation
+ * lengths.  Buckets are counted one by one and summed into Prometheus'
+ * cumulative le buckets at scrape time; _count is the +Inf bucket, so
+ * the two always agree even while workers add.  Times are kept in
+ * microseconds, printed in seconds.
  */
 
 
 #include "ngx_http_pagedllm_module.h"
 
 
-#define NGX_HTTP_PAGEDLLM_METRICS_ZONE   8    /* pages */
-#define NGX_HTTP_PAGEDLLM_METRICS_SIZE   16384
+/* pages; nginx reuses a zone across a reload only at the same size, so a
+   new layout of ngx_http_pagedllm_counters_t comes with a new size */
+#define NGX_HTTP_PAGEDLLM_METRICS_ZONE   16
+#define NGX_HTTP_PAGEDLLM_METRICS_SIZE   65536
+#define NGX_HTTP_PAGEDLLM_MAX_BUCKETS    24
+
+
+typedef enum {
+    NGX_HTTP_PAGEDLLM_H_TTFT = 0,
+    NGX_HTTP_PAGEDLLM_H_TPOT,
+    NGX_HTTP_PAGEDLLM_H_E2E,
+    NGX_HTTP_PAGEDLLM_H_QUEUE,
+    NGX_HTTP_PAGEDLLM_H_PROMPT,
+    NGX_HTTP_PAGEDLLM_H_GENERATION,
+    NGX_HTTP_PAGEDLLM_H_COUNT
+} ngx_http_pagedllm_hist_e;
+
+
+/* one histogram's counts: bucket i holds observations in
+   (bound[i - 1], bound[i]]; the last, past every bound */
+typedef struct {
+    ngx_atomic_t                  buckets[NGX_HTTP_PAGEDLLM_MAX_BUCKETS + 1];
+    ngx_atomic_t                  sum;           /* us, or tokens */
+} ngx_http_pagedllm_hist_t;
 
 
 typedef struct {
     ngx_atomic_t                  responses[5];  /* 1xx .. 5xx */
     ngx_atomic_t                  client_aborts;
+    ngx_http_pagedllm_hist_t      hist[NGX_HTTP_PAGEDLLM_H_COUNT];
 } ngx_http_pagedllm_counters_t;
+
+
+/* upper bounds: in us for times, as le prints them */
+typedef struct {
+    uint64_t                      bound;
+    const char                   *le;
+} ngx_http_pagedllm_bucket_t;
+
+
+typedef struct {
+    const char                   *name;
+    const char                   *help;
+    ngx_http_pagedllm_bucket_t   *buckets;
+    ngx_uint_t                    n;
+    unsigned                      seconds:1;
+} ngx_http_pagedllm_histogram_t;
 
 
 /* One sample of pl_stats_t; a family is a run of entries with one name. */
@@ -53,6 +103,16 @@ static u_char *ngx_http_pagedllm_metric_head(u_char *p, u_char *last,
     const char *name, const char *type, const char *help);
 static u_char *ngx_http_pagedllm_label_value(u_char *p, u_char *last,
     u_char *s, size_t len);
+static void ngx_http_pagedllm_observe_request(ngx_http_request_t *r,
+    ngx_http_pagedllm_counters_t *c);
+static void ngx_http_pagedllm_observe(ngx_http_pagedllm_counters_t *c,
+    ngx_http_pagedllm_hist_e h, uint64_t v);
+static u_char *ngx_http_pagedllm_metrics_ratios(u_char *p, u_char *last,
+    pl_stats_t *stats);
+static u_char *ngx_http_pagedllm_metrics_histograms(u_char *p,
+    u_char *last, ngx_http_pagedllm_counters_t *c);
+static u_char *ngx_http_pagedllm_value(u_char *p, u_char *last, uint64_t v,
+    ngx_uint_t millionths);
 
 
 #define ngx_http_pagedllm_stat(name, type, help, labels, field)              \
@@ -138,6 +198,86 @@ static ngx_http_pagedllm_metric_t  ngx_http_pagedllm_metrics[] = {
         "direction=\"out\"", blocks_swapped_out),
     ngx_http_pagedllm_stat("pagedllm_swapped_blocks_total", NULL, NULL,
         "direction=\"in\"", blocks_swapped_in),
+};
+
+
+static ngx_http_pagedllm_bucket_t  ngx_http_pagedllm_ttft_buckets[] = {
+    { 1000, "0.001" }, { 5000, "0.005" },
+    { 10000, "0.01" }, { 20000, "0.02" },
+    { 40000, "0.04" }, { 60000, "0.06" },
+    { 80000, "0.08" }, { 100000, "0.1" },
+    { 250000, "0.25" }, { 500000, "0.5" },
+    { 750000, "0.75" }, { 1000000, "1" },
+    { 2500000, "2.5" }, { 5000000, "5" },
+    { 7500000, "7.5" }, { 10000000, "10" }
+};
+
+static ngx_http_pagedllm_bucket_t  ngx_http_pagedllm_tpot_buckets[] = {
+    { 1000, "0.001" }, { 2500, "0.0025" },
+    { 5000, "0.005" }, { 10000, "0.01" },
+    { 25000, "0.025" }, { 50000, "0.05" },
+    { 75000, "0.075" }, { 100000, "0.1" },
+    { 150000, "0.15" }, { 200000, "0.2" },
+    { 300000, "0.3" }, { 400000, "0.4" },
+    { 500000, "0.5" }, { 750000, "0.75" },
+    { 1000000, "1" }, { 2500000, "2.5" }
+};
+
+/* end-to-end latency and queue time */
+static ngx_http_pagedllm_bucket_t  ngx_http_pagedllm_e2e_buckets[] = {
+    { 1000, "0.001" }, { 10000, "0.01" },
+    { 50000, "0.05" }, { 100000, "0.1" },
+    { 300000, "0.3" }, { 500000, "0.5" },
+    { 800000, "0.8" }, { 1000000, "1" },
+    { 1500000, "1.5" }, { 2000000, "2" },
+    { 2500000, "2.5" }, { 5000000, "5" },
+    { 10000000, "10" }, { 15000000, "15" },
+    { 20000000, "20" }, { 30000000, "30" },
+    { 40000000, "40" }, { 50000000, "50" },
+    { 60000000, "60" }, { 120000000, "120" }
+};
+
+/* prompt and generation lengths in tokens: 1, 2, 5 per decade */
+static ngx_http_pagedllm_bucket_t  ngx_http_pagedllm_length_buckets[] = {
+    { 1, "1" }, { 2, "2" }, { 5, "5" }, { 10, "10" }, { 20, "20" },
+    { 50, "50" }, { 100, "100" }, { 200, "200" }, { 500, "500" },
+    { 1000, "1000" }, { 2000, "2000" }, { 5000, "5000" },
+    { 10000, "10000" }, { 20000, "20000" }, { 50000, "50000" },
+    { 100000, "100000" }, { 200000, "200000" }, { 500000, "500000" },
+    { 1000000, "1000000" }
+};
+
+
+#define ngx_http_pagedllm_histogram(name, help, b, seconds)                  \
+    { name, help, b, sizeof(b) / sizeof(ngx_http_pagedllm_bucket_t),         \
+      seconds }
+
+/* in ngx_http_pagedllm_hist_e's order */
+static ngx_http_pagedllm_histogram_t  ngx_http_pagedllm_histograms[] = {
+
+    ngx_http_pagedllm_histogram("pagedllm_time_to_first_token_seconds",
+        "Time from the request's arrival to its first token, all workers.",
+        ngx_http_pagedllm_ttft_buckets, 1),
+
+    ngx_http_pagedllm_histogram("pagedllm_time_per_output_token_seconds",
+        "Mean time between a request's output tokens after the first, all "
+        "workers.", ngx_http_pagedllm_tpot_buckets, 1),
+
+    ngx_http_pagedllm_histogram("pagedllm_e2e_request_latency_seconds",
+        "Time from the request's arrival to its last byte, all workers.",
+        ngx_http_pagedllm_e2e_buckets, 1),
+
+    ngx_http_pagedllm_histogram("pagedllm_request_queue_time_seconds",
+        "Time from the engine taking a request to its first iteration, all "
+        "workers.", ngx_http_pagedllm_e2e_buckets, 1),
+
+    ngx_http_pagedllm_histogram("pagedllm_request_prompt_tokens",
+        "Prompt tokens of each finished request, all workers.",
+        ngx_http_pagedllm_length_buckets, 0),
+
+    ngx_http_pagedllm_histogram("pagedllm_request_generation_tokens",
+        "Tokens generated for each finished request, all choices, all "
+        "workers.", ngx_http_pagedllm_length_buckets, 0)
 };
 
 
@@ -230,7 +370,65 @@ ngx_http_pagedllm_metrics_log(ngx_http_request_t *r)
         (void) ngx_atomic_fetch_add(&c->client_aborts, 1);
     }
 
+    ngx_http_pagedllm_observe_request(r, c);
+
     return NGX_OK;
+}
+
+
+/* A completion the engine finished (a FINISH ended one of its choices)
+   into every histogram that has a value for it. */
+static void
+ngx_http_pagedllm_observe_request(ngx_http_request_t *r,
+    ngx_http_pagedllm_counters_t *c)
+{
+    uint64_t                  e2e;
+    ngx_uint_t                out;
+    ngx_http_pagedllm_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pagedllm_module);
+
+    if (ctx == NULL || ctx->choices == NULL || !ctx->engine_timed) {
+        return;
+    }
+
+    e2e = ngx_http_pagedllm_now_us() - ctx->start_us;
+    out = ngx_http_pagedllm_completion_tokens(ctx);
+
+    ngx_http_pagedllm_observe(c, NGX_HTTP_PAGEDLLM_H_E2E, e2e);
+    ngx_http_pagedllm_observe(c, NGX_HTTP_PAGEDLLM_H_QUEUE,
+                              ctx->queue_time_us);
+    ngx_http_pagedllm_observe(c, NGX_HTTP_PAGEDLLM_H_PROMPT,
+                              ctx->params.n_prompt);
+    ngx_http_pagedllm_observe(c, NGX_HTTP_PAGEDLLM_H_GENERATION, out);
+
+    if (!ctx->first_token) {
+        return;
+    }
+
+    ngx_http_pagedllm_observe(c, NGX_HTTP_PAGEDLLM_H_TTFT, ctx->ttft_us);
+
+    if (out > ctx->params.n && e2e > ctx->ttft_us) {
+        ngx_http_pagedllm_observe(c, NGX_HTTP_PAGEDLLM_H_TPOT,
+                                  (e2e - ctx->ttft_us)
+                                  / (out - ctx->params.n));
+    }
+}
+
+
+static void
+ngx_http_pagedllm_observe(ngx_http_pagedllm_counters_t *c,
+    ngx_http_pagedllm_hist_e h, uint64_t v)
+{
+    ngx_uint_t                      i;
+    ngx_http_pagedllm_histogram_t  *hg = &ngx_http_pagedllm_histograms[h];
+
+    for (i = 0; i < hg->n && v > hg->buckets[i].bound; i++) {
+        /* void */
+    }
+
+    (void) ngx_atomic_fetch_add(&c->hist[h].buckets[i], 1);
+    (void) ngx_atomic_fetch_add(&c->hist[h].sum, (ngx_atomic_int_t) v);
 }
 
 
@@ -279,10 +477,15 @@ ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r)
                   rc == NGX_OK ? ngx_http_pagedllm_channel_engine() : NULL,
                   &stats);
 
+    if (rc == NGX_OK) {
+        b->last = ngx_http_pagedllm_metrics_ratios(b->last, b->end, &stats);
+    }
+
     c = ngx_http_pagedllm_counters(r);
 
     if (c) {
         b->last = ngx_http_pagedllm_metrics_http(b->last, b->end, c);
+        b->last = ngx_http_pagedllm_metrics_histograms(b->last, b->end, c);
     }
 
     return ngx_http_pagedllm_send(r, NGX_HTTP_OK, &type, b);
@@ -336,6 +539,85 @@ ngx_http_pagedllm_metrics_engine(u_char *p, u_char *last,
     }
 
     return p;
+}
+
+
+/* vLLM's two ratios: the KV cache's used share, and the prefix cache's
+   hits per full block looked up since the engine started (0 before the
+   first lookup). */
+static u_char *
+ngx_http_pagedllm_metrics_ratios(u_char *p, u_char *last, pl_stats_t *stats)
+{
+    uint64_t  used, hits;
+
+    used = stats->kv_blocks_total
+           ? (uint64_t) stats->kv_blocks_used * 1000000
+             / stats->kv_blocks_total
+           : 0;
+    hits = stats->prefix_cache_queries
+           ? stats->prefix_cache_hits * 1000000
+             / stats->prefix_cache_queries
+           : 0;
+
+    p = ngx_http_pagedllm_metric_head(p, last, "pagedllm_kv_cache_usage_ratio",
+            "gauge", "Share of the device's KV cache blocks in use, 0 to 1.");
+    p = ngx_slprintf(p, last, "pagedllm_kv_cache_usage_ratio ");
+    p = ngx_http_pagedllm_value(p, last, used, 1);
+
+    p = ngx_http_pagedllm_metric_head(p, last,
+            "pagedllm_prefix_cache_hit_ratio", "gauge",
+            "Share of the full prompt blocks looked up in the prefix cache "
+            "that were found, since the engine started, 0 to 1.");
+    p = ngx_slprintf(p, last, "pagedllm_prefix_cache_hit_ratio ");
+
+    return ngx_http_pagedllm_value(p, last, hits, 1);
+}
+
+
+static u_char *
+ngx_http_pagedllm_metrics_histograms(u_char *p, u_char *last,
+    ngx_http_pagedllm_counters_t *c)
+{
+    uint64_t                        total;
+    ngx_uint_t                      h, i;
+    ngx_http_pagedllm_histogram_t  *hg;
+
+    for (h = 0; h < NGX_HTTP_PAGEDLLM_H_COUNT; h++) {
+        hg = &ngx_http_pagedllm_histograms[h];
+        total = 0;
+
+        p = ngx_http_pagedllm_metric_head(p, last, hg->name, "histogram",
+                                          hg->help);
+
+        for (i = 0; i < hg->n; i++) {
+            total += c->hist[h].buckets[i];
+            p = ngx_slprintf(p, last, "%s_bucket{le=\"%s\"} %uL\n",
+                             hg->name, hg->buckets[i].le, total);
+        }
+
+        total += c->hist[h].buckets[hg->n];
+
+        p = ngx_slprintf(p, last, "%s_bucket{le=\"+Inf\"} %uL\n%s_sum ",
+                         hg->name, total, hg->name);
+        p = ngx_http_pagedllm_value(p, last, c->hist[h].sum, hg->seconds);
+        p = ngx_slprintf(p, last, "%s_count %uL\n", hg->name, total);
+    }
+
+    return p;
+}
+
+
+/* v and a newline; with millionths, v millionths as a decimal (a time
+   in us as seconds, a ratio) */
+static u_char *
+ngx_http_pagedllm_value(u_char *p, u_char *last, uint64_t v,
+    ngx_uint_t millionths)
+{
+    if (!millionths) {
+        return ngx_slprintf(p, last, "%uL\n", v);
+    }
+
+    return ngx_slprintf(p, last, "%uL.%06uL\n", v / 1000000, v % 1000000);
 }
 
 

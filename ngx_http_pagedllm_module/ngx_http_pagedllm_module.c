@@ -17,6 +17,8 @@
  *     pagedllm_timeout 300s;              engine silence before a 504
  *     pagedllm_cors on | off | ORIGIN...; browsers of these origins (on:
  *                                         any) may call the API
+ *     location = /health { pagedllm_health [5s]; }   200 while the engine
+ *                                         ran its loop within the time
  *     pagedllm_limit_tokens zone=NAME:SIZE key=$var rate=N/m [burst=M];
  *                                         token quotas per key
  */
@@ -136,6 +138,13 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
     { ngx_string("pagedllm_cors"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_pagedllm_cors_set,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pagedllm_health"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
+      ngx_http_pagedllm_health_set,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -387,6 +396,7 @@ ngx_http_pagedllm_create_loc_conf(ngx_conf_t *cf)
     plcf->timeout = NGX_CONF_UNSET_MSEC;
     plcf->cors = NGX_CONF_UNSET_UINT;
     plcf->cors_origins = NULL;
+    plcf->health_max_age = NGX_CONF_UNSET_MSEC;
     plcf->limits = NGX_CONF_UNSET_PTR;
 
     return plcf;

@@ -34,6 +34,7 @@
  *   ngx_http_pagedllm_metrics.c     Prometheus metrics, HTTP outcome counters
  *   ngx_http_pagedllm_variables.c   $pagedllm_* variables, read from a
  *                                   request's ctx
+ *   ngx_http_pagedllm_health.c      /health: attached, engine heartbeat
  *
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through
@@ -91,6 +92,7 @@ typedef struct {
     ngx_msec_t                    timeout;
     ngx_uint_t                    cors;          /* NGX_HTTP_PAGEDLLM_CORS_ */
     ngx_array_t                  *cors_origins;  /* of ngx_str_t: _LIST */
+    ngx_msec_t                    health_max_age;  /* pagedllm_health */
     ngx_array_t                  *limits;        /* of ngx_shm_zone_t *:
                                                     pagedllm_limit_tokens */
 } ngx_http_pagedllm_loc_conf_t;
@@ -312,6 +314,9 @@ struct ngx_http_pagedllm_ctx_s {
     ngx_uint_t                    n_top;
     uint64_t                      start_us;      /* _now_us() at entry */
     uint64_t                      ttft_us;       /* with first_token */
+    /* the engine's, from a FINISH that ended a choice (engine_timed) */
+    ngx_uint_t                    cached_tokens; /* prefix-cache hits */
+    uint64_t                      queue_time_us;
 
     ngx_chain_t                  *free;
     ngx_chain_t                  *busy;
@@ -319,6 +324,7 @@ struct ngx_http_pagedllm_ctx_s {
 
     unsigned                      dirty:1;
     unsigned                      first_token:1;
+    unsigned                      engine_timed:1;
     unsigned                      finished:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
     unsigned                      tokenize:1;    /* POST /tokenize */
@@ -361,6 +367,11 @@ ngx_int_t ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
 /* metrics */
 ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
+
+/* health */
+char *ngx_http_pagedllm_health_set(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_pagedllm_health_handler(ngx_http_request_t *r);
 
 /* variables */
 ngx_int_t ngx_http_pagedllm_add_variables(ngx_conf_t *cf);

@@ -496,9 +496,10 @@ ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
     p = ngx_http_pagedllm_sse_head(p, ctx);
 
     return ngx_sprintf(p, "\"choices\":[],\"usage\":{\"prompt_tokens\":%ui,"
-                       "\"completion_tokens\":%ui,\"total_tokens\":%ui}}"
+                       "\"completion_tokens\":%ui,\"total_tokens\":%ui,"
+                       "\"prompt_tokens_details\":{\"cached_tokens\":%ui}}}"
                        "\n\n", ctx->params.n_prompt, n,
-                       ctx->params.n_prompt + n);
+                       ctx->params.n_prompt + n, ctx->cached_tokens);
 }
 
 
@@ -565,7 +566,7 @@ ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
     tokens = ngx_http_pagedllm_completion_tokens(ctx);
 
     j = ngx_http_pagedllm_json_pool(pool,
-            json_pack("{s:s%,s:s,s:I,s:s%,s:[],s:{s:I,s:I,s:I}}",
+            json_pack("{s:s%,s:s,s:I,s:s%,s:[],s:{s:I,s:I,s:I,s:{s:I}}}",
                 "id", ctx->id.data, ctx->id.len,
                 "object", ngx_http_pagedllm_apis[ctx->params.chat].object,
                 "created", (json_int_t) ctx->created,
@@ -575,7 +576,9 @@ ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
                     "prompt_tokens", (json_int_t) ctx->params.n_prompt,
                     "completion_tokens", (json_int_t) tokens,
                     "total_tokens",
-                    (json_int_t) (ctx->params.n_prompt + tokens)));
+                    (json_int_t) (ctx->params.n_prompt + tokens),
+                    "prompt_tokens_details",
+                        "cached_tokens", (json_int_t) ctx->cached_tokens));
     if (j == NULL) {
         return NULL;
     }

@@ -8,10 +8,17 @@
  *   $pagedllm_model              the model that served it
  *   $pagedllm_prompt_tokens      usage.prompt_tokens
  *   $pagedllm_completion_tokens  usage.completion_tokens, all choices
+ *   $pagedllm_cached_tokens      prompt tokens whose KV the engine
+ *                                found in its prefix cache, as
+ *                                usage.prompt_tokens_details.cached_tokens
  *   $pagedllm_ttft               time to the first token: ms, three
  *                                decimals, from the pagedllm handler
  *                                taking the request to the first token
  *                                of any choice coming from the engine
+ *   $pagedllm_queue_time         ms, three decimals, from the engine
+ *                                taking the request to the first
+ *                                iteration that ran it (the engine's
+ *                                clock)
  *   $pagedllm_finish_reason      each choice's reason, by index, comma
  *                                separated: stop, length, abort, error
  *
@@ -19,7 +26,9 @@
  * submitted (refused, still parsing, not a completion) has none of them:
  * the variable is not found, and a log writes "-".  None is cached: the
  * token counts, the first token and the reasons come while the request
- * runs.  The time is read from the monotonic clock at both ends, not
+ * runs; cached tokens and the queue time come with the engine's first
+ * FINISH that ends a choice.  The time is read from the monotonic clock
+ * at both ends, not
  * from nginx's cached time: a small model answers within the cached
  * clock's millisecond, which would log most first tokens as 0.
  */
@@ -51,8 +60,14 @@ static ngx_int_t ngx_http_pagedllm_var_prompt_tokens(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
 static ngx_int_t ngx_http_pagedllm_var_completion_tokens(
     ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_cached_tokens(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
 static ngx_int_t ngx_http_pagedllm_var_ttft(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_var_queue_time(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
+static ngx_int_t ngx_http_pagedllm_ms(ngx_pool_t *pool, uint64_t us,
+    ngx_str_t *value);
 static ngx_int_t ngx_http_pagedllm_var_finish_reason(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
 static ngx_str_t *ngx_http_pagedllm_var_reason(uint32_t reason);
@@ -67,7 +82,10 @@ static ngx_http_pagedllm_var_t  ngx_http_pagedllm_vars[] = {
       ngx_http_pagedllm_var_completion_tokens },
     { ngx_string("pagedllm_ttft"), ngx_http_pagedllm_var_ttft },
     { ngx_string("pagedllm_finish_reason"),
-      ngx_http_pagedllm_var_finish_reason }
+      ngx_http_pagedllm_var_finish_reason },
+    { ngx_string("pagedllm_cached_tokens"),
+      ngx_http_pagedllm_var_cached_tokens },
+    { ngx_string("pagedllm_queue_time"), ngx_http_pagedllm_var_queue_time }
 };
 
 
@@ -205,6 +223,18 @@ ngx_http_pagedllm_var_completion_tokens(ngx_http_request_t *r,
 
 
 static ngx_int_t
+ngx_http_pagedllm_var_cached_tokens(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    if (!ctx->engine_timed) {
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_pagedllm_number(r->pool, ctx->cached_tokens, value);
+}
+
+
+static ngx_int_t
 ngx_http_pagedllm_var_ttft(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
 {
@@ -212,13 +242,32 @@ ngx_http_pagedllm_var_ttft(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    value->data = ngx_pnalloc(r->pool, NGX_INT64_LEN + sizeof(".000") - 1);
+    return ngx_http_pagedllm_ms(r->pool, ctx->ttft_us, value);
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_var_queue_time(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value)
+{
+    if (!ctx->engine_timed) {
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_pagedllm_ms(r->pool, ctx->queue_time_us, value);
+}
+
+
+/* us as ms with three decimals */
+static ngx_int_t
+ngx_http_pagedllm_ms(ngx_pool_t *pool, uint64_t us, ngx_str_t *value)
+{
+    value->data = ngx_pnalloc(pool, NGX_INT64_LEN + sizeof(".000") - 1);
     if (value->data == NULL) {
         return NGX_ERROR;
     }
 
-    value->len = ngx_sprintf(value->data, "%uL.%03uL", ctx->ttft_us / 1000,
-                             ctx->ttft_us % 1000)
+    value->len = ngx_sprintf(value->data, "%uL.%03uL", us / 1000, us % 1000)
                  - value->data;
 
     return NGX_OK;

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      4u
+#define PL_PROTO_VERSION      5u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
@@ -36,6 +36,10 @@
 #define PL_MAX_LOGIT_BIAS     1024    /* pairs per SUBMIT */
 #define PL_MAX_STOP_IDS       256     /* stop token ids per SUBMIT */
 #define PL_MAX_SEQS           16      /* n and best_of per SUBMIT */
+
+/* the engine's longest gap between two stats publications while its
+   loop runs and no iteration is in progress (its idle wait) */
+#define PL_HEARTBEAT_MS       200
 
 /* record types: worker -> engine */
 #define PL_REC_SUBMIT         1
@@ -116,6 +120,9 @@ typedef struct {
     uint64_t   preemptions_auto_recompute;
     uint64_t   preemptions_swap_full;       /* swap wanted, host pool full:
                                                recomputed */
+    /* liveness (issue 22): CLOCK_MONOTONIC of this publication, in us;
+       the engine publishes at least every PL_HEARTBEAT_MS while alive */
+    uint64_t   heartbeat_us;
 } pl_stats_t;
 
 
@@ -214,6 +221,14 @@ typedef struct {
 } pl_top_logprob_t;
 
 
+/*
+ * The record is exactly this long.  cached_tokens and queue_time_us are
+ * the request's (the same in each of its FINISH records): the prompt
+ * tokens whose KV came from the prefix cache at its admission (never
+ * more than prompt_tokens), and the time from the engine taking the
+ * SUBMIT to the first iteration that scheduled it; both are 0 for ABORT
+ * and ERROR.
+ */
 typedef struct {
     uint64_t   req_id;
     uint32_t   reason;
@@ -221,6 +236,9 @@ typedef struct {
     uint32_t   completion_tokens;   /* of this sequence */
     uint32_t   index;           /* the sequence; any for ABORT, ERROR */
     double     cum_logprob;     /* beam search: of the beam's tokens */
+    uint32_t   cached_tokens;
+    uint32_t   reserved;        /* 0 */
+    uint64_t   queue_time_us;
 } pl_rec_finish_t;
 
 

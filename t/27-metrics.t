@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 # pagedllm_metrics: Prometheus text format 0.0.4 with every engine counter
-# of pl_stats_t, and the API's responses by status class and client aborts
-# counted across all workers.  The status JSON carries the same engine
+# of pl_stats_t, the KV usage and prefix-cache hit ratios computed from
+# them, and the API's responses by status class and client aborts
+# counted across all workers (t/57-histograms.t checks the histograms).  The status JSON carries the same engine
 # counters.  A detached worker still answers 200, with
 # pagedllm_engine_attached 0 and no engine series.  A small KV pool with
 # swap preemption makes the preemption and swap counters move.
@@ -30,12 +31,14 @@ sub scrape {
     for my $line (split /\n/, $r->{body} // '') {
         if ($line =~ /^# HELP (\w+) \S/) {
             $help{$1} = 1;
-        } elsif ($line =~ /^# TYPE (\w+) (gauge|counter)$/) {
+        } elsif ($line =~ /^# TYPE (\w+) (gauge|counter|histogram)$/) {
             $type{$1} = $2;
-        } elsif ($line =~ /^((\w+)(\{\w+="(?:[^"\\]|\\.)*"(?:,\w+="(?:[^"\\]|\\.)*")*\})?) (\d+)$/) {
+        } elsif ($line =~ /^((\w+)(\{\w+="(?:[^"\\]|\\.)*"(?:,\w+="(?:[^"\\]|\\.)*")*\})?) (\d+(?:\.\d+)?)$/) {
             my ($series, $name, $value) = ($1, $2, $4);
+            my $family = $name;
+            $family =~ s/_(?:bucket|sum|count)$// unless $type{$name};
             push @bad, "$name: sample before its HELP and TYPE"
-                unless $help{$name} && $type{$name};
+                unless $help{$family} && $type{$family};
             push @bad, "$name: a counter not named _total"
                 if ($type{$name} // '') eq 'counter' && $name !~ /_total$/;
             push @bad, "$series: twice" if exists $v{$series};
@@ -62,13 +65,17 @@ sub wait_metrics {
 my $m = wait_metrics(sub { ($_[0]{pagedllm_engine_attached} // 0) == 1 }, 10);
 is($m->{status}, 200, 'metrics: 200');
 like($m->{type}, qr{^text/plain; version=0\.0\.4}, 'metrics: 0.0.4 content type');
-is_deeply($m->{bad}, [], 'metrics: every line well-formed, HELP and TYPE first');
+is_deeply($m->{bad}, [], 'metrics: every line well-formed, HELP and TYPE first')
+    or diag(join "\n", @{ $m->{bad} });
 my $v = $m->{v};
 is($v->{pagedllm_engine_attached}, 1, 'engine attached: 1');
 is($v->{'pagedllm_model_info{model="tiny",device="cpu"}'}, 1, 'model info');
 is($v->{pagedllm_kv_blocks_capacity}, 10, 'KV capacity: --num-blocks 10');
 is($v->{'pagedllm_kv_blocks{state="used"}'} + $v->{'pagedllm_kv_blocks{state="free"}'},
    10, 'used + free blocks = capacity');
+is($v->{pagedllm_kv_cache_usage_ratio}, '0.000000', 'KV usage ratio: idle, 0');
+is($v->{pagedllm_prefix_cache_hit_ratio}, '0.000000',
+   'prefix cache hit ratio: no lookups yet, 0');
 is($v->{pagedllm_kv_block_size}, 16, 'block size 16');
 ok($v->{pagedllm_swap_blocks_capacity} > 0, 'a host pool for swapping');
 for my $s (qw(pagedllm_workers pagedllm_requests_running
@@ -142,6 +149,10 @@ ok($m->{v}{pagedllm_prefix_cache_queries_total}
 ok($m->{v}{pagedllm_prefix_cache_hits_total}
    > $before->{pagedllm_prefix_cache_hits_total}, 'prefix cache hit');
 ok($m->{v}{'pagedllm_kv_blocks{state="cached"}'} > 0, 'cached blocks');
+ok(abs($m->{v}{pagedllm_prefix_cache_hit_ratio}
+       - $m->{v}{pagedllm_prefix_cache_hits_total}
+         / $m->{v}{pagedllm_prefix_cache_queries_total}) < 1e-5,
+   'prefix cache hit ratio: hits over queries');
 
 # four long generations on 10 blocks: the newest are swapped out and back
 my @st = map {
@@ -149,6 +160,10 @@ my @st = map {
         prompt => "stream $_", max_tokens => 100, temperature => 0,
         ignore_eos => JSON::PP::true, stream => JSON::PP::true }))
 } 1 .. 4;
+$m = wait_metrics(sub { $_[0]{'pagedllm_kv_blocks{state="used"}'} > 0 }, 30);
+my $used = $m->{v}{'pagedllm_kv_blocks{state="used"}'};
+is($m->{v}{pagedllm_kv_cache_usage_ratio}, sprintf('%.6f', $used / 10),
+   "KV usage ratio while generating: $used of 10 blocks");
 my $res = PagedLLM::Test::read_chunks(\@st, time + 60);
 is(scalar(grep { $_->{complete} && !$_->{error} } @$res), 4,
    'four streams complete under preemption');

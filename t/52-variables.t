@@ -2,8 +2,11 @@
 # The $pagedllm_* variables, written by a log_format into an access log:
 # for a completion (whole and streamed) and a chat the id, model, token
 # counts and finish reasons are those of the response, the id is also its
-# X-Request-Id, the time to the first token lies within the request's
-# time; a request refused before it was submitted logs "-" for each.
+# X-Request-Id, the time to the first token and the queue time lie within
+# the request's time, the cached tokens are usage's
+# prompt_tokens_details.cached_tokens: 0 for a new prompt, whole prefix
+# cache blocks for a long prompt sent again; a request refused before it
+# was submitted logs "-" for each.
 
 use strict;
 use warnings;
@@ -16,7 +19,8 @@ use Time::HiRes qw(time sleep);
 use PagedLLM::Test;
 
 my @VARS = qw(request_id model prompt_tokens completion_tokens ttft
-              finish_reason);
+              finish_reason cached_tokens queue_time);
+my $BLOCK = 16;     # the engine's default block size
 
 my $format = join '|', '$request_uri', '$status', '$request_time',
                        '$sent_http_x_request_id',
@@ -74,6 +78,13 @@ sub logged_as_response {
        && $f->{ttft} <= $f->{request_time} * 1000 + 1,
        "$name: ttft is ms, above 0, within the request's time")
         or diag("ttft $f->{ttft}, request_time $f->{request_time}");
+    is($f->{cached_tokens},
+       $json->{usage}{prompt_tokens_details}{cached_tokens},
+       "$name: cached_tokens equals usage's prompt_tokens_details");
+    ok($f->{queue_time} =~ /^\d+\.\d{3}$/
+       && $f->{queue_time} <= $f->{ttft},
+       "$name: queue_time is ms, before the first token")
+        or diag("queue_time $f->{queue_time}, ttft $f->{ttft}");
 }
 
 my $r = $t->completion(prompt => 'Hello world', max_tokens => 5,
@@ -117,6 +128,31 @@ logged_as_response('streamed', next_line(),
                    $s->{headers}{'x-request-id'});
 ok(!grep({ $_->{id} ne $events[0]{id} } @events),
    'streamed: every event has the id logged');
+
+# A long prompt twice: the second finds its full blocks in the prefix
+# cache (all but the last token's block, which must be computed).
+my $long = join ' ', map { "word$_" } 1 .. 60;
+my $first = $t->completion(prompt => $long, max_tokens => 2, temperature => 0);
+is($first->{status}, 200, 'long prompt: 200');
+my $f1 = next_line();
+logged_as_response('long prompt', $f1, $first->{json},
+                   $first->{headers}{'x-request-id'});
+my $n = $first->{json}{usage}{prompt_tokens};
+ok($n > 3 * $BLOCK, "long prompt: $n tokens, more than three blocks");
+is($f1->{cached_tokens}, 0, 'long prompt, first time: nothing cached');
+
+$r = $t->completion(prompt => $long, max_tokens => 2, temperature => 0);
+is($r->{status}, 200, 'long prompt again: 200');
+my $f2 = next_line();
+logged_as_response('long prompt again', $f2, $r->{json},
+                   $r->{headers}{'x-request-id'});
+my $cached = $r->{json}{usage}{prompt_tokens_details}{cached_tokens};
+ok($cached > 0 && $cached < $n && $cached % $BLOCK == 0
+   && $cached >= $n - 2 * $BLOCK,
+   'long prompt again: its full blocks but the last come from the cache')
+    or diag("cached $cached of $n");
+is($r->{json}{choices}[0]{text}, $first->{json}{choices}[0]{text},
+   'long prompt again: the same greedy text from cached blocks');
 
 $r = $t->completion(prompt => 'Hello', max_tokens => -1);
 is($r->{status}, 400, 'bad max_tokens: 400');

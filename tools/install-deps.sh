@@ -13,8 +13,9 @@ done
 
 if [ "${1:-}" = "--test" ]; then
     # unicode-data: the tokenizer's tables are checked against it;
+    # prometheus: its promtool checks /metrics (t/57-histograms.t);
     # systemd: systemd-analyze verifies the units (t/59-install.t)
-    for pkg in unicode-data openssl systemd; do
+    for pkg in unicode-data openssl prometheus systemd; do
         if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null \
              | grep -q "install ok installed"; then
             need="$need $pkg"

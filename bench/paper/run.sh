@@ -43,13 +43,15 @@
 #              5shot: 80 and 341 tokens) on Alpaca-length requests, paged
 #              with prefix caching against orca-oracle, held KV.
 #   chat       Fig. 24, 420 s.  Chatbot: --chat-turns 4 on ShareGPT
-#              lengths, all four policies, held KV.
+#              lengths, all four policies, held KV, 2..10 req/s.
 #   blocksize  Figs. 25-26, 540 s.  Paged, block sizes 1..64 with the KV
 #              held at 15,728 tokens: normalized latency at one ShareGPT
-#              and one Alpaca rate (PAPER_BS_RATES).
-#   preempt    Fig. 27, 540 s.  ShareGPT past paged's capacity, held KV:
-#              --preemption-mode recompute, swap and auto at block sizes 4,
-#              16 and 64; latency and preemptions.
+#              and one Alpaca rate past paged's knee, where fragmentation
+#              costs (PAPER_BS_RATES, "40 400").
+#   preempt    Fig. 27, 540 s.  ShareGPT past paged's capacity, held KV
+#              (PAPER_PREEMPT_RATE, 50 req/s): --preemption-mode
+#              recompute, swap and auto at block sizes 4, 16 and 64;
+#              latency and preemptions.
 #   h200       Figs. 14-17 on the unconstrained H200 (the engine's default
 #              KV sizing, --gpu-memory-utilization 0.90), 480 s.
 #   llama3     Figs. 14-17 on the Llama-3-8B shape (GQA, 8 KV heads),
@@ -80,11 +82,16 @@
 #   PAPER_DEADLINE_S      hard limit for the whole call from its start
 #                         (570): no run starts past it, packing still runs
 #   PAPER_BUDGET_S        overrides every group's budget
+#   PAPER_BUDGET_<group>  overrides that group's budget (PAPER_BUDGET_basic)
 #   PAPER_STOP_X          the sweep stop rule's factor (3)
 #   PAPER_POLICIES        policies of the groups that compare them
 #   PAPER_SG_RATES, PAPER_AL_RATES
 #                         the ShareGPT and Alpaca rate lists of the held-KV
 #                         groups (defaults below)
+#   PAPER_CHAT_RATES      the chat group's rates ("2 4 6 8 10")
+#   PAPER_BS_RATES        the blocksize group's ShareGPT and Alpaca rates
+#   PAPER_PREEMPT_RATE    the preempt group's ShareGPT rate
+#   PAPER_MEMSAVE_ROUNDS  closed-loop rounds of each memsave run (12)
 #   PAPER_NO_PLOT=1       no matplotlib: runs and summary only
 #   PAPER_SMOKE=1         a check of the script on a machine without a GPU:
 #                         the tiny model (BUILD/models/tiny), the CPU
@@ -487,7 +494,7 @@ run_sampled() {
 # shared (n = W or beam width W) against unshared (W x the requests, n =
 # 1) at the same sequences in flight; used blocks sampled from /metrics
 group_memsave() {
-    local c=32 rounds=30 w mode flag
+    local c=32 rounds=${PAPER_MEMSAVE_ROUNDS:-12} w mode flag
     [ "$SMOKE" = 1 ] && c=4 rounds=20
     use_model llama2-7b || return 1
     serve nocache --no-prefix-caching --num-blocks $((HELD * 4)) || return 1
@@ -522,7 +529,7 @@ group_prefix() {
 }
 
 group_chat() {
-    local policies p k=0 n s rates="1 2 3 5 7 10"
+    local policies p k=0 n s rates=${PAPER_CHAT_RATES:-2 4 6 8 10}
     use_model llama2-7b || return 1
     [ "$SMOKE" = 1 ] && rates="0.5 1"
     policies=${PAPER_POLICIES:-orca-max orca-pow2 orca-oracle paged}
@@ -559,8 +566,7 @@ group_blocksize() {
 group_preempt() {
     local bs mode rate n
     use_model llama2-7b || return 1
-    read -r rate _ <<< "${PAPER_BS_RATES:-$BS_RATES}"
-    rate=$(awk -v r="$rate" 'BEGIN { print r * 2 }')
+    rate=${PAPER_PREEMPT_RATE:-$PREEMPT_RATE}
     n=$(awk -v r="$rate" -v s="$SG_SECS" 'BEGIN { print int(r * s) }')
     for mode in recompute swap auto; do
         for bs in 4 16 64; do
@@ -617,11 +623,12 @@ done
 if [ "$SMOKE" = 1 ]; then
     SG_RATES="1 2 4"; SG_SECS=2; SG_MIN=4
     AL_RATES="4 8 16"; AL_SECS=1; AL_MIN=6
-    BS_RATES="2 8"
+    BS_RATES="2 8"; PREEMPT_RATE=4
 else
-    SG_RATES=${PAPER_SG_RATES:-4 8 12 16 20 25 30}; SG_SECS=3; SG_MIN=12
-    AL_RATES=${PAPER_AL_RATES:-20 40 70 110 160 220 300}; AL_SECS=2; AL_MIN=40
-    BS_RATES="12 110"
+    SG_RATES=${PAPER_SG_RATES:-4 8 12 16 20 25 30 40 50}; SG_SECS=3; SG_MIN=12
+    AL_RATES=${PAPER_AL_RATES:-20 40 70 110 160 220 300 400 500}
+    AL_SECS=2; AL_MIN=40
+    BS_RATES="40 400"; PREEMPT_RATE=50
 fi
 HELD=$((HELD_TOKENS / 16))
 
@@ -634,6 +641,8 @@ for GROUP in "$@"; do
     cp "$LOGS/machine.txt" "$W/" 2>/dev/null
     unset "${!REF_@}"
     budget=${PAPER_BUDGET_S:-$(budget_of "$GROUP")}
+    gb=PAPER_BUDGET_$GROUP
+    budget=${!gb:-$budget}
     [ "$SMOKE" = 1 ] && budget=${PAPER_BUDGET_S:-120}
     GROUP_T0=$(now)
     GROUP_END=$((GROUP_T0 + budget))

@@ -6,8 +6,9 @@
  * pool far too small, preempted by recompute, by swap, or by auto's choice
  * (its costs measured, or injected so that swap always wins, or recompute
  * always does, each choice counted); a second request
- * sharing a long prefix reuses cached blocks (counted) and gives the
- * output it gives without prefix caching; the Orca-Max baseline policy
+ * sharing a long prefix reuses cached blocks (counted, and reported in
+ * its FINISH as cached tokens) and gives the output it gives without
+ * prefix caching; the Orca-Max baseline policy
  * serves the same tokens; every block, device and host, comes back.
  * Then every block size from 1 to 64 (powers of two) serves the same
  * tokens as the reference (16) in a pool of 1024 tokens, with prefix
@@ -24,6 +25,7 @@ typedef struct {
     int32_t   toks[N_GEN];
     int       n;
     int       finished;
+    uint32_t  cached;           /* the FINISH's cached_tokens */
 } result_t;
 
 static result_t  res[64];
@@ -64,6 +66,7 @@ take(uint32_t type, const uint8_t *buf, uint32_t len)
         memcpy(&f, buf, sizeof(f));
         if (f.req_id < 64) {
             res[f.req_id].finished = 1;
+            res[f.req_id].cached = f.cached_tokens;
         }
     } else {
         diag("unexpected record %u", type);
@@ -171,6 +174,8 @@ references(const char *build)
     good &= wait_all(&w, 1, 1) == 0;
     memcpy(ref_y, res[1].toks, sizeof(ref_y));
     ok(good, "every reference request finishes alone");
+    ok(res[0].cached == 0 && res[1].cached == 0,
+       "without prefix caching a FINISH reports no cached tokens");
 
     ok(run_together(&w), "together in an ample pool: the same tokens");
     st = fw_wait_idle(&w);
@@ -223,6 +228,9 @@ test_recompute_and_prefix(const char *build)
     ok(memcmp(res[0].toks, ref_x, sizeof(ref_x)) == 0
        && memcmp(res[1].toks, ref_y, sizeof(ref_y)) == 0,
        "and both give the tokens they give without prefix caching");
+    ok(res[0].cached == 0 && res[1].cached == 288,
+       "their FINISH records report 0 and 288 cached tokens (%u, %u)",
+       res[0].cached, res[1].cached);
     ok(st.kv_blocks_cached > 0 && st.kv_blocks_used == 0,
        "idle: cached blocks kept (%u), none referenced", st.kv_blocks_cached);
 

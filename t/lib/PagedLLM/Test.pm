@@ -39,6 +39,9 @@ sub new {
         http    => $opt{http} // '',
         server  => $opt{server} // '',
         listen  => $opt{listen} // '',
+        # the test server's API location; '' leaves it to {server}
+        api     => $opt{api} // "        location /v1/ {\n"
+                                . "            pagedllm;\n        }\n",
         workers => $opt{workers} // 1,
         engine_args => $opt{engine_args} // [],
         model   => $opt{model} // "$build/models/tiny",
@@ -161,10 +164,7 @@ $self->{http}
     server {
         listen 127.0.0.1:$self->{port} $self->{listen};
 
-        location /v1/ {
-            pagedllm;
-        }
-
+$self->{api}
         location = /pagedllm/status {
             pagedllm_status;
         }
