@@ -12,6 +12,7 @@
 #define PL_ENGINE_INTERNAL_H
 
 #include "block_manager.h"
+#include "block_map.h"
 #include "engine.h"
 #include "ipc.h"
 #include "pl_model.h"
@@ -67,6 +68,7 @@ typedef struct {
     uint64_t                   seed_counter;
 
     pl_stats_t                 totals;
+    pl_block_map_t             map;             /* the live block map */
 } pl_engine_t;
 
 /* engine_start.c */

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      4u
+#define PL_PROTO_VERSION      5u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
@@ -147,7 +147,69 @@ typedef struct {
 
     _Alignas(64) _Atomic uint64_t  stats_seq;   /* odd while writing */
     pl_stats_t        stats;
+
+    /* the live KV block map (pl_bmap_hdr_t), page-aligned; 0 when none */
+    uint64_t          map_offset;
+    uint64_t          map_size;
 } pl_region_hdr_t;
+
+
+/*
+ * The live KV block map: every physical block of the device pool, then
+ * every block of the host (swap) pool, with the request that owns it.
+ * The engine rewrites it at most every PL_BMAP_INTERVAL_MS while requests
+ * run (and once more when they are gone), under the seqlock `seq`, so a
+ * reader copies it whole and retries on a change.  One request is one
+ * owner whatever its n: its sequences share blocks, and a block several
+ * requests hold (a shared prefix) names the first one found and has
+ * refcount > 1.
+ */
+#define PL_BMAP_INTERVAL_MS   100
+#define PL_BMAP_MAX_OWNERS    1024
+
+/* pl_bmap_block_t.flags */
+#define PL_BMAP_CACHED        0x1u    /* a prefix-cache entry (device) */
+
+/* pl_bmap_owner_t.state */
+#define PL_BMAP_RUNNING       1
+#define PL_BMAP_SWAPPED       2
+
+typedef struct {
+    uint16_t   owner;           /* 0: none; else owners[owner - 1] */
+    uint8_t    refcount;        /* saturates at 255 */
+    uint8_t    flags;           /* PL_BMAP_* */
+} pl_bmap_block_t;
+
+typedef struct {
+    uint64_t   req_id;          /* as the worker chose it */
+    uint32_t   pid;             /* the worker's, as it said at attach */
+    uint32_t   state;           /* PL_BMAP_RUNNING or PL_BMAP_SWAPPED */
+    uint32_t   n_seqs;          /* sequences holding blocks */
+    uint32_t   n_tokens;        /* the longest sequence's */
+} pl_bmap_owner_t;
+
+/* followed by pl_bmap_block_t blocks[num_blocks + num_host_blocks] */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t  seq;     /* odd while writing */
+    uint64_t          updates;          /* publications so far */
+    uint64_t          time_ms;          /* engine's monotonic clock */
+    uint32_t          num_blocks;       /* device pool */
+    uint32_t          num_host_blocks;  /* host pool (swap space) */
+    uint32_t          block_size;       /* tokens per block */
+    uint32_t          n_owners;         /* <= PL_BMAP_MAX_OWNERS */
+    uint32_t          owners_dropped;   /* requests past the table */
+    uint32_t          reserved;
+    pl_bmap_owner_t   owners[PL_BMAP_MAX_OWNERS];
+} pl_bmap_hdr_t;
+
+
+static inline uint64_t
+pl_bmap_bytes(uint32_t num_blocks, uint32_t num_host_blocks)
+{
+    return sizeof(pl_bmap_hdr_t)
+           + ((uint64_t) num_blocks + num_host_blocks)
+             * sizeof(pl_bmap_block_t);
+}
 
 
 /*
@@ -261,6 +323,54 @@ pl_stats_read(const pl_region_hdr_t *h, pl_stats_t *out)
         memcpy(out, (const void *) &h->stats, sizeof(*out));
         atomic_thread_fence(memory_order_acquire);
         s2 = atomic_load_explicit(&((pl_region_hdr_t *) h)->stats_seq,
+                                  memory_order_relaxed);
+        if (s1 == s2) {
+            return 0;
+        }
+    }
+
+    return -1;
+}
+
+
+/*
+ * Seqlock around the block map: the engine copies a map it built in its
+ * own memory (src, `bytes` long, its seq ignored) over the region's.
+ */
+static inline void
+pl_bmap_publish(pl_bmap_hdr_t *m, const pl_bmap_hdr_t *src, size_t bytes)
+{
+    uint64_t  seq = atomic_load_explicit(&m->seq, memory_order_relaxed);
+
+    atomic_store_explicit(&m->seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    memcpy((uint8_t *) m + sizeof(m->seq), (const uint8_t *) src
+           + sizeof(src->seq), bytes - sizeof(m->seq));
+    atomic_store_explicit(&m->seq, seq + 2, memory_order_release);
+}
+
+
+/*
+ * A consistent copy of the map (size bytes of region memory at m) into
+ * out; 0, or -1 if the writer kept it busy.  The caller checks the
+ * counts in the copy against size.
+ */
+static inline int
+pl_bmap_read(const pl_bmap_hdr_t *m, size_t size, pl_bmap_hdr_t *out)
+{
+    uint64_t  s1, s2;
+    int       tries;
+
+    for (tries = 0; tries < 1000; tries++) {
+        s1 = atomic_load_explicit(&((pl_bmap_hdr_t *) m)->seq,
+                                  memory_order_acquire);
+        if (s1 & 1) {
+            continue;
+        }
+        memcpy((uint8_t *) out + sizeof(out->seq),
+               (const uint8_t *) m + sizeof(m->seq), size - sizeof(m->seq));
+        atomic_thread_fence(memory_order_acquire);
+        s2 = atomic_load_explicit(&((pl_bmap_hdr_t *) m)->seq,
                                   memory_order_relaxed);
         if (s1 == s2) {
             return 0;
