@@ -30,11 +30,11 @@ ok(-d "$root/t/node/node_modules/playwright-core",
    'playwright-core is installed (make test-deps)')
     or BAIL_OUT('no playwright-core');
 
-# a padded vocabulary makes each token cost milliseconds: a generation of
+# a vocabulary padded to 65536 ids makes each token cost milliseconds: a generation of
 # 1800 tokens lasts seconds, long enough to watch the map
 my $probe = PagedLLM::Test->new;
 my $dir = $probe->dir;
-system("$ENV{PAGEDLLM_BUILD}/mktinymodel", '--vocab-size', '32768',
+system("$ENV{PAGEDLLM_BUILD}/mktinymodel", '--vocab-size', '65536',
        "$dir/slow") == 0 or die "mktinymodel failed\n";
 system("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1"
        . " -nodes -days 2 -subj /CN=127.0.0.1"
@@ -104,8 +104,9 @@ for my $name (qw(h1 cors h2)) {
     # Timing-Allow-Origin): the empty string says the browser took it as
     # cross-origin
     my $via = $name eq 'cors' ? '' : $proto{$name};
-    is_deeply($r->{protocols}, [ $via ],
-              "$name: one completion call, protocol '$via' seen by the page");
+    my %via = map { $_ => 1 } @{ $r->{protocols} // [] };
+    is_deeply([ keys %via ], [ $via ],
+              "$name: completion calls seen by the page over '$via'");
     is($r->{page_protocol}, $proto{$name},
        "$name: the page came over $proto{$name}");
     ok(($r->{used_during} // 0) > 0,

@@ -9,8 +9,9 @@
 // while it runs and after it ends, the shown TTFT and tokens/s, and the
 // protocol the API call went over; then start another and press Stop, and
 // record the map after the abort.  The first page asks for n = 2 (two
-// sequences sharing the prompt's blocks) and is photographed while its
-// generation runs (SHOTS_DIR/ui-playground.png, SHOTS_DIR/ui-blockmap.png).
+// sequences sharing the prompt's blocks), runs a second request beside
+// it, and is photographed while both run (SHOTS_DIR/ui-playground.png,
+// SHOTS_DIR/ui-blockmap.png); the second is aborted before the checks.
 // Prints one JSON object per page.
 
 import { chromium } from "playwright-core";
@@ -30,6 +31,19 @@ async function sendLong(page, maxTokens) {
   await page.fill("#max_tokens", String(maxTokens));
   await page.click("#send");
   return mapUsed(page, (u) => u > 0, 20000);
+}
+
+// A second request beside the page's, so the map shows two owners; runs
+// in the page (its `api`), aborted after the screenshots.
+function startNeighbour() {
+  window.neighbour = new AbortController();
+  fetch(api + "/completions", {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    signal: window.neighbour.signal,
+    body: JSON.stringify({ prompt: "A second request beside it",
+                           max_tokens: 1800, ignore_eos: true,
+                           stream: true }),
+  }).then((r) => r.text()).catch(() => {});
 }
 
 async function run(browser, name, url, shoot) {
@@ -55,7 +69,10 @@ async function run(browser, name, url, shoot) {
                { subtree: true, childList: true, characterData: true });
   });
 
-  if (shoot) await page.fill("#n", "2");
+  if (shoot) {
+    await page.fill("#n", "2");
+    await page.evaluate(startNeighbour);
+  }
   r.used_during = await sendLong(page, 1800);
   await page.waitForFunction(() => document.getElementById("owners")
     .textContent.includes("this page's request"), null, { timeout: 2000 })
@@ -63,13 +80,17 @@ async function run(browser, name, url, shoot) {
   r.owners = await page.$eval("#owners", (o) => o.textContent);
   r.mine_listed = r.owners.includes("this page's request");
   if (shoot) {
-    await mapUsed(page, (u) => u >= 12, 3000);
+    await mapUsed(page, (u) => u >= 40, 5000);
+    await page.waitForFunction(
+      () => document.getElementById("out-0").textContent.length > 0, null,
+      { timeout: 5000 }).catch(() => {});
     await page.screenshot({ path: shots + "/ui-playground.png" });
     await page.locator("#kv").screenshot({ path: shots + "/ui-blockmap.png" });
+    await page.evaluate(() => window.neighbour.abort());
   }
   const u0 = await page.$eval("#map", (m) => +m.dataset.updates);
   const t0 = Date.now();
-  await page.waitForTimeout(600);
+  await page.waitForTimeout(1500);
   r.map_updates_per_s = ((await page.$eval("#map", (m) => +m.dataset.updates))
                          - u0) * 1000 / (Date.now() - t0);
   await page.waitForFunction(() => !document.getElementById("send").disabled,
