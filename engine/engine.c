@@ -138,8 +138,9 @@ pl_engine_publish(pl_engine_t *e)
 static void
 pl_engine_publish_map(pl_engine_t *e)
 {
-    uint64_t    now = pl_now_ms();
-    pl_conn_t  *c;
+    uint64_t        now = pl_now_ms();
+    pl_conn_t      *c;
+    pl_bmap_hdr_t  *m;
 
     if (!pl_block_map_due(&e->map, &e->sched, now)) {
         return;
@@ -148,8 +149,10 @@ pl_engine_publish_map(pl_engine_t *e)
     pl_block_map_build(&e->map, &e->bm, &e->sched, now);
 
     for (c = e->conns; c; c = c->next) {
-        if (c->attached && !c->dead) {
-            pl_bmap_publish(pl_ipc_block_map(c), e->map.map, e->map.bytes);
+        if (c->attached && !c->dead
+            && (m = pl_ipc_block_map(c)) != NULL)
+        {
+            pl_bmap_publish(m, e->map.map, e->map.bytes);
         }
     }
 }

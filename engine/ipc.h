@@ -116,8 +116,9 @@ int        pl_ipc_read_attach(pl_conn_t *c, char *err, size_t errlen);
 /* The live block map in c's region. */
 pl_bmap_hdr_t *pl_ipc_block_map(pl_conn_t *c);
 
-/* After a complete attach: build the worker's region (identity and
-   current stats and block map filled in) and send pl_hello_t with the descriptors.
+/* After a complete attach: build the worker's region (identity, current
+   stats and block map filled in) and send pl_hello_t with the
+   descriptors.
    1 attached, -1 failed (err says why), -2 the process is out of
    descriptors: nothing is kept, and it may be called again once some are
    free. */

@@ -26,6 +26,8 @@ static ngx_int_t ngx_http_pagedllm_ui_page_send(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pagedllm_ui_map_send(ngx_http_request_t *r);
 static u_char *ngx_http_pagedllm_ui_owners(u_char *p, u_char *last,
     pl_bmap_hdr_t *m);
+static ngx_uint_t ngx_http_pagedllm_ui_nruns(pl_bmap_block_t *b,
+    uint32_t n);
 static u_char *ngx_http_pagedllm_ui_runs(u_char *p, u_char *last,
     pl_bmap_block_t *b, uint32_t n);
 
@@ -104,16 +106,18 @@ ngx_http_pagedllm_ui_map_send(ngx_http_request_t *r)
         return NGX_HTTP_SERVICE_UNAVAILABLE;
     }
 
+    blocks = (pl_bmap_block_t *) (m + 1);
+
     size = 256 + (size_t) m->n_owners * NGX_HTTP_PAGEDLLM_UI_OWNER_LEN
-           + ((size_t) m->num_blocks + m->num_host_blocks)
+           + (ngx_http_pagedllm_ui_nruns(blocks, m->num_blocks)
+              + ngx_http_pagedllm_ui_nruns(blocks + m->num_blocks,
+                                           m->num_host_blocks))
              * NGX_HTTP_PAGEDLLM_UI_RUN_LEN;
 
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    blocks = (pl_bmap_block_t *) (m + 1);
 
     b->last = ngx_slprintf(b->last, b->end,
                   "{\"updates\":%uL,\"time_ms\":%uL,\"block_size\":%uD,"
@@ -161,6 +165,29 @@ ngx_http_pagedllm_ui_owners(u_char *p, u_char *last, pl_bmap_hdr_t *m)
 }
 
 
+static ngx_inline ngx_uint_t
+ngx_http_pagedllm_ui_same(pl_bmap_block_t *a, pl_bmap_block_t *b)
+{
+    return a->owner == b->owner && a->refcount == b->refcount
+           && a->flags == b->flags;
+}
+
+
+/* How many runs ngx_http_pagedllm_ui_runs() writes for n blocks. */
+static ngx_uint_t
+ngx_http_pagedllm_ui_nruns(pl_bmap_block_t *b, uint32_t n)
+{
+    uint32_t    i;
+    ngx_uint_t  runs;
+
+    for (runs = n ? 1 : 0, i = 1; i < n; i++) {
+        runs += !ngx_http_pagedllm_ui_same(&b[i], &b[i - 1]);
+    }
+
+    return runs;
+}
+
+
 static u_char *
 ngx_http_pagedllm_ui_runs(u_char *p, u_char *last, pl_bmap_block_t *b,
     uint32_t n)
@@ -168,10 +195,7 @@ ngx_http_pagedllm_ui_runs(u_char *p, u_char *last, pl_bmap_block_t *b,
     uint32_t  i, start;
 
     for (start = 0, i = 1; i <= n; i++) {
-        if (i < n && b[i].owner == b[start].owner
-            && b[i].refcount == b[start].refcount
-            && b[i].flags == b[start].flags)
-        {
+        if (i < n && ngx_http_pagedllm_ui_same(&b[i], &b[start])) {
             continue;
         }
 

@@ -10,11 +10,12 @@
  * other side is gone.
  *
  * Region: pl_region_hdr_t at offset 0, then the submission ring (worker
- * produces, engine consumes) at sub_offset and the completion ring (engine
- * produces, worker consumes) at comp_offset.  The engine writes the header
- * once at attach and refreshes `stats` every iteration; it never reads
- * anything back from the header, and it copies every record out of the
- * submission ring and checks it before use.
+ * produces, engine consumes) at sub_offset, the completion ring (engine
+ * produces, worker consumes) at comp_offset and the live KV block map
+ * (engine writes) at map_offset.  The engine writes the header once at
+ * attach, refreshes `stats` every iteration and the map while requests
+ * run; it never reads anything back from the header, and it copies every
+ * record out of the submission ring and checks it before use.
  *
  * All integers are native-endian: both sides run on the same machine.
  */
