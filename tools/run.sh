@@ -71,6 +71,10 @@ http {
         location = /metrics {
             pagedllm_metrics;
         }
+
+        location /ui/ {
+            pagedllm_ui;
+        }
     }
 }
 EOF

@@ -47,7 +47,8 @@ function startNeighbour() {
 }
 
 async function run(browser, name, url, shoot) {
-  const page = await browser.newPage({ viewport: { width: 1100, height: 640 } });
+  const page = await browser.newPage({
+    viewport: { width: 1100, height: 640 } });
   const r = { name, url };
   await page.goto(url);
   await page.waitForFunction(
