@@ -295,35 +295,40 @@ typedef struct {
 } pl_rec_error_t;
 
 
-/* Seqlock around pl_region_hdr_t.stats; the engine is the only writer. */
+/*
+ * Seqlocks: the engine, the only writer, copies n bytes from src to dst
+ * in shared memory with *seq odd while it writes; a reader copies dst
+ * out and retries while *seq was odd or changed.
+ */
 static inline void
-pl_stats_publish(pl_region_hdr_t *h, const pl_stats_t *s)
+pl_seqlock_write(_Atomic uint64_t *seq, void *dst, const void *src, size_t n)
 {
-    uint64_t  seq = atomic_load_explicit(&h->stats_seq, memory_order_relaxed);
+    uint64_t  s = atomic_load_explicit(seq, memory_order_relaxed);
 
-    atomic_store_explicit(&h->stats_seq, seq + 1, memory_order_relaxed);
+    atomic_store_explicit(seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    memcpy(&h->stats, s, sizeof(*s));
-    atomic_store_explicit(&h->stats_seq, seq + 2, memory_order_release);
+    memcpy(dst, src, n);
+    atomic_store_explicit(seq, s + 2, memory_order_release);
 }
 
 
-/* Returns 0 with a consistent copy, -1 if the writer kept it busy. */
+/* 0 with a consistent copy in out, -1 if the writer kept it busy. */
 static inline int
-pl_stats_read(const pl_region_hdr_t *h, pl_stats_t *out)
+pl_seqlock_read(const _Atomic uint64_t *seq, const void *src, void *out,
+    size_t n)
 {
     uint64_t  s1, s2;
     int       tries;
 
     for (tries = 0; tries < 1000; tries++) {
-        s1 = atomic_load_explicit(&((pl_region_hdr_t *) h)->stats_seq,
+        s1 = atomic_load_explicit((_Atomic uint64_t *) seq,
                                   memory_order_acquire);
         if (s1 & 1) {
             continue;
         }
-        memcpy(out, (const void *) &h->stats, sizeof(*out));
+        memcpy(out, src, n);
         atomic_thread_fence(memory_order_acquire);
-        s2 = atomic_load_explicit(&((pl_region_hdr_t *) h)->stats_seq,
+        s2 = atomic_load_explicit((_Atomic uint64_t *) seq,
                                   memory_order_relaxed);
         if (s1 == s2) {
             return 0;
@@ -334,51 +339,43 @@ pl_stats_read(const pl_region_hdr_t *h, pl_stats_t *out)
 }
 
 
+/* pl_region_hdr_t.stats under stats_seq. */
+static inline void
+pl_stats_publish(pl_region_hdr_t *h, const pl_stats_t *s)
+{
+    pl_seqlock_write(&h->stats_seq, &h->stats, s, sizeof(*s));
+}
+
+
+static inline int
+pl_stats_read(const pl_region_hdr_t *h, pl_stats_t *out)
+{
+    return pl_seqlock_read(&h->stats_seq, (const void *) &h->stats, out,
+                           sizeof(*out));
+}
+
+
 /*
- * Seqlock around the block map: the engine copies a map it built in its
- * own memory (src, `bytes` long, its seq ignored) over the region's.
+ * The block map under its seq: the engine copies a map it built in its
+ * own memory (src, `bytes` long, its seq ignored) over the region's; a
+ * reader copies size bytes of region memory at m into out and checks the
+ * counts in the copy against size.
  */
 static inline void
 pl_bmap_publish(pl_bmap_hdr_t *m, const pl_bmap_hdr_t *src, size_t bytes)
 {
-    uint64_t  seq = atomic_load_explicit(&m->seq, memory_order_relaxed);
-
-    atomic_store_explicit(&m->seq, seq + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    memcpy((uint8_t *) m + sizeof(m->seq), (const uint8_t *) src
-           + sizeof(src->seq), bytes - sizeof(m->seq));
-    atomic_store_explicit(&m->seq, seq + 2, memory_order_release);
+    pl_seqlock_write(&m->seq, (uint8_t *) m + sizeof(m->seq),
+                     (const uint8_t *) src + sizeof(src->seq),
+                     bytes - sizeof(m->seq));
 }
 
 
-/*
- * A consistent copy of the map (size bytes of region memory at m) into
- * out; 0, or -1 if the writer kept it busy.  The caller checks the
- * counts in the copy against size.
- */
 static inline int
 pl_bmap_read(const pl_bmap_hdr_t *m, size_t size, pl_bmap_hdr_t *out)
 {
-    uint64_t  s1, s2;
-    int       tries;
-
-    for (tries = 0; tries < 1000; tries++) {
-        s1 = atomic_load_explicit(&((pl_bmap_hdr_t *) m)->seq,
-                                  memory_order_acquire);
-        if (s1 & 1) {
-            continue;
-        }
-        memcpy((uint8_t *) out + sizeof(out->seq),
-               (const uint8_t *) m + sizeof(m->seq), size - sizeof(m->seq));
-        atomic_thread_fence(memory_order_acquire);
-        s2 = atomic_load_explicit(&((pl_bmap_hdr_t *) m)->seq,
-                                  memory_order_relaxed);
-        if (s1 == s2) {
-            return 0;
-        }
-    }
-
-    return -1;
+    return pl_seqlock_read(&m->seq, (const uint8_t *) m + sizeof(m->seq),
+                           (uint8_t *) out + sizeof(out->seq),
+                           size - sizeof(m->seq));
 }
 
 
