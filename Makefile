@@ -162,7 +162,7 @@ $(BUILD)/t/load_%.t: t/unit/load_%.c $(LOAD_OBJS) | $(LIB) $(TEXTLIB)
 
 $(MODULE): config $(wildcard ngx_http_pagedllm_module/*.[ch]) \
            $(wildcard proto/*.[ch] text/*.[ch]) tools/build-module.sh \
-           | $(BUILD)/.deps
+           ui/index.html tools/embed-ui.sh | $(BUILD)/.deps
 	+tools/build-module.sh $(BUILD)
 
 $(TINY): $(BUILD)/mktinymodel

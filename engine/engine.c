@@ -185,6 +185,30 @@ pl_engine_publish(pl_engine_t *e)
 }
 
 
+/* The live block map into every region, when one is due (block_map.h). */
+static void
+pl_engine_publish_map(pl_engine_t *e)
+{
+    uint64_t        now = pl_now_ms();
+    pl_conn_t      *c;
+    pl_bmap_hdr_t  *m;
+
+    if (!pl_block_map_due(&e->map, &e->sched, now)) {
+        return;
+    }
+
+    pl_block_map_build(&e->map, &e->bm, &e->sched, now);
+
+    for (c = e->conns; c; c = c->next) {
+        if (c->attached && !c->dead
+            && (m = pl_ipc_block_map(c)) != NULL)
+        {
+            pl_bmap_publish(m, e->map.map, e->map.bytes);
+        }
+    }
+}
+
+
 /* ---- connections ---- */
 
 
@@ -1097,6 +1121,7 @@ pl_engine_pass(pl_engine_t *e)
        its client at once, and that client may ask any worker how the
        engine stands */
     pl_engine_publish(e);
+    pl_engine_publish_map(e);
     pl_engine_ring(e);
 
     pl_engine_log_summary(e);

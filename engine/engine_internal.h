@@ -12,6 +12,7 @@
 #define PL_ENGINE_INTERNAL_H
 
 #include "block_manager.h"
+#include "block_map.h"
 #include "engine.h"
 #include "ipc.h"
 #include "pl_model.h"
@@ -80,6 +81,7 @@ typedef struct {
     size_t                     activation_bytes;
     uint64_t                   summary_at;      /* the periodic log line */
     pl_stats_t                 summary_totals;  /* as it was then */
+    pl_block_map_t             map;             /* the live block map */
 } pl_engine_t;
 
 /* engine_start.c */

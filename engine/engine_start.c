@@ -470,6 +470,13 @@ pl_engine_init_parts(pl_engine_t *e)
     pl_sampler_set_eos(&e->sampler, e->identity.eos_ids,
                        (int) e->identity.n_eos);
 
+    if (pl_block_map_init(&e->map, &e->bm) != 0) {
+        pl_log(PL_LOG_ERROR, "out of memory for the block map");
+        return -1;
+    }
+    e->identity.map = e->map.map;
+    e->identity.map_bytes = e->map.bytes;
+
     e->recbuf_cap = PL_IPC_RING_SIZE;
     e->recbuf = malloc(e->recbuf_cap);
 
@@ -598,6 +605,7 @@ pl_engine_shutdown(pl_engine_t *e)
     pl_sampler_destroy(&e->sampler);
     pl_runner_destroy(&e->runner);
     pl_sched_destroy(&e->sched);
+    pl_block_map_free(&e->map);
     pl_bm_destroy(&e->bm);
 
     if (e->host_pool && e->be->free_host) {

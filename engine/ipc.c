@@ -200,7 +200,7 @@ pl_ipc_accept(int lfd, uint32_t worker_id)
 
 static void
 pl_ipc_fill_header(pl_conn_t *c, const pl_ipc_identity_t *id,
-    uint64_t sub_off, uint64_t comp_off)
+    uint64_t sub_off, uint64_t comp_off, uint64_t map_off)
 {
     pl_region_hdr_t  *h = c->hdr;
 
@@ -224,7 +224,18 @@ pl_ipc_fill_header(pl_conn_t *c, const pl_ipc_identity_t *id,
     h->default_temperature = id->default_temperature;
     h->default_top_p = id->default_top_p;
     h->default_top_k = id->default_top_k;
+    h->map_offset = id->map_bytes ? map_off : 0;
+    h->map_size = id->map_bytes;
     atomic_store_explicit(&h->stats_seq, 0, memory_order_release);
+}
+
+
+pl_bmap_hdr_t *
+pl_ipc_block_map(pl_conn_t *c)
+{
+    return c->map_size
+           ? (pl_bmap_hdr_t *) ((uint8_t *) c->region + c->map_offset)
+           : NULL;
 }
 
 
@@ -236,10 +247,13 @@ pl_ipc_make_region(pl_conn_t *c, const pl_ipc_identity_t *id, char *err,
     uint64_t  ring = pl_ring_bytes(PL_IPC_RING_SIZE);
     uint64_t  sub_off = PL_ALIGN_UP(sizeof(pl_region_hdr_t), PL_PAGE);
     uint64_t  comp_off = PL_ALIGN_UP(sub_off + ring, PL_PAGE);
+    uint64_t  map_off = PL_ALIGN_UP(comp_off + ring, PL_PAGE);
     int       fd;
     void     *p;
 
-    c->region_size = PL_ALIGN_UP(comp_off + ring, PL_PAGE);
+    c->region_size = PL_ALIGN_UP(map_off + id->map_bytes, PL_PAGE);
+    c->map_offset = map_off;
+    c->map_size = id->map_bytes;
 
     fd = memfd_create("pagedllm-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
@@ -267,7 +281,7 @@ pl_ipc_make_region(pl_conn_t *c, const pl_ipc_identity_t *id, char *err,
     c->hdr = p;
     pl_ring_init(&c->sub, (uint8_t *) p + sub_off, PL_IPC_RING_SIZE);
     pl_ring_init(&c->comp, (uint8_t *) p + comp_off, PL_IPC_RING_SIZE);
-    pl_ipc_fill_header(c, id, sub_off, comp_off);
+    pl_ipc_fill_header(c, id, sub_off, comp_off, map_off);
 
     return fd;
 }
@@ -395,6 +409,9 @@ pl_ipc_attach(pl_conn_t *c, const pl_ipc_identity_t *id,
         return c->region == NULL ? pl_ipc_fd_failure(c) : -1;
     }
     pl_stats_publish(c->hdr, stats);
+    if (id->map) {
+        pl_bmap_publish(pl_ipc_block_map(c), id->map, id->map_bytes);
+    }
 
     rc = pl_ipc_send_hello(c, memfd);
     close(memfd);

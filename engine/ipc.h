@@ -34,6 +34,8 @@ typedef struct {
     float      default_temperature;     /* < 0: unset */
     float      default_top_p;
     int32_t    default_top_k;
+    const pl_bmap_hdr_t  *map;  /* the live block map, the latest built */
+    size_t     map_bytes;       /* its size (pl_bmap_bytes); 0: none */
 } pl_ipc_identity_t;
 
 typedef enum {
@@ -70,6 +72,8 @@ struct pl_conn_s {
     pl_region_hdr_t  *hdr;
     pl_ring_t         sub;
     pl_ring_t         comp;
+    uint64_t          map_offset;       /* the live block map's */
+    size_t            map_size;         /* 0: none */
     int               ring_doorbell;    /* completions written this pass */
     int               comp_full;        /* the last write did not fit */
 
@@ -111,8 +115,12 @@ pl_conn_t *pl_ipc_accept(int lfd, uint32_t worker_id);
    valid, 0 more to read, -1 closed or bad (err says why). */
 int        pl_ipc_read_attach(pl_conn_t *c, char *err, size_t errlen);
 
-/* After a complete attach: build the worker's region (identity and
-   current stats filled in) and send pl_hello_t with the descriptors.
+/* The live block map in c's region. */
+pl_bmap_hdr_t *pl_ipc_block_map(pl_conn_t *c);
+
+/* After a complete attach: build the worker's region (identity, current
+   stats and block map filled in) and send pl_hello_t with the
+   descriptors.
    1 attached, -1 failed (err says why), -2 the process is out of
    descriptors: nothing is kept, and it may be called again once some are
    free. */

@@ -249,6 +249,50 @@ ngx_http_pagedllm_channel_stats(pl_stats_t *stats)
 }
 
 
+ngx_int_t
+ngx_http_pagedllm_channel_block_map(ngx_pool_t *pool, pl_bmap_hdr_t **map)
+{
+    size_t                        size;
+    uint64_t                      off, blocks;
+    pl_bmap_hdr_t                *m;
+    ngx_http_pagedllm_channel_t  *ch = &ngx_http_pagedllm_channel;
+
+    if (ch->state != NGX_HTTP_PAGEDLLM_ATTACHED) {
+        return NGX_DECLINED;
+    }
+
+    off = ch->hdr->map_offset;
+    size = (size_t) ch->hdr->map_size;
+
+    if (size < sizeof(pl_bmap_hdr_t) || off % 64 != 0
+        || off > ch->region_size || ch->region_size - off < size)
+    {
+        return NGX_DECLINED;
+    }
+
+    m = ngx_pmemalign(pool, size, 64);
+    if (m == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (pl_bmap_read((pl_bmap_hdr_t *) (ch->region + off), size, m) != 0) {
+        return NGX_ERROR;
+    }
+
+    blocks = (uint64_t) m->num_blocks + m->num_host_blocks;
+
+    if (m->n_owners > PL_BMAP_MAX_OWNERS
+        || blocks > (size - sizeof(pl_bmap_hdr_t)) / sizeof(pl_bmap_block_t))
+    {
+        return NGX_ERROR;
+    }
+
+    *map = m;
+
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_pagedllm_abort(ngx_http_pagedllm_channel_t *ch, uint64_t id)
 {

@@ -21,6 +21,8 @@
  *                                         ran its loop within the time
  *     pagedllm_limit_tokens zone=NAME:SIZE key=$var rate=N/m [burst=M];
  *                                         token quotas per key
+ *     location /ui/ { pagedllm_ui; }      the playground page at /ui/, the
+ *                                         live KV block map at /ui/blockmap
  */
 
 
@@ -61,6 +63,8 @@ static ngx_http_handler_pt  ngx_http_pagedllm_status =
     ngx_http_pagedllm_status_handler;
 static ngx_http_handler_pt  ngx_http_pagedllm_metrics =
     ngx_http_pagedllm_metrics_handler;
+static ngx_http_handler_pt  ngx_http_pagedllm_ui =
+    ngx_http_pagedllm_ui_handler;
 
 
 static ngx_command_t  ngx_http_pagedllm_commands[] = {
@@ -156,6 +160,12 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
+    { ngx_string("pagedllm_ui"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_pagedllm_set_handler,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_pagedllm_ui },
 
       ngx_null_command
 };

@@ -35,6 +35,8 @@
  *   ngx_http_pagedllm_variables.c   $pagedllm_* variables, read from a
  *                                   request's ctx
  *   ngx_http_pagedllm_health.c      /health: attached, engine heartbeat
+ *   ngx_http_pagedllm_ui.c          the playground page (ui/index.html,
+ *                                   built in) and the live KV block map
  *
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through
@@ -357,6 +359,8 @@ ngx_int_t ngx_http_pagedllm_channel_park(ngx_http_pagedllm_ctx_t *ctx);
 ngx_int_t ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx);
 void ngx_http_pagedllm_channel_cancel(ngx_http_pagedllm_ctx_t *ctx);
 ngx_int_t ngx_http_pagedllm_channel_stats(pl_stats_t *stats);
+ngx_int_t ngx_http_pagedllm_channel_block_map(ngx_pool_t *pool,
+    pl_bmap_hdr_t **map);
 
 /* handler */
 ngx_int_t ngx_http_pagedllm_handler(ngx_http_request_t *r);
@@ -372,6 +376,8 @@ ngx_int_t ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r);
 char *ngx_http_pagedllm_health_set(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_pagedllm_health_handler(ngx_http_request_t *r);
+/* ui */
+ngx_int_t ngx_http_pagedllm_ui_handler(ngx_http_request_t *r);
 
 /* variables */
 ngx_int_t ngx_http_pagedllm_add_variables(ngx_conf_t *cf);

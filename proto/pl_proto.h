@@ -10,11 +10,12 @@
  * other side is gone.
  *
  * Region: pl_region_hdr_t at offset 0, then the submission ring (worker
- * produces, engine consumes) at sub_offset and the completion ring (engine
- * produces, worker consumes) at comp_offset.  The engine writes the header
- * once at attach and refreshes `stats` every iteration; it never reads
- * anything back from the header, and it copies every record out of the
- * submission ring and checks it before use.
+ * produces, engine consumes) at sub_offset, the completion ring (engine
+ * produces, worker consumes) at comp_offset and the live KV block map
+ * (engine writes) at map_offset.  The engine writes the header once at
+ * attach, refreshes `stats` every iteration and the map while requests
+ * run; it never reads anything back from the header, and it copies every
+ * record out of the submission ring and checks it before use.
  *
  * All integers are native-endian: both sides run on the same machine.
  */
@@ -154,7 +155,69 @@ typedef struct {
 
     _Alignas(64) _Atomic uint64_t  stats_seq;   /* odd while writing */
     pl_stats_t        stats;
+
+    /* the live KV block map (pl_bmap_hdr_t), page-aligned; 0 when none */
+    uint64_t          map_offset;
+    uint64_t          map_size;
 } pl_region_hdr_t;
+
+
+/*
+ * The live KV block map: every physical block of the device pool, then
+ * every block of the host (swap) pool, with the request that owns it.
+ * The engine rewrites it at most every PL_BMAP_INTERVAL_MS while requests
+ * run (and once more when they are gone), under the seqlock `seq`, so a
+ * reader copies it whole and retries on a change.  One request is one
+ * owner whatever its n: its sequences share blocks, and a block several
+ * requests hold (a shared prefix) names the first one found and has
+ * refcount > 1.
+ */
+#define PL_BMAP_INTERVAL_MS   100
+#define PL_BMAP_MAX_OWNERS    1024
+
+/* pl_bmap_block_t.flags */
+#define PL_BMAP_CACHED        0x1u    /* a prefix-cache entry (device) */
+
+/* pl_bmap_owner_t.state */
+#define PL_BMAP_RUNNING       1
+#define PL_BMAP_SWAPPED       2
+
+typedef struct {
+    uint16_t   owner;           /* 0: none; else owners[owner - 1] */
+    uint8_t    refcount;        /* saturates at 255 */
+    uint8_t    flags;           /* PL_BMAP_* */
+} pl_bmap_block_t;
+
+typedef struct {
+    uint64_t   req_id;          /* as the worker chose it */
+    uint32_t   pid;             /* the worker's, as it said at attach */
+    uint32_t   state;           /* PL_BMAP_RUNNING or PL_BMAP_SWAPPED */
+    uint32_t   n_seqs;          /* sequences holding blocks */
+    uint32_t   n_tokens;        /* the longest sequence's */
+} pl_bmap_owner_t;
+
+/* followed by pl_bmap_block_t blocks[num_blocks + num_host_blocks] */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t  seq;     /* odd while writing */
+    uint64_t          updates;          /* publications so far */
+    uint64_t          time_ms;          /* engine's monotonic clock */
+    uint32_t          num_blocks;       /* device pool */
+    uint32_t          num_host_blocks;  /* host pool (swap space) */
+    uint32_t          block_size;       /* tokens per block */
+    uint32_t          n_owners;         /* <= PL_BMAP_MAX_OWNERS */
+    uint32_t          owners_dropped;   /* requests past the table */
+    uint32_t          reserved;
+    pl_bmap_owner_t   owners[PL_BMAP_MAX_OWNERS];
+} pl_bmap_hdr_t;
+
+
+static inline uint64_t
+pl_bmap_bytes(uint32_t num_blocks, uint32_t num_host_blocks)
+{
+    return sizeof(pl_bmap_hdr_t)
+           + ((uint64_t) num_blocks + num_host_blocks)
+             * sizeof(pl_bmap_block_t);
+}
 
 
 /*
@@ -250,35 +313,40 @@ typedef struct {
 } pl_rec_error_t;
 
 
-/* Seqlock around pl_region_hdr_t.stats; the engine is the only writer. */
+/*
+ * Seqlocks: the engine, the only writer, copies n bytes from src to dst
+ * in shared memory with *seq odd while it writes; a reader copies dst
+ * out and retries while *seq was odd or changed.
+ */
 static inline void
-pl_stats_publish(pl_region_hdr_t *h, const pl_stats_t *s)
+pl_seqlock_write(_Atomic uint64_t *seq, void *dst, const void *src, size_t n)
 {
-    uint64_t  seq = atomic_load_explicit(&h->stats_seq, memory_order_relaxed);
+    uint64_t  s = atomic_load_explicit(seq, memory_order_relaxed);
 
-    atomic_store_explicit(&h->stats_seq, seq + 1, memory_order_relaxed);
+    atomic_store_explicit(seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    memcpy(&h->stats, s, sizeof(*s));
-    atomic_store_explicit(&h->stats_seq, seq + 2, memory_order_release);
+    memcpy(dst, src, n);
+    atomic_store_explicit(seq, s + 2, memory_order_release);
 }
 
 
-/* Returns 0 with a consistent copy, -1 if the writer kept it busy. */
+/* 0 with a consistent copy in out, -1 if the writer kept it busy. */
 static inline int
-pl_stats_read(const pl_region_hdr_t *h, pl_stats_t *out)
+pl_seqlock_read(const _Atomic uint64_t *seq, const void *src, void *out,
+    size_t n)
 {
     uint64_t  s1, s2;
     int       tries;
 
     for (tries = 0; tries < 1000; tries++) {
-        s1 = atomic_load_explicit(&((pl_region_hdr_t *) h)->stats_seq,
+        s1 = atomic_load_explicit((_Atomic uint64_t *) seq,
                                   memory_order_acquire);
         if (s1 & 1) {
             continue;
         }
-        memcpy(out, (const void *) &h->stats, sizeof(*out));
+        memcpy(out, src, n);
         atomic_thread_fence(memory_order_acquire);
-        s2 = atomic_load_explicit(&((pl_region_hdr_t *) h)->stats_seq,
+        s2 = atomic_load_explicit((_Atomic uint64_t *) seq,
                                   memory_order_relaxed);
         if (s1 == s2) {
             return 0;
@@ -286,6 +354,46 @@ pl_stats_read(const pl_region_hdr_t *h, pl_stats_t *out)
     }
 
     return -1;
+}
+
+
+/* pl_region_hdr_t.stats under stats_seq. */
+static inline void
+pl_stats_publish(pl_region_hdr_t *h, const pl_stats_t *s)
+{
+    pl_seqlock_write(&h->stats_seq, &h->stats, s, sizeof(*s));
+}
+
+
+static inline int
+pl_stats_read(const pl_region_hdr_t *h, pl_stats_t *out)
+{
+    return pl_seqlock_read(&h->stats_seq, (const void *) &h->stats, out,
+                           sizeof(*out));
+}
+
+
+/*
+ * The block map under its seq: the engine copies a map it built in its
+ * own memory (src, `bytes` long, its seq ignored) over the region's; a
+ * reader copies size bytes of region memory at m into out and checks the
+ * counts in the copy against size.
+ */
+static inline void
+pl_bmap_publish(pl_bmap_hdr_t *m, const pl_bmap_hdr_t *src, size_t bytes)
+{
+    pl_seqlock_write(&m->seq, (uint8_t *) m + sizeof(m->seq),
+                     (const uint8_t *) src + sizeof(src->seq),
+                     bytes - sizeof(m->seq));
+}
+
+
+static inline int
+pl_bmap_read(const pl_bmap_hdr_t *m, size_t size, pl_bmap_hdr_t *out)
+{
+    return pl_seqlock_read(&m->seq, (const uint8_t *) m + sizeof(m->seq),
+                           (uint8_t *) out + sizeof(out->seq),
+                           size - sizeof(m->seq));
 }
 
 

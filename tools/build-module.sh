@@ -47,6 +47,12 @@ then
     configure
 fi
 
+# the page pagedllm_ui serves, compiled in
+page=$tree/objs/addon/pagedllm-ui/ngx_http_pagedllm_ui_page.h
+if [ ! -f "$page" ] || [ "$top/ui/index.html" -nt "$page" ]; then
+    sh "$top/tools/embed-ui.sh" "$top/ui/index.html" "$page"
+fi
+
 # A configure feature test that fails for a passing reason (seen on a
 # loaded machine: "EPOLLRDHUP ... not found" with nothing in autoconf.err)
 # leaves a config nginx's own headers then trip over under -Werror; one

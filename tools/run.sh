@@ -108,6 +108,10 @@ http {
         location = /metrics {
             pagedllm_metrics;
         }
+
+        location /ui/ {
+            pagedllm_ui;
+        }
     }
 }
 EOF
