@@ -30,7 +30,7 @@ KCFLAGS  := -O3 -march=native
 NVFLAGS  := -O3
 # ... and the flags the code needs, always there
 PL_CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fopenmp \
-              -Iproto -Itext -Ikernels -Iengine
+              -Iproto -Itext -Ikernels -Iengine -Igrammar
 PL_NVFLAGS := -std=c++17 $(CUDA_ARCH) -Iproto -Ikernels -Iengine \
               -Xcompiler -fPIC,-Wall
 PL_LDLIBS  := -ljansson -lm -pthread -fopenmp
@@ -42,6 +42,7 @@ PROTO_SRCS  := $(wildcard proto/*.c)
 TEXT_SRCS   := $(wildcard text/*.c)
 KERNEL_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
 ENGINE_SRCS := $(filter-out engine/main.c,$(wildcard engine/*.c))
+GRAMMAR_SRCS := $(wildcard grammar/*.c)
 CUDA_SRCS   := $(wildcard kernels/*.cu)
 
 ifeq ($(CUDA),1)
@@ -70,6 +71,7 @@ endif
 LIB_OBJS := $(PROTO_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(KERNEL_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o) \
+            $(GRAMMAR_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
 TEXT_OBJS := $(TEXT_SRCS:%.c=$(BUILD)/obj/%.o)
 
@@ -159,7 +161,8 @@ $(BUILD)/t/load_%.t: t/unit/load_%.c $(LOAD_OBJS) | $(LIB) $(TEXTLIB)
 	$(call link,-It/unit -Ibench $(LOAD_OBJS))
 
 $(MODULE): config $(wildcard ngx_http_pagedllm_module/*.[ch]) \
-           $(wildcard proto/*.[ch] text/*.[ch]) tools/build-module.sh \
+           $(wildcard proto/*.[ch] text/*.[ch] grammar/*.[ch]) \
+           tools/build-module.sh \
            | $(BUILD)/.deps
 	+tools/build-module.sh $(BUILD)
 
