@@ -561,6 +561,7 @@ pl_engine_shutdown(pl_engine_t *e)
     free(e->draws);
     free(e->tokens);
     pl_sampler_destroy(&e->sampler);
+    pl_grammar_cache_destroy(&e->grammars);
     pl_runner_destroy(&e->runner);
     pl_sched_destroy(&e->sched);
     pl_bm_destroy(&e->bm);

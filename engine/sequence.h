@@ -21,6 +21,7 @@
 
 #include "beam.h"
 #include "block_manager.h"
+#include "grammar_cache.h"
 #include "sampler.h"
 
 typedef enum {
@@ -77,6 +78,8 @@ struct pl_seq_s {
     int                    fail_sent;
     uint64_t               seed;          /* member i draws from (seed, i) */
     pl_beam_t             *beam;          /* beam search state, or NULL */
+    pl_shared_grammar_t   *grammar;       /* structured output, or NULL */
+    int32_t                grammar_state; /* its DFA state: the output's */
 
     pl_seq_t              *prev;          /* scheduler queue */
     pl_seq_t              *next;

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      4u
+#define PL_PROTO_VERSION      5u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
@@ -36,6 +36,7 @@
 #define PL_MAX_LOGIT_BIAS     1024    /* pairs per SUBMIT */
 #define PL_MAX_STOP_IDS       256     /* stop token ids per SUBMIT */
 #define PL_MAX_SEQS           16      /* n and best_of per SUBMIT */
+#define PL_MAX_GRAMMAR        65536   /* bytes of grammar text per SUBMIT */
 
 /* record types: worker -> engine */
 #define PL_REC_SUBMIT         1
@@ -152,7 +153,9 @@ typedef struct {
 
 /*
  * followed by int32_t prompt[n_prompt], pl_bias_pair_t bias[n_logit_bias],
- * int32_t stop_ids[n_stop_ids]; the record is exactly that long (rounded
+ * int32_t stop_ids[n_stop_ids], char grammar[n_grammar] (structured
+ * outputs: the text in grammar/grammar.h's EBNF subset the output must
+ * match; 0: none); the record is exactly that long (rounded
  * up to 8).  Zero is "off" for every field after seed, except the two
  * beam search fields, which are read only with PL_SUBMIT_BEAM_SEARCH
  * (there a length_penalty of 0 is a real value).
@@ -178,6 +181,8 @@ typedef struct {
     uint32_t   best_of;         /* sequences generated, >= n; 0 = n */
     float      length_penalty;  /* beam search: score = cum / len ** it */
     uint32_t   early_stopping;  /* beam search: PL_EARLY_STOPPING_* */
+    uint32_t   n_grammar;       /* <= PL_MAX_GRAMMAR */
+    uint32_t   reserved;
 } pl_rec_submit_t;
 
 

@@ -1,0 +1,60 @@
+/*
+ * grammar_cache: structured outputs in the engine.  The compiled
+ * grammars (grammar/grammar.h) of live requests, shared by every request
+ * that sends the same grammar text, so the DFA states and token masks one
+ * request built serve the next; up to PL_GRAMMAR_CACHE_IDLE grammars no
+ * request uses are kept for later ones, the least recently used dropped
+ * first (at the next take).  And the vocabulary's byte strings, read from the model's
+ * tokenizer.json at the first request with a grammar.
+ */
+
+#ifndef PL_GRAMMAR_CACHE_H
+#define PL_GRAMMAR_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grammar.h"
+
+#define PL_GRAMMAR_CACHE_IDLE  32
+
+typedef struct pl_shared_grammar_s  pl_shared_grammar_t;
+
+struct pl_shared_grammar_s {
+    uint64_t               hash;        /* of text */
+    char                  *text;
+    size_t                 len;
+    pl_grammar_t          *g;
+    int                    refs;        /* sequences using it */
+    uint64_t               used;        /* last taken, in takes */
+    pl_shared_grammar_t   *next;
+};
+
+typedef struct {
+    pl_vocab_t            *vocab;       /* NULL until the first grammar */
+    pl_shared_grammar_t   *list;
+    uint64_t               takes;
+} pl_grammar_cache_t;
+
+/*
+ * The compiled grammar of text with one more reference, compiled when no
+ * entry has it; the vocabulary is loaded first when it is not yet
+ * (tokenizer_json; n_ids ids; eos ids).  NULL with err when text does not
+ * compile, the vocabulary cannot be read, or memory is short.
+ */
+pl_shared_grammar_t *pl_grammar_cache_take(pl_grammar_cache_t *c,
+    const char *text, size_t len, const char *tokenizer_json, uint32_t n_ids,
+    const int32_t *eos, int n_eos, char *err, size_t errlen);
+
+/* One reference less (g may be NULL); the next take trims the idle. */
+static inline void
+pl_grammar_unref(pl_shared_grammar_t *g)
+{
+    if (g != NULL) {
+        g->refs--;
+    }
+}
+
+void pl_grammar_cache_destroy(pl_grammar_cache_t *c);
+
+#endif /* PL_GRAMMAR_CACHE_H */
