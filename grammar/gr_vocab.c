@@ -299,6 +299,28 @@ gr_vocab_fill(json_t *root, uint32_t n_ids, uint8_t *buf, uint8_t **bytes,
 }
 
 
+/* the bytes of every token string and added token's content: no token's
+   bytes are more than its string's */
+static size_t
+gr_vocab_text_bytes(json_t *root)
+{
+    json_t      *v, *t;
+    const char  *key;
+    size_t       n = 0, i;
+
+    json_object_foreach(json_object_get(json_object_get(root, "model"),
+                                        "vocab"), key, v)
+    {
+        n += strlen(key);
+    }
+    json_array_foreach(json_object_get(root, "added_tokens"), i, t) {
+        n += json_string_length(json_object_get(t, "content"));
+    }
+
+    return n;
+}
+
+
 pl_vocab_t *
 pl_vocab_load(const char *tokenizer_json, uint32_t n_ids, const int32_t *eos,
     int n_eos, char *err, size_t errlen)
@@ -316,9 +338,7 @@ pl_vocab_load(const char *tokenizer_json, uint32_t n_ids, const int32_t *eos,
         return NULL;
     }
 
-    cap = ((size_t) n_ids + json_array_size(json_object_get(root,
-                                                            "added_tokens")))
-          * GR_VOCAB_MAX_TOKEN;
+    cap = gr_vocab_text_bytes(root);
     bytes = calloc(n_ids ? n_ids : 1, sizeof(uint8_t *));
     lens = calloc(n_ids ? n_ids : 1, sizeof(uint32_t));
     buf = malloc(cap ? cap : 1);
