@@ -448,12 +448,7 @@ pl_engine_grammar(pl_engine_t *e, pl_seq_t *s, const pl_ipc_msg_t *m,
     char  why[200];
 
     s->grammar = pl_grammar_cache_take(&e->grammars, m->grammar,
-                                       m->submit.n_grammar,
-                                       e->identity.tokenizer_path,
-                                       (uint32_t) e->mc->vocab_size,
-                                       e->identity.eos_ids,
-                                       (int) e->identity.n_eos, why,
-                                       sizeof(why));
+                                       m->submit.n_grammar, why, sizeof(why));
     if (s->grammar == NULL) {
         snprintf(err, errlen, "the grammar cannot be used: %s", why);
         return -1;

@@ -437,6 +437,9 @@ pl_engine_init_parts(pl_engine_t *e)
 
     pl_sampler_set_eos(&e->sampler, e->identity.eos_ids,
                        (int) e->identity.n_eos);
+    pl_grammar_cache_init(&e->grammars, e->identity.tokenizer_path,
+                          (uint32_t) e->mc->vocab_size, e->identity.eos_ids,
+                          (int) e->identity.n_eos);
 
     e->recbuf_cap = PL_IPC_RING_SIZE;
     e->recbuf = malloc(e->recbuf_cap);

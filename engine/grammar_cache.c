@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "grammar_cache.h"
+#include "engine.h"
 #include "pl_proto.h"
 
 
@@ -50,9 +51,22 @@ pl_grammar_cache_trim(pl_grammar_cache_t *c)
 }
 
 
+void
+pl_grammar_cache_init(pl_grammar_cache_t *c, const char *tokenizer_json,
+    uint32_t n_ids, const int32_t *eos, int n_eos)
+{
+    memset(c, 0, sizeof(*c));
+    c->vocab = pl_vocab_load(tokenizer_json, n_ids, eos, n_eos, c->why,
+                             sizeof(c->why));
+    if (c->vocab == NULL) {
+        pl_log(PL_LOG_WARN, "structured outputs are off: the vocabulary's "
+               "bytes cannot be read (%s)", c->why);
+    }
+}
+
+
 pl_shared_grammar_t *
 pl_grammar_cache_take(pl_grammar_cache_t *c, const char *text, size_t len,
-    const char *tokenizer_json, uint32_t n_ids, const int32_t *eos, int n_eos,
     char *err, size_t errlen)
 {
     pl_shared_grammar_t  *e;
@@ -61,11 +75,9 @@ pl_grammar_cache_take(pl_grammar_cache_t *c, const char *text, size_t len,
     pl_grammar_cache_trim(c);
 
     if (c->vocab == NULL) {
-        c->vocab = pl_vocab_load(tokenizer_json, n_ids, eos, n_eos, err,
-                                 errlen);
-        if (c->vocab == NULL) {
-            return NULL;
-        }
+        snprintf(err, errlen, "structured outputs are off on this engine: "
+                 "%s", c->why);
+        return NULL;
     }
 
     for (e = c->list; e; e = e->next) {

@@ -31,20 +31,24 @@ struct pl_shared_grammar_s {
 };
 
 typedef struct {
-    pl_vocab_t            *vocab;       /* NULL until the first grammar */
+    pl_vocab_t            *vocab;       /* NULL: no structured outputs */
+    char                   why[256];    /* then the reason */
     pl_shared_grammar_t   *list;
     uint64_t               takes;
 } pl_grammar_cache_t;
 
+/* The vocabulary of tokenizer_json (n_ids ids, eos ids); a tokenizer it
+   cannot read is logged, and leaves structured outputs refused. */
+void pl_grammar_cache_init(pl_grammar_cache_t *c, const char *tokenizer_json,
+    uint32_t n_ids, const int32_t *eos, int n_eos);
+
 /*
  * The compiled grammar of text with one more reference, compiled when no
- * entry has it; the vocabulary is loaded first when it is not yet
- * (tokenizer_json; n_ids ids; eos ids).  NULL with err when text does not
- * compile, the vocabulary cannot be read, or memory is short.
+ * entry has it.  NULL with err when text does not compile, there is no
+ * vocabulary, or memory is short.
  */
 pl_shared_grammar_t *pl_grammar_cache_take(pl_grammar_cache_t *c,
-    const char *text, size_t len, const char *tokenizer_json, uint32_t n_ids,
-    const int32_t *eos, int n_eos, char *err, size_t errlen);
+    const char *text, size_t len, char *err, size_t errlen);
 
 /* One reference less (g may be NULL); the next take trims the idle. */
 static inline void
