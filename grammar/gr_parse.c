@@ -1291,8 +1291,9 @@ gr_ebnf_alt(gr_cursor_t *c)
 static int
 gr_ebnf_rule(gr_cursor_t *c)
 {
-    size_t  len = gr_name_len(c, c->pos);
-    int     i;
+    size_t      len = gr_name_len(c, c->pos);
+    gr_node_t  *body;
+    int         i;
 
     if (!gr_at_rule(c)) {
         return gr_fail(c, "expected a rule (name ::= ...)");
@@ -1308,9 +1309,11 @@ gr_ebnf_rule(gr_cursor_t *c)
     gr_skip(c);
     c->pos += 3;
 
-    c->t->rules[i].body = gr_ebnf_alt(c);
+    /* the body may add rules (moving the table): assign after */
+    body = gr_ebnf_alt(c);
+    c->t->rules[i].body = body;
 
-    return c->t->rules[i].body ? 0 : -1;
+    return body ? 0 : -1;
 }
 
 

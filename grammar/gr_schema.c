@@ -68,7 +68,9 @@ static const char *const  gr_keywords[] = {
 
 typedef struct {
     json_t       *root;
-    pl_gtext_t   *out;
+    pl_gtext_t   *out;          /* the expression being written */
+    pl_gtext_t    rules;        /* the rules of subschemas, written */
+    int           n_rules;
     json_t       *refs[GR_SCHEMA_MAX_REFS];
     int           n_refs;
     char         *err;
@@ -256,6 +258,34 @@ gr_count(gr_schema_t *c, json_t *s, const char *k)
 static int gr_value(gr_schema_t *c, json_t *s, int depth);
 
 
+/*
+ * Subschema s as a rule of its own, referred to by name here: a schema
+ * used in two places (an array's items, before and after the comma; a
+ * property's value in each branch of the optional ones) is written once,
+ * so the text grows with the schema, not with the number of uses.
+ */
+static int
+gr_sub(gr_schema_t *c, json_t *s, int depth)
+{
+    pl_gtext_t  *outer = c->out, body = { 0 };
+    int          n = c->n_rules++;
+
+    gt_printf(outer, " s%d", n);
+    c->out = &body;
+    gr_value(c, s, depth);
+    c->out = outer;
+    gt_printf(&c->rules, "s%d ::=", n);
+    gt_put(&c->rules, body.data ? body.data : "", body.len);
+    gt_str(&c->rules, "\n");
+    if (body.oom) {
+        c->rules.oom = 1;
+    }
+    pl_gtext_free(&body);
+
+    return c->failed ? -1 : 0;
+}
+
+
 /* the rule name of the schema $ref points to */
 static int
 gr_ref(gr_schema_t *c, json_t *s)
@@ -439,17 +469,21 @@ gr_string(gr_schema_t *c, json_t *s)
 
 /* the schema of items, or any value */
 static int
-gr_items(gr_schema_t *c, json_t *s, int depth)
+gr_items(gr_schema_t *c, json_t *s, int depth, int *rule)
 {
     json_t  *items = json_object_get(s, "items");
 
-    gt_str(c->out, " (");
-    if (items == NULL || gr_value(c, items, depth + 1) != 0) {
-        gt_str(c->out, items == NULL ? " val" : "");
+    if (items == NULL) {
+        gt_str(c->out, " val");
+        return 0;
     }
-    gt_str(c->out, " )");
+    if (*rule < 0) {
+        *rule = c->n_rules;
+        return gr_sub(c, items, depth + 1);
+    }
+    gt_printf(c->out, " s%d", *rule);
 
-    return c->failed ? -1 : 0;
+    return 0;
 }
 
 
@@ -458,6 +492,7 @@ gr_array(gr_schema_t *c, json_t *s, int depth)
 {
     long  min = gr_count(c, s, "minItems");
     long  max = gr_count(c, s, "maxItems");
+    int   rule = -1;
 
     if (min < -1 || max < -1) {
         return -1;
@@ -472,9 +507,9 @@ gr_array(gr_schema_t *c, json_t *s, int depth)
     }
 
     gt_str(c->out, " \"[\" (");
-    gr_items(c, s, depth);
+    gr_items(c, s, depth, &rule);
     gt_str(c->out, " (\",\"");
-    gr_items(c, s, depth);
+    gr_items(c, s, depth, &rule);
     if (max < 0) {
         gt_printf(c->out, "){%ld,}", min > 0 ? min - 1 : 0);
     } else {
@@ -486,9 +521,9 @@ gr_array(gr_schema_t *c, json_t *s, int depth)
 }
 
 
-/* "key": value of property i */
+/* "key": value, the value's rule written at its first use (*rule) */
 static int
-gr_member(gr_schema_t *c, const char *key, json_t *v, int depth)
+gr_member(gr_schema_t *c, const char *key, json_t *v, int depth, int *rule)
 {
     json_t  *k = json_string(key);
 
@@ -498,9 +533,12 @@ gr_member(gr_schema_t *c, const char *key, json_t *v, int depth)
     gt_str(c->out, " ");
     gt_json(c->out, k);
     json_decref(k);
-    gt_str(c->out, " \":\" (");
-    gr_value(c, v, depth + 1);
-    gt_str(c->out, " )");
+    gt_str(c->out, " \":\"");
+    if (*rule < 0) {
+        *rule = c->n_rules;
+        return gr_sub(c, v, depth + 1);
+    }
+    gt_printf(c->out, " s%d", *rule);
 
     return c->failed ? -1 : 0;
 }
@@ -510,11 +548,11 @@ gr_member(gr_schema_t *c, const char *key, json_t *v, int depth)
    the optional ones optional) */
 static int
 gr_members_after(gr_schema_t *c, const char **keys, json_t **vals,
-    const int *req, int i, int n, int depth)
+    const int *req, int *rules, int i, int n, int depth)
 {
     for ( /* void */ ; i < n && !c->failed; i++) {
         gt_str(c->out, " (\",\"");
-        gr_member(c, keys[i], vals[i], depth);
+        gr_member(c, keys[i], vals[i], depth, &rules[i]);
         gt_str(c->out, req[i] ? ")" : ")?");
     }
 
@@ -525,18 +563,18 @@ gr_members_after(gr_schema_t *c, const char **keys, json_t **vals,
 /* properties from i on, none written yet */
 static int
 gr_members(gr_schema_t *c, const char **keys, json_t **vals,
-    const int *req, int i, int n, int depth)
+    const int *req, int *rules, int i, int n, int depth)
 {
     if (i == n) {
         return 0;
     }
 
     gt_str(c->out, " (");
-    gr_member(c, keys[i], vals[i], depth);
-    gr_members_after(c, keys, vals, req, i + 1, n, depth);
+    gr_member(c, keys[i], vals[i], depth, &rules[i]);
+    gr_members_after(c, keys, vals, req, rules, i + 1, n, depth);
     if (!req[i]) {
         gt_str(c->out, " |");
-        gr_members(c, keys, vals, req, i + 1, n, depth);
+        gr_members(c, keys, vals, req, rules, i + 1, n, depth);
     }
     gt_str(c->out, " )");
 
@@ -582,7 +620,7 @@ gr_object(gr_schema_t *c, json_t *s, int depth)
     json_t       *extra = json_object_get(s, "additionalProperties");
     const char   *key, **keys;
     json_t      **vals;
-    int          *req, n = 0, rc;
+    int          *req, *rules, n = 0, rc;
 
     if (props != NULL && !json_is_object(props)) {
         return gr_fail(c, "'properties' must be an object");
@@ -596,30 +634,31 @@ gr_object(gr_schema_t *c, json_t *s, int depth)
             gt_str(c->out, " obj");
             return 0;
         }
-        gt_str(c->out, " \"{\" (str \":\" (");
-        gr_value(c, extra, depth + 1);
-        gt_str(c->out, ") (\",\" str \":\" (");
-        gr_value(c, extra, depth + 1);
-        gt_str(c->out, "))*)? \"}\"");
+        n = c->n_rules;
+        gt_str(c->out, " \"{\" (str \":\"");
+        gr_sub(c, extra, depth + 1);
+        gt_printf(c->out, " (\",\" str \":\" s%d)*)? \"}\"", n);
         return c->failed ? -1 : 0;
     }
 
     keys = calloc(json_object_size(props), sizeof(char *));
     vals = calloc(json_object_size(props), sizeof(json_t *));
     req = calloc(json_object_size(props), sizeof(int));
-    if (keys == NULL || vals == NULL || req == NULL) {
+    rules = malloc(json_object_size(props) * sizeof(int));
+    if (keys == NULL || vals == NULL || req == NULL || rules == NULL) {
         rc = gr_fail(c, "out of memory");
         goto done;
     }
     json_object_foreach(props, key, v) {
         keys[n] = key;
+        rules[n] = -1;
         vals[n++] = v;
     }
 
     rc = gr_required(c, s, keys, n, req);
     if (rc == 0) {
         gt_str(c->out, " \"{\"");
-        gr_members(c, keys, vals, req, 0, n, depth);
+        gr_members(c, keys, vals, req, rules, 0, n, depth);
         gt_str(c->out, " \"}\"");
         rc = c->failed ? -1 : 0;
     }
@@ -629,6 +668,7 @@ done:
     free(keys);
     free(vals);
     free(req);
+    free(rules);
 
     return rc;
 }
@@ -839,8 +879,13 @@ pl_grammar_from_schema_text(const char *json, size_t len, pl_gtext_t *out,
         gr_value(&c, c.refs[i], 0);
         gt_str(out, "\n");
     }
+    gt_put(out, c.rules.data ? c.rules.data : "", c.rules.len);
     gt_str(out, gr_base_rules);
     json_decref(c.root);
+    if (c.rules.oom) {
+        out->oom = 1;
+    }
+    pl_gtext_free(&c.rules);
 
     if (out->oom && !c.failed) {
         gr_fail(&c, "out of memory");
