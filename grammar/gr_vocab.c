@@ -144,7 +144,9 @@ pl_vocab_from_bytes(const uint8_t *const *bytes, const uint32_t *lens,
     v->off[0] = 0;
     for (i = 0; i < n_ids; i++) {
         len = lens[i] <= GR_VOCAB_MAX_TOKEN ? lens[i] : 0;
-        memcpy(v->blob + v->off[i], bytes[i], len);
+        if (len > 0) {
+            memcpy(v->blob + v->off[i], bytes[i], len);
+        }
         v->off[i + 1] = v->off[i] + len;
     }
 

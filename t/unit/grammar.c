@@ -5,7 +5,8 @@
  * per-state mask cache, tokens advanced through the automaton, the
  * sampler's restriction (every other id at -inf, biases kept, only
  * allowed ids ever drawn), the byte strings read from the tiny model's
- * byte-level tokenizer.json, and the compiler's refusals.
+ * byte-level tokenizer.json, the compiler's refusals, a deeply nested
+ * schema, and random and mutated grammars.
  */
 
 #include <math.h>
@@ -256,6 +257,84 @@ test_refusals(void)
 }
 
 
+/* 60 nested arrays: the schema's text and automaton grow linearly
+   (an unbounded list holds one copy of its item; maxItems n holds n) */
+static void
+test_deep_schema(void)
+{
+    pl_gtext_t     t = { 0 };
+    pl_grammar_t  *g;
+    char           schema[8192], err[256], *p = schema;
+    int            i, rc, depth = 60;
+
+    for (i = 0; i < depth; i++) {
+        p += sprintf(p, "{\"type\":\"array\",\"items\":");
+    }
+    p += sprintf(p, "{\"type\":\"integer\"}");
+    for (i = 0; i < depth; i++) {
+        *p++ = '}';
+    }
+    *p = '\0';
+
+    rc = pl_grammar_from_schema_text(schema, strlen(schema), &t, err,
+                                     sizeof(err));
+    ok(rc == 0 && t.len < 20000, "60 nested arrays: %zu bytes of grammar",
+       t.len);
+    g = pl_grammar_compile(t.data, t.len, err, sizeof(err));
+    ok(g != NULL && pl_grammar_accepts(g, pl_grammar_walk(g,
+                                       pl_grammar_start(g), "[[[],[]]]", 9))
+       && pl_grammar_walk(g, pl_grammar_start(g), "[[[1]]]", 7) < 0,
+       "and it compiles: '[[[],[]]]' is an answer, '[[[1]]]' (an integer "
+       "59 levels too high) is not");
+    pl_grammar_free(g);
+    pl_gtext_free(&t);
+}
+
+
+/* random bytes, and fixtures' grammars cut and mutated, never crash the
+   compiler: each compiles or is refused with a message */
+static void
+test_random_input(void)
+{
+    static const char  alphabet[] = "root ::=\"[]()|*+?{},/\\abx09-^$.#\n";
+    const char        *seeds[] = {
+        "root ::= \"{\" (str \":\" val)* \"}\"\nstr ::= /\"[a-z]*\"/\n"
+        "val ::= [0-9]+ | root",
+        "root ::= /(a|b{2,3})*[^x-z]\\d?/ \"\\u00e9\"",
+    };
+    char               buf[256], err[256];
+    pl_grammar_t      *g;
+    uint64_t           x = 42;
+    int                i, k, n, silent = 0, compiled = 0;
+
+    for (i = 0; i < 3000; i++) {
+        if (i % 2) {
+            n = (int) (x % 60);
+            for (k = 0; k < n; k++) {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                buf[k] = alphabet[x % (sizeof(alphabet) - 1)];
+            }
+        } else {
+            n = (int) strlen(seeds[(i / 2) % 2]);
+            memcpy(buf, seeds[(i / 2) % 2], (size_t) n);
+            for (k = 0; k < 3; k++) {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                buf[x % (uint64_t) n] = alphabet[(x >> 20)
+                                                 % (sizeof(alphabet) - 1)];
+            }
+            n = (int) ((x >> 40) % (uint64_t) n) + 1;
+        }
+        err[0] = '\0';
+        g = pl_grammar_compile(buf, (size_t) n, err, sizeof(err));
+        compiled += g != NULL;
+        silent += g == NULL && err[0] == '\0';
+        pl_grammar_free(g);
+    }
+    ok(silent == 0, "3000 random and mutated grammars: %d compiled, every "
+       "other refused with a message", compiled);
+}
+
+
 int
 main(void)
 {
@@ -263,6 +342,8 @@ main(void)
     test_sampler();
     test_tokenizer_json();
     test_refusals();
+    test_deep_schema();
+    test_random_input();
 
     return done_testing();
 }
