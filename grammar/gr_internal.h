@@ -74,6 +74,9 @@ gr_node_t *gr_parse_regex(gr_tree_t *t, const char *s, size_t len, int json,
     char *err, size_t errlen);
 void       gr_tree_free(gr_tree_t *t);
 
+/* cp's UTF-8 into out; its length */
+int        gr_utf8_put(uint32_t cp, uint8_t *out);
+
 /* code point ranges: n pairs in r sorted and merged in place; returns
    the new n */
 int        gr_ranges_normalize(uint32_t *r, int n);

@@ -177,26 +177,6 @@ gr_alt_add(gr_build_t *b, gr_alt_t *a, gr_frag_t f)
 static const uint32_t  gr_utf8_max[] = { 0x7f, 0x7ff, 0xffff, 0x10ffff };
 
 
-static int
-gr_utf8_encode(uint32_t cp, uint8_t *out)
-{
-    int  n = cp <= 0x7f ? 1 : cp <= 0x7ff ? 2 : cp <= 0xffff ? 3 : 4;
-    int  i;
-
-    if (n == 1) {
-        out[0] = (uint8_t) cp;
-        return 1;
-    }
-    for (i = n - 1; i > 0; i--) {
-        out[i] = (uint8_t) (0x80 | (cp & 0x3f));
-        cp >>= 6;
-    }
-    out[0] = (uint8_t) ((0xf00 >> n) | cp);
-
-    return n;
-}
-
-
 /* lo..hi (same encoded length) as byte range chains into a */
 static void
 gr_utf8_range(gr_build_t *b, gr_alt_t *a, uint32_t lo, uint32_t hi)
@@ -236,8 +216,8 @@ gr_utf8_range(gr_build_t *b, gr_alt_t *a, uint32_t lo, uint32_t hi)
         }
     }
 
-    n = gr_utf8_encode(lo, l);
-    gr_utf8_encode(hi, h);
+    n = gr_utf8_put(lo, l);
+    gr_utf8_put(hi, h);
     gr_alt_add(b, a, gr_chain(b, l, h, n));
 }
 

@@ -179,7 +179,7 @@ gr_node_bytes(gr_cursor_t *c, const uint8_t *b, int len)
 
 /* ---- code points ---- */
 
-static int
+int
 gr_utf8_put(uint32_t cp, uint8_t *out)
 {
     if (cp < 0x80) {
@@ -911,14 +911,16 @@ gr_list_add(gr_cursor_t *c, gr_list_t *l, gr_node_t *n)
 }
 
 
+/* items until end(c), as one node (a sequence, the item, or empty) */
 static gr_node_t *
-gr_re_seq(gr_cursor_t *c)
+gr_seq_of(gr_cursor_t *c, gr_node_t *(*item)(gr_cursor_t *c),
+    int (*end)(gr_cursor_t *c))
 {
     gr_list_t   l = { 0 };
     gr_node_t  *n;
 
-    while (c->pos < c->len && c->s[c->pos] != '|' && c->s[c->pos] != ')') {
-        n = gr_quantify(c, gr_re_atom(c), 1);
+    while (!end(c)) {
+        n = item(c);
         if (n == NULL || gr_list_add(c, &l, n) != 0) {
             free(l.a);
             return NULL;
@@ -932,17 +934,23 @@ gr_re_seq(gr_cursor_t *c)
 }
 
 
+/* seq(c) alternatives separated by "|" (blanks skipped before it with
+   skip) */
 static gr_node_t *
-gr_re_alt(gr_cursor_t *c)
+gr_alt_of(gr_cursor_t *c, gr_node_t *(*seq)(gr_cursor_t *c),
+    void (*skip)(gr_cursor_t *c))
 {
     gr_list_t   l = { 0 };
     gr_node_t  *n;
 
     for ( ;; ) {
-        n = gr_re_seq(c);
+        n = seq(c);
         if (n == NULL || gr_list_add(c, &l, n) != 0) {
             free(l.a);
             return NULL;
+        }
+        if (skip) {
+            skip(c);
         }
         if (c->pos >= c->len || c->s[c->pos] != '|') {
             break;
@@ -954,6 +962,34 @@ gr_re_alt(gr_cursor_t *c)
     free(l.a);
 
     return n;
+}
+
+
+static gr_node_t *
+gr_re_item(gr_cursor_t *c)
+{
+    return gr_quantify(c, gr_re_atom(c), 1);
+}
+
+
+static int
+gr_re_end(gr_cursor_t *c)
+{
+    return c->pos >= c->len || c->s[c->pos] == '|' || c->s[c->pos] == ')';
+}
+
+
+static gr_node_t *
+gr_re_seq(gr_cursor_t *c)
+{
+    return gr_seq_of(c, gr_re_item, gr_re_end);
+}
+
+
+static gr_node_t *
+gr_re_alt(gr_cursor_t *c)
+{
+    return gr_alt_of(c, gr_re_seq, NULL);
 }
 
 
@@ -1236,55 +1272,34 @@ gr_ebnf_atom(gr_cursor_t *c)
 
 
 static gr_node_t *
+gr_ebnf_item(gr_cursor_t *c)
+{
+    return gr_quantify(c, gr_ebnf_atom(c), 0);
+}
+
+
+/* blanks skipped: the end of the text, "|", ")" or the next rule */
+static int
+gr_ebnf_end(gr_cursor_t *c)
+{
+    gr_skip(c);
+
+    return c->pos >= c->len || c->s[c->pos] == '|' || c->s[c->pos] == ')'
+           || gr_at_rule(c);
+}
+
+
+static gr_node_t *
 gr_ebnf_seq(gr_cursor_t *c)
 {
-    gr_list_t   l = { 0 };
-    gr_node_t  *n;
-
-    for ( ;; ) {
-        gr_skip(c);
-        if (c->pos >= c->len || c->s[c->pos] == '|' || c->s[c->pos] == ')'
-            || gr_at_rule(c))
-        {
-            break;
-        }
-        n = gr_quantify(c, gr_ebnf_atom(c), 0);
-        if (n == NULL || gr_list_add(c, &l, n) != 0) {
-            free(l.a);
-            return NULL;
-        }
-    }
-
-    n = l.n ? gr_node_kids(c, GR_SEQ, l.a, l.n) : gr_node(c, GR_EMPTY);
-    free(l.a);
-
-    return n;
+    return gr_seq_of(c, gr_ebnf_item, gr_ebnf_end);
 }
 
 
 static gr_node_t *
 gr_ebnf_alt(gr_cursor_t *c)
 {
-    gr_list_t   l = { 0 };
-    gr_node_t  *n;
-
-    for ( ;; ) {
-        n = gr_ebnf_seq(c);
-        if (n == NULL || gr_list_add(c, &l, n) != 0) {
-            free(l.a);
-            return NULL;
-        }
-        gr_skip(c);
-        if (c->pos >= c->len || c->s[c->pos] != '|') {
-            break;
-        }
-        c->pos++;
-    }
-
-    n = gr_node_kids(c, GR_ALT, l.a, l.n);
-    free(l.a);
-
-    return n;
+    return gr_alt_of(c, gr_ebnf_seq, gr_skip);
 }
 
 
