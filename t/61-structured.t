@@ -179,6 +179,18 @@ ok(keys %seen >= 1 && !grep({ my $x = $_; !grep { $_ eq $x } @choices }
    'guided_choice: every finished output is one of the choices ('
    . join(', ', sort keys %seen) . ')');
 
+# min_tokens keeping eos out where the grammar allows only eos: the output
+# ends there, complete
+for my $temp (0, 1) {
+    my $r = $t->completion(prompt => 'Say yes:', max_tokens => 20,
+                           min_tokens => 6, temperature => $temp,
+                           seed => $seed++, guided_choice => ['yes']);
+    my $c = $r->{json}{choices}[0] // {};
+    ok($r->{status} == 200 && ($c->{text} // '') eq 'yes'
+       && ($c->{finish_reason} // '') eq 'stop',
+       "min_tokens past the grammar's end (temperature $temp): 'yes', stop");
+}
+
 # guided_grammar: the EBNF subset
 my $ebnf = <<'G';
 root ::= "(" expr ")"          # a parenthesized sum
