@@ -32,7 +32,7 @@ KCFLAGS  := -O3 -march=native
 NVFLAGS  := -O3
 # ... and the flags the code needs, always there
 PL_CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fopenmp \
-              -Iproto -Itext -Ikernels -Iengine
+              -Iproto -Itext -Ikernels -Iengine -Igrammar
 PL_NVFLAGS := -std=c++17 $(CUDA_ARCH) -Iproto -Ikernels -Iengine \
               -Xcompiler -fPIC,-Wall
 PL_LDLIBS  := -ljansson -lm -pthread -fopenmp
@@ -44,6 +44,7 @@ PROTO_SRCS  := $(wildcard proto/*.c)
 TEXT_SRCS   := $(wildcard text/*.c)
 KERNEL_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
 ENGINE_SRCS := $(filter-out engine/main.c,$(wildcard engine/*.c))
+GRAMMAR_SRCS := $(wildcard grammar/*.c)
 CUDA_SRCS   := $(wildcard kernels/*.cu)
 
 ifeq ($(CUDA),1)
@@ -72,6 +73,7 @@ endif
 LIB_OBJS := $(PROTO_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(KERNEL_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o) \
+            $(GRAMMAR_SRCS:%.c=$(BUILD)/obj/%.o) \
             $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
 TEXT_OBJS := $(TEXT_SRCS:%.c=$(BUILD)/obj/%.o)
 
@@ -161,8 +163,9 @@ $(BUILD)/t/load_%.t: t/unit/load_%.c $(LOAD_OBJS) | $(LIB) $(TEXTLIB)
 	$(call link,-It/unit -Ibench $(LOAD_OBJS))
 
 $(MODULE): config $(wildcard ngx_http_pagedllm_module/*.[ch]) \
-           $(wildcard proto/*.[ch] text/*.[ch]) tools/build-module.sh \
-           ui/index.html tools/embed-ui.sh | $(BUILD)/.deps
+           $(wildcard proto/*.[ch] text/*.[ch] grammar/*.[ch]) \
+           tools/build-module.sh ui/index.html tools/embed-ui.sh \
+           | $(BUILD)/.deps
 	+tools/build-module.sh $(BUILD)
 
 $(TINY): $(BUILD)/mktinymodel

@@ -622,13 +622,18 @@ pl_engine_logprobs_room(pl_seq_t *s)
 }
 
 
-/* Queue s's next draw, from logits row row, in the sampler's batch;
-   -1 when out of memory. */
+/* Queue s's next draw, from logits row row, in the sampler's batch,
+   restricted to the tokens its grammar allows there, if it has one: the
+   mask of its state is cached with the state, or computed here, on the
+   host, after the forward pass was queued on the device (pl_engine_iterate
+   queues draws after pl_runner_forward), so on CUDA it overlaps the
+   forward; -1 when out of memory. */
 static int
 pl_engine_queue(pl_engine_t *e, pl_seq_t *s, int row)
 {
-    pl_history_t  h = { s->tokens, s->n_prompt, s->n_tokens };
-    int           i;
+    pl_history_t     h = { s->tokens, s->n_prompt, s->n_tokens };
+    const uint64_t  *mask;
+    int              i;
 
     i = pl_sampler_add(&e->sampler, row, &s->sampling, &h,
                        pl_seq_stream_seed(s->leader->seed, s->index),
@@ -637,6 +642,13 @@ pl_engine_queue(pl_engine_t *e, pl_seq_t *s, int row)
         return -1;
     }
     e->draws[i] = s;
+    if (s->grammar != NULL) {
+        mask = pl_grammar_mask(s->grammar->g, e->grammars.vocab,
+                               s->grammar_state);
+        if (mask == NULL || pl_sampler_restrict(&e->sampler, i, mask) != 0) {
+            return -1;
+        }
+    }
 
     return 0;
 }
@@ -767,6 +779,31 @@ pl_engine_logprobs(pl_engine_t *e, pl_seq_t *s, int32_t t,
 }
 
 
+/* s's grammar follows t: 0; or -1 when t leaves the language, which a
+   draw does only when its mask allowed nothing (min_tokens keeping eos
+   out where the grammar allows only eos): s ends there with STOP, t left
+   out, its output complete; or, out of memory, it fails. */
+static int
+pl_engine_grammar_step(pl_engine_t *e, pl_seq_t *s, int32_t t)
+{
+    int32_t  next = pl_grammar_advance(s->grammar->g, e->grammars.vocab,
+                                       s->grammar_state, t);
+
+    if (next >= 0) {
+        s->grammar_state = next;
+        return 0;
+    }
+
+    if (pl_grammar_accepts(s->grammar->g, s->grammar_state)) {
+        pl_engine_finish(e, s, PL_FINISH_STOP);
+    } else {
+        pl_engine_fail(e, s, 503, "the engine is out of memory");
+    }
+
+    return -1;
+}
+
+
 /* s drew t from row: append it; s finishes when it stops.  Nothing when
    its request failed while the draws were queued. */
 static void
@@ -776,6 +813,10 @@ pl_engine_step(pl_engine_t *e, pl_seq_t *s, int32_t t,
     int  reason;
 
     if (s->finish_reason != 0) {
+        return;
+    }
+
+    if (s->grammar != NULL && pl_engine_grammar_step(e, s, t) != 0) {
         return;
     }
 

@@ -56,6 +56,7 @@ typedef struct {
     int                        host_row;        /* of host_row_data */
     const float               *host_row_data;
     pl_ipc_identity_t          identity;
+    pl_grammar_cache_t         grammars;        /* structured outputs */
 
     int                        lfd;
     int                        sfd;

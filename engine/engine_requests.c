@@ -415,6 +415,15 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
         return buf;
     }
 
+    if (r->n_grammar && (r->flags & PL_SUBMIT_BEAM_SEARCH)) {
+        return "a grammar (structured output) is not supported with beam "
+               "search";
+    }
+    if (r->n_grammar && (r->flags & PL_SUBMIT_IGNORE_EOS)) {
+        return "a grammar (structured output) ends the output: ignore_eos "
+               "cannot be set with it";
+    }
+
     why = pl_engine_check_sampling(e, m, buf, len);
     if (why == NULL) {
         why = pl_engine_check_beam(r);
@@ -474,6 +483,25 @@ pl_engine_sampling(pl_seq_t *s, const pl_ipc_msg_t *m)
 }
 
 
+/* The SUBMIT's grammar, compiled or shared, on s: 0, or -1 with err. */
+static int
+pl_engine_grammar(pl_engine_t *e, pl_seq_t *s, const pl_ipc_msg_t *m,
+    char *err, size_t errlen)
+{
+    char  why[200];
+
+    s->grammar = pl_grammar_cache_take(&e->grammars, m->grammar,
+                                       m->submit.n_grammar, why, sizeof(why));
+    if (s->grammar == NULL) {
+        snprintf(err, errlen, "the grammar cannot be used: %s", why);
+        return -1;
+    }
+    s->grammar_state = pl_grammar_start(s->grammar->g);
+
+    return 0;
+}
+
+
 static void
 pl_engine_reject(pl_conn_t *c, uint64_t req_id, uint32_t status,
     const char *why)
@@ -526,6 +554,13 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
             pl_seq_free(s);
         }
         pl_engine_reject(c, r->req_id, 503, "the engine is out of memory");
+        return;
+    }
+
+    if (r->n_grammar && pl_engine_grammar(e, s, m, buf, sizeof(buf)) != 0) {
+        pl_seq_index_remove(&c->live, s);
+        pl_seq_free(s);
+        pl_engine_reject(c, r->req_id, 400, buf);
         return;
     }
 

@@ -469,6 +469,9 @@ pl_engine_init_parts(pl_engine_t *e)
 
     pl_sampler_set_eos(&e->sampler, e->identity.eos_ids,
                        (int) e->identity.n_eos);
+    pl_grammar_cache_init(&e->grammars, e->identity.tokenizer_path,
+                          (uint32_t) e->mc->vocab_size, e->identity.eos_ids,
+                          (int) e->identity.n_eos);
 
     if (pl_block_map_init(&e->map, &e->bm) != 0) {
         pl_log(PL_LOG_ERROR, "out of memory for the block map");
@@ -603,6 +606,7 @@ pl_engine_shutdown(pl_engine_t *e)
     free(e->beam_jobs);
     free(e->tokens);
     pl_sampler_destroy(&e->sampler);
+    pl_grammar_cache_destroy(&e->grammars);
     pl_runner_destroy(&e->runner);
     pl_sched_destroy(&e->sched);
     pl_block_map_free(&e->map);

@@ -458,7 +458,8 @@ pl_ipc_submit_bytes(const pl_rec_submit_t *sub)
     return sizeof(pl_rec_submit_t)
            + (uint64_t) sub->n_prompt * sizeof(int32_t)
            + (uint64_t) sub->n_logit_bias * sizeof(pl_bias_pair_t)
-           + (uint64_t) sub->n_stop_ids * sizeof(int32_t);
+           + (uint64_t) sub->n_stop_ids * sizeof(int32_t)
+           + sub->n_grammar;
 }
 
 
@@ -479,13 +480,14 @@ pl_ipc_check_submit(pl_ipc_msg_t *msg, const uint8_t *buf, uint32_t len,
 
     if (sub->n_logit_bias > PL_MAX_LOGIT_BIAS
         || sub->n_stop_ids > PL_MAX_STOP_IDS
+        || sub->n_grammar > PL_MAX_GRAMMAR
         || sub->n_prompt > (len - sizeof(pl_rec_submit_t)) / sizeof(int32_t)
         || PL_ROUND8(pl_ipc_submit_bytes(sub)) != len)
     {
         snprintf(err, errlen, "SUBMIT %llu: n_prompt %u, n_logit_bias %u, "
-                 "n_stop_ids %u do not match its record of %u bytes",
-                 (unsigned long long) sub->req_id, sub->n_prompt,
-                 sub->n_logit_bias, sub->n_stop_ids, len);
+                 "n_stop_ids %u, n_grammar %u do not match its record of "
+                 "%u bytes", (unsigned long long) sub->req_id, sub->n_prompt,
+                 sub->n_logit_bias, sub->n_stop_ids, sub->n_grammar, len);
         return -1;
     }
 
@@ -495,6 +497,8 @@ pl_ipc_check_submit(pl_ipc_msg_t *msg, const uint8_t *buf, uint32_t len,
     msg->bias = (const pl_bias_pair_t *) p;
     p += (size_t) sub->n_logit_bias * sizeof(pl_bias_pair_t);
     msg->stop_ids = (const int32_t *) p;
+    p += (size_t) sub->n_stop_ids * sizeof(int32_t);
+    msg->grammar = (const char *) p;
 
     for (i = 0; i < sub->n_prompt; i++) {
         if (msg->prompt[i] < 0 || (uint32_t) msg->prompt[i] >= vocab_size) {

@@ -94,6 +94,7 @@ typedef struct {
     const int32_t     *prompt;          /* these point into the read */
     const pl_bias_pair_t  *bias;        /* buffer: n_logit_bias pairs */
     const int32_t     *stop_ids;        /* n_stop_ids */
+    const char        *grammar;         /* n_grammar bytes */
     uint64_t           abort_id;
 } pl_ipc_msg_t;
 

@@ -291,6 +291,52 @@ pl_sampler_add(pl_sampler_t *s, int row, const pl_sampling_params_t *p,
 }
 
 
+int
+pl_sampler_restrict(pl_sampler_t *s, int i, const uint64_t *allowed)
+{
+    pl_sample_req_t    *r = &s->reqs[i];
+    pl_logit_adjust_t  *a;
+    int                 k, id, end = r->adjust_start + r->adjust_count;
+    int                 rc = 0;
+
+    for (k = r->adjust_start; k < end; k++) {
+        a = &s->adjust[k];
+        s->slot[a->id] = k;
+        if (!(allowed[a->id / 64] >> (a->id % 64) & 1)) {
+            a->bias = -INFINITY;
+        }
+    }
+
+    for (id = 0; id < s->vocab_size && rc == 0; id++) {
+        if (id % 64 == 0 && allowed[id / 64] == ~0ull
+            && id + 64 <= s->vocab_size)
+        {
+            id += 63;
+            continue;
+        }
+        if (!(allowed[id / 64] >> (id % 64) & 1) && s->slot[id] < 0) {
+            a = pl_sampler_entry(s, id);
+            if (a == NULL) {
+                rc = -1;
+            } else {
+                a->bias = -INFINITY;
+            }
+        }
+    }
+
+    for (k = r->adjust_start; k < s->n_adjust; k++) {
+        s->slot[s->adjust[k].id] = -1;
+    }
+    if (rc != 0) {
+        s->n_adjust = end;
+        return -1;
+    }
+    r->adjust_count = s->n_adjust - r->adjust_start;
+
+    return 0;
+}
+
+
 int32_t
 pl_argmax(const float *logits, int n)
 {

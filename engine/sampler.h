@@ -98,6 +98,15 @@ int      pl_sampler_add(pl_sampler_t *s, int row,
     const pl_sampling_params_t *p, const pl_history_t *h, uint64_t seed,
     uint64_t step);
 
+/*
+ * Only the ids set in allowed (a bitset of vocab_size bits, bit i in word
+ * i / 64) may be drawn by request i, which must be the last one added:
+ * every other id gets a bias of -inf (structured outputs).  0, or -1 when
+ * out of memory.
+ */
+int      pl_sampler_restrict(pl_sampler_t *s, int i,
+    const uint64_t *allowed);
+
 /* Highest logit, lowest id on ties; NaN never wins. */
 int32_t  pl_argmax(const float *logits, int n);
 

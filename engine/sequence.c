@@ -98,6 +98,11 @@ pl_seq_fork(const pl_seq_t *leader, int index)
     s->out_index = leader->out_index < 0 ? -1 : index;
     s->leader = (pl_seq_t *) leader;
     s->members[0] = s;
+    s->grammar = leader->grammar;
+    s->grammar_state = leader->grammar_state;
+    if (s->grammar) {
+        s->grammar->refs++;
+    }
     s->sampling = *p;
     s->sampling.bias = pl_seq_dup(p->bias, p->n_bias * sizeof(*p->bias));
     s->sampling.stop_ids = pl_seq_dup(p->stop_ids,
@@ -124,6 +129,7 @@ pl_seq_free(pl_seq_t *s)
     free(s->sampling.stop_ids);
     free(s->logprobs);
     pl_beam_free(s->beam);
+    pl_grammar_unref(s->grammar);
     free(s);
 }
 

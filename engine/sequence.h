@@ -21,6 +21,7 @@
 
 #include "beam.h"
 #include "block_manager.h"
+#include "grammar_cache.h"
 #include "sampler.h"
 
 typedef enum {
@@ -85,6 +86,8 @@ struct pl_seq_s {
     int                    cached_tokens; /* reused from the prefix cache
                                              at its first admission */
     int                    preemptions;   /* of the group */
+    pl_shared_grammar_t   *grammar;       /* structured output, or NULL */
+    int32_t                grammar_state; /* its DFA state: the output's */
 
     pl_seq_t              *prev;          /* scheduler queue */
     pl_seq_t              *next;

@@ -561,7 +561,8 @@ ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch)
     ch->engine.max_prompt = (pl_ring_max_payload(&ch->sub)
                              - sizeof(pl_rec_submit_t)
                              - PL_MAX_LOGIT_BIAS * sizeof(pl_bias_pair_t)
-                             - PL_MAX_STOP_IDS * sizeof(int32_t))
+                             - PL_MAX_STOP_IDS * sizeof(int32_t)
+                             - PL_MAX_GRAMMAR)
                             / sizeof(int32_t);
 
     ch->rec_cap = pl_ring_max_payload(&ch->comp) + PL_RING_ALIGN;

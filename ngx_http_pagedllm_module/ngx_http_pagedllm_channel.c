@@ -129,13 +129,14 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
 
     if (ch->state != NGX_HTTP_PAGEDLLM_ATTACHED
         || p->n_prompt > ch->engine.max_prompt
-        || p->n_bias > PL_MAX_LOGIT_BIAS || p->n_stop_ids > PL_MAX_STOP_IDS)
+        || p->n_bias > PL_MAX_LOGIT_BIAS || p->n_stop_ids > PL_MAX_STOP_IDS
+        || p->grammar_len > PL_MAX_GRAMMAR)
     {
         return NGX_ERROR;
     }
 
     size = p->n_prompt * sizeof(int32_t) + p->n_bias * sizeof(pl_bias_pair_t)
-           + p->n_stop_ids * sizeof(int32_t);
+           + p->n_stop_ids * sizeof(int32_t) + p->grammar_len;
 
     body = ngx_palloc(ctx->request->pool, size);
     if (body == NULL) {
@@ -144,7 +145,8 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
 
     b = ngx_cpymem(body, p->prompt, p->n_prompt * sizeof(int32_t));
     b = ngx_cpymem(b, p->bias, p->n_bias * sizeof(pl_bias_pair_t));
-    ngx_memcpy(b, p->stop_ids, p->n_stop_ids * sizeof(int32_t));
+    b = ngx_cpymem(b, p->stop_ids, p->n_stop_ids * sizeof(int32_t));
+    ngx_memcpy(b, p->grammar, p->grammar_len);
 
     ngx_memzero(&rec, sizeof(pl_rec_submit_t));
     rec.req_id = ch->next_id + 1;
@@ -167,6 +169,7 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
     rec.best_of = p->best_of;
     rec.length_penalty = p->length_penalty;
     rec.early_stopping = p->early_stopping;
+    rec.n_grammar = (uint32_t) p->grammar_len;
 
     if (pl_ring_write(&ch->sub, PL_REC_SUBMIT, &rec, sizeof(rec), body,
                       (uint32_t) size)

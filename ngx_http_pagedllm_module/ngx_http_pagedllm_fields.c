@@ -16,6 +16,7 @@
 
 #include "ngx_http_pagedllm_module.h"
 #include "ngx_http_pagedllm_request.h"
+#include "ngx_http_pagedllm_guided.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -46,8 +47,6 @@ static ngx_int_t ngx_http_pagedllm_f_stream_options(
 static ngx_int_t ngx_http_pagedllm_f_typed(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_unsupported(ngx_http_pagedllm_parse_t *ps);
-static ngx_int_t ngx_http_pagedllm_f_response_format(
-    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_metadata(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_modalities(
@@ -157,6 +156,12 @@ ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "spaces_between_special_tokens", NGX_HTTP_PAGEDLLM_TYPED(only_true) },
     { "include_stop_str_in_output", ngx_http_pagedllm_f_keep_stop, -1,
       NULL },
+    { "response_format", ngx_http_pagedllm_guided_response_format, -1,
+      NULL },
+    { "guided_json", ngx_http_pagedllm_guided_field, -1, NULL },
+    { "guided_regex", ngx_http_pagedllm_guided_field, -1, NULL },
+    { "guided_choice", ngx_http_pagedllm_guided_field, -1, NULL },
+    { "guided_grammar", ngx_http_pagedllm_guided_field, -1, NULL },
     { NULL, NULL, -1, NULL }
 };
 
@@ -186,7 +191,6 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
     { "parallel_tool_calls", NGX_HTTP_PAGEDLLM_TYPED(any_bool) },
     { "functions", NGX_HTTP_PAGEDLLM_TYPED(empty_array) },
     { "function_call", NGX_HTTP_PAGEDLLM_TYPED(no_choice) },
-    { "response_format", ngx_http_pagedllm_f_response_format, -1, NULL },
     { "modalities", ngx_http_pagedllm_f_modalities, -1, NULL },
     { "prediction", NGX_HTTP_PAGEDLLM_TYPED(any_object) },
     { "reasoning_effort", NGX_HTTP_PAGEDLLM_TYPED(any_string) },
@@ -673,32 +677,6 @@ ngx_http_pagedllm_unsupported(ngx_http_pagedllm_parse_t *ps)
                                 ps->field->name, "'%s' is not supported",
                                 ps->field->name);
     return NGX_ERROR;
-}
-
-
-/* an object with a "type" string; only {"type": "text"} asks for nothing */
-static ngx_int_t
-ngx_http_pagedllm_f_response_format(ngx_http_pagedllm_parse_t *ps,
-    json_t *v)
-{
-    json_t  *type;
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    type = json_object_get(v, "type");
-
-    if (!json_is_string(type)) {
-        return ngx_http_pagedllm_type_error(ps, "an object with a 'type' "
-                                            "string");
-    }
-
-    if (ngx_strcmp(json_string_value(type), "text") != 0) {
-        return ngx_http_pagedllm_unsupported(ps);
-    }
-
-    return NGX_OK;
 }
 
 

@@ -177,6 +177,10 @@ typedef struct {
     unsigned                      keep_specials:1;  /* in the output text */
     unsigned                      continue_final:1; /* the last message */
     unsigned                      keep_stop:1;      /* the stop string */
+    /* structured outputs: the grammar the output must match */
+    u_char                       *grammar;
+    size_t                        grammar_len;
+    const char                   *grammar_field;   /* which set it */
 } ngx_http_pagedllm_params_t;
 
 

@@ -37,6 +37,7 @@
 #define PL_MAX_LOGIT_BIAS     1024    /* pairs per SUBMIT */
 #define PL_MAX_STOP_IDS       256     /* stop token ids per SUBMIT */
 #define PL_MAX_SEQS           16      /* n and best_of per SUBMIT */
+#define PL_MAX_GRAMMAR        65536   /* bytes of grammar text per SUBMIT */
 
 /* the engine's longest gap between two stats publications while its
    loop runs and no iteration is in progress (its idle wait) */
@@ -222,7 +223,9 @@ pl_bmap_bytes(uint32_t num_blocks, uint32_t num_host_blocks)
 
 /*
  * followed by int32_t prompt[n_prompt], pl_bias_pair_t bias[n_logit_bias],
- * int32_t stop_ids[n_stop_ids]; the record is exactly that long (rounded
+ * int32_t stop_ids[n_stop_ids], char grammar[n_grammar] (structured
+ * outputs: the text in grammar/grammar.h's EBNF subset the output must
+ * match; 0: none); the record is exactly that long (rounded
  * up to 8).  Zero is "off" for every field after seed, except the two
  * beam search fields, which are read only with PL_SUBMIT_BEAM_SEARCH
  * (there a length_penalty of 0 is a real value).
@@ -248,6 +251,8 @@ typedef struct {
     uint32_t   best_of;         /* sequences generated, >= n; 0 = n */
     float      length_penalty;  /* beam search: score = cum / len ** it */
     uint32_t   early_stopping;  /* beam search: PL_EARLY_STOPPING_* */
+    uint32_t   n_grammar;       /* <= PL_MAX_GRAMMAR */
+    uint32_t   reserved;
 } pl_rec_submit_t;
 
 

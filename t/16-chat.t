@@ -196,8 +196,8 @@ error_ok(chat(messages => \@msgs, logprobs => $T, top_logprobs => 21), 'top_logp
 error_ok(chat(messages => \@msgs, logprobs => 3), 'logprobs', 'chat logprobs not a boolean');
 error_ok(chat(messages => \@msgs, prompt => 'x'), 'prompt', 'prompt on chat');
 error_ok(chat(messages => \@msgs, tools => [{ type => 'function' }]), 'tools', 'tools');
-error_ok(chat(messages => \@msgs, response_format => { type => 'json_object' }),
-         'response_format', 'response_format json_object');
+error_ok(chat(messages => \@msgs, response_format => { type => 'json_foo' }),
+         'response_format', 'response_format of an unknown type');
 error_ok(chat(messages => \@msgs, tool_choice => 'auto'), 'tool_choice', 'tool_choice auto');
 error_ok(chat(messages => \@msgs, max_completion_tokens => 0), 'max_completion_tokens',
          'max_completion_tokens 0');

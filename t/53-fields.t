@@ -78,7 +78,7 @@ my @refused = (
     [1, response_format => '{}'], [1, response_format => '""'],
     [1, response_format => '[]'], [1, response_format => 'false'],
     [1, response_format => '{"type":7}'],
-    [1, response_format => '{"type":"json_object"}'],
+    [1, response_format => '{"type":"json_foo"}'],
     [0, echo => '{}'], [0, echo => '""'], [0, echo => '0'],
     [0, echo => 'true'],
     [0, suffix => '5'], [0, suffix => '"tail"'],

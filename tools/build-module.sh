@@ -40,6 +40,7 @@ configure() {
 
 srcs=$(cd "$top" \
        && ls ngx_http_pagedllm_module/*.[ch] proto/*.[ch] text/*.[ch] \
+             grammar/*.[ch] \
              2>/dev/null)
 if [ ! -f "$tree/objs/Makefile" ] || [ "$top/config" -nt "$tree/objs/Makefile" ] \
    || [ "$srcs" != "$(cat "$out/module-srcs" 2>/dev/null)" ]
