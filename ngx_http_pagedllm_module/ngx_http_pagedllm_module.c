@@ -57,6 +57,8 @@ static ngx_http_handler_pt  ngx_http_pagedllm_status =
     ngx_http_pagedllm_status_handler;
 static ngx_http_handler_pt  ngx_http_pagedllm_metrics =
     ngx_http_pagedllm_metrics_handler;
+static ngx_http_handler_pt  ngx_http_pagedllm_error =
+    ngx_http_pagedllm_error_handler;
 
 
 static ngx_command_t  ngx_http_pagedllm_commands[] = {
@@ -137,6 +139,13 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
+
+    { ngx_string("pagedllm_error"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_pagedllm_set_handler,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_pagedllm_error },
 
       ngx_null_command
 };
@@ -219,7 +228,8 @@ ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* pagedllm, pagedllm_status, pagedllm_metrics: cmd->post is the handler */
+/* pagedllm, pagedllm_status, pagedllm_metrics, pagedllm_error: cmd->post
+   is the handler */
 static char *
 ngx_http_pagedllm_set_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {

@@ -23,6 +23,7 @@
  *                                   stop strings
  *   ngx_http_pagedllm_output.c      SSE events or one JSON body out
  *   ngx_http_pagedllm_cors.c        CORS headers, preflights answered
+ *   ngx_http_pagedllm_error.c       OpenAI JSON for nginx's own errors
  * OpenAI JSON in (ngx_http_pagedllm_request.h):
  *   ngx_http_pagedllm_request.c     the body decoded, fields checked
  *                                   together, the length
@@ -351,6 +352,9 @@ ngx_int_t ngx_http_pagedllm_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_pagedllm_status_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *type, ngx_buf_t *b);
+
+/* error */
+ngx_int_t ngx_http_pagedllm_error_handler(ngx_http_request_t *r);
 
 /* metrics */
 ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);
