@@ -291,23 +291,25 @@ pl_jbuf_close(pl_jctx_t *c, pl_jbuf_t *b)
 
 /* ---- number and JSON formatting ---- */
 
-/* JavaScript's Number.prototype.toString for finite doubles. */
+/*
+ * Python's repr() of a float, which str(), print and json.dumps share:
+ * the shortest digits that read back to the same double, positional
+ * with at least one decimal for exponents -4..15, else d.ddde+XX.
+ */
 static void
-pl_j_fmt_number(double f, char *out, size_t cap)
+pl_j_fmt_number(double f, char *out, size_t cap, int json)
 {
     char  tmp[40], digits[40], *e;
     int   prec, exp10, nd, i, k;
 
-    if (isnan(f)) {
-        snprintf(out, cap, "NaN");
-        return;
-    }
-    if (isinf(f)) {
-        snprintf(out, cap, f < 0 ? "-Infinity" : "Infinity");
+    if (isnan(f) || isinf(f)) {
+        snprintf(out, cap, "%s%s", f < 0 ? "-" : "",
+                 isnan(f) ? (json ? "NaN" : "nan")
+                          : (json ? "Infinity" : "inf"));
         return;
     }
     if (f == 0) {
-        snprintf(out, cap, "0");
+        snprintf(out, cap, "%s0.0", signbit(f) ? "-" : "");
         return;
     }
     for (prec = 1; prec <= 17; prec++) {
@@ -332,16 +334,16 @@ pl_j_fmt_number(double f, char *out, size_t cap)
     if (f < 0) {
         out[k++] = '-';
     }
-    if (exp10 >= 21 || exp10 <= -7) {
+    if (exp10 >= 16 || exp10 < -4) {
         k += snprintf(out + k, cap - (size_t) k, "%c%s%.*s", digits[0],
                       nd > 1 ? "." : "", nd - 1, digits + 1);
-        snprintf(out + k, cap - (size_t) k, "e%c%d", exp10 < 0 ? '-' : '+',
+        snprintf(out + k, cap - (size_t) k, "e%c%02d", exp10 < 0 ? '-' : '+',
                  exp10 < 0 ? -exp10 : exp10);
     } else if (exp10 >= nd - 1) {
-        snprintf(out + k, cap - (size_t) k, "%s%0*d", digits,
+        snprintf(out + k, cap - (size_t) k, "%s%0*d.0", digits,
                  exp10 - nd + 1, 0);
         if (exp10 - nd + 1 == 0) {
-            out[k + nd] = '\0';
+            snprintf(out + k, cap - (size_t) k, "%s.0", digits);
         }
     } else if (exp10 >= 0) {
         snprintf(out + k, cap - (size_t) k, "%.*s.%s", exp10 + 1, digits,
@@ -424,7 +426,7 @@ pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
         pl_jbuf_cstr(c, b, num);
         return;
     case JV_FLOAT:
-        pl_j_fmt_number(v->u.f, num, sizeof(num));
+        pl_j_fmt_number(v->u.f, num, sizeof(num), 1);
         pl_jbuf_cstr(c, b, num);
         return;
     case JV_STR:
@@ -458,30 +460,166 @@ pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
     pl_jbuf_add(c, b, v->type == JV_LIST ? "]" : "}", 1);
 }
 
-/* How {{ v }} prints v. */
+/* Python's repr() of a string: single quotes unless it holds one and no
+   double quote; backslash, the quote, control characters escaped. */
+static void
+pl_j_py_string(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n)
+{
+    char           q, esc[8];
+    size_t         i;
+    unsigned char  ch;
+
+    q = (memchr(s, '\'', n) != NULL && memchr(s, '"', n) == NULL)
+        ? '"' : '\'';
+    pl_jbuf_add(c, b, &q, 1);
+    for (i = 0; i < n; i++) {
+        ch = (unsigned char) s[i];
+        if (ch == '\\' || ch == (unsigned char) q) {
+            esc[0] = '\\';
+            esc[1] = (char) ch;
+            pl_jbuf_add(c, b, esc, 2);
+        } else if (ch == '\n' || ch == '\r' || ch == '\t') {
+            pl_jbuf_cstr(c, b, ch == '\n' ? "\\n" : ch == '\r' ? "\\r"
+                                                            : "\\t");
+        } else if (ch < 0x20 || ch == 0x7f) {
+            snprintf(esc, sizeof(esc), "\\x%02x", ch);
+            pl_jbuf_cstr(c, b, esc);
+        } else if (ch == 0xc2 && i + 1 < n
+                   && (((unsigned char) s[i + 1] >= 0x80
+                        && (unsigned char) s[i + 1] <= 0xa0)
+                       || (unsigned char) s[i + 1] == 0xad))
+        {
+            /* U+0080..U+00A0 and U+00AD: unprintable to Python */
+            snprintf(esc, sizeof(esc), "\\x%02x", (unsigned char) s[++i]);
+            pl_jbuf_cstr(c, b, esc);
+        } else {
+            pl_jbuf_add(c, b, s + i, 1);
+        }
+    }
+    pl_jbuf_add(c, b, &q, 1);
+}
+
+/* The order of a dict's keys by their bytes (pprint's sorted dicts). */
+static size_t *
+pl_j_key_order(pl_jctx_t *c, const pl_jdict_t *d)
+{
+    size_t      *o = pl_j_alloc(c, (d->n + 1) * sizeof(size_t)), i, j, x;
+    pl_jstr_t   *a, *k;
+    int          r;
+
+    for (i = 0; i < d->n; i++) {
+        x = i;
+        k = d->k[x];
+        for (j = i; j > 0; j--) {
+            a = d->k[o[j - 1]];
+            r = memcmp(a->s, k->s, a->n < k->n ? a->n : k->n);
+            if (r < 0 || (r == 0 && a->n <= k->n)) {
+                break;
+            }
+            o[j] = o[j - 1];
+        }
+        o[j] = x;
+    }
+    return o;
+}
+
+/* Python's repr() of a value, as str() of a list or dict shows items;
+   sorted: dicts by key, as pprint shows them. */
+static void
+pl_j_repr(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int depth,
+    int sorted)
+{
+    size_t  i, k, n, *order = NULL;
+    int     tuple;
+
+    if (depth > PL_J_MAX_DEPTH) {
+        pl_j_fail(c, "value nested too deeply");
+    }
+    if (v->type == JV_STR) {
+        pl_j_py_string(c, b, v->u.s->s, v->u.s->n);
+        return;
+    }
+    if (v->type != JV_LIST && v->type != JV_DICT) {
+        if (v->type == JV_UNDEF) {
+            pl_jbuf_cstr(c, b, "Undefined");
+            return;
+        }
+        pl_j_print(c, b, v);
+        return;
+    }
+    if (v->type == JV_DICT && v->u.d->ns) {
+        pl_jbuf_cstr(c, b, "<Namespace ");
+    }
+    n = (v->type == JV_LIST) ? v->u.l->n : v->u.d->n;
+    if (sorted && v->type == JV_DICT) {
+        order = pl_j_key_order(c, v->u.d);
+    }
+    tuple = v->type == JV_LIST && v->u.l->tuple;
+    pl_jbuf_add(c, b, tuple ? "(" : v->type == JV_LIST ? "[" : "{", 1);
+    for (i = 0; i < n; i++) {
+        if (i > 0) {
+            pl_jbuf_cstr(c, b, ", ");
+        }
+        k = order ? order[i] : i;
+        if (v->type == JV_LIST) {
+            pl_j_repr(c, b, &v->u.l->v[i], depth + 1, sorted);
+        } else {
+            pl_j_py_string(c, b, v->u.d->k[k]->s, v->u.d->k[k]->n);
+            pl_jbuf_cstr(c, b, ": ");
+            pl_j_repr(c, b, &v->u.d->v[k], depth + 1, sorted);
+        }
+    }
+    if (tuple && n == 1) {
+        pl_jbuf_add(c, b, ",", 1);
+    }
+    pl_jbuf_add(c, b, tuple ? ")" : v->type == JV_LIST ? "]" : "}", 1);
+    if (v->type == JV_DICT && v->u.d->ns) {
+        pl_jbuf_cstr(c, b, ">");
+    }
+}
+
+/* How {{ v }} prints v: Python's str(), an undefined value as nothing. */
 void
 pl_j_print(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v)
 {
     char  num[48];
 
     switch (v->type) {
-    case JV_UNDEF: case JV_NONE:
+    case JV_UNDEF:
+        return;
+    case JV_NONE:
+        pl_jbuf_cstr(c, b, "None");
+        return;
+    case JV_BOOL:
+        pl_jbuf_cstr(c, b, v->u.b ? "True" : "False");
+        return;
+    case JV_INT:
+        snprintf(num, sizeof(num), "%lld", v->u.i);
+        pl_jbuf_cstr(c, b, num);
         return;
     case JV_STR:
         pl_jbuf_add(c, b, v->u.s->s, v->u.s->n);
         return;
     case JV_FLOAT:
-        pl_j_fmt_number(v->u.f, num, sizeof(num));
+        pl_j_fmt_number(v->u.f, num, sizeof(num), 0);
         pl_jbuf_cstr(c, b, num);
-        if (strpbrk(num, ".eNI") == NULL) {
-            pl_jbuf_cstr(c, b, ".0");
-        }
         return;
     case JV_MACRO:
         pl_j_fail(c, "cannot print a macro");
     default:
-        pl_j_json(c, b, v, 0, 0);
+        pl_j_repr(c, b, v, 0, 0);
     }
+}
+
+/* repr() for the format filter's %r; sorted for the pprint filter
+   (pprint's line wrapping at 80 columns is not reproduced) */
+pl_jv_t
+pl_j_reprstring(pl_jctx_t *c, const pl_jv_t *v, int sorted)
+{
+    pl_jbuf_t  *b = pl_jbuf_open(c);
+
+    pl_j_repr(c, b, v, 0, sorted);
+    return pl_jbuf_close(c, b);
 }
 
 pl_jv_t

@@ -12,8 +12,9 @@ for pkg in nginx nginx-dev libjansson-dev make gcc perl curl openssl; do
 done
 
 if [ "${1:-}" = "--test" ]; then
-    # unicode-data: the tokenizer's tables are checked against it
-    for pkg in unicode-data openssl; do
+    # unicode-data: the tokenizer's tables are checked against it;
+    # python3-jinja2: the chat templates' reference (t/31-chat-jinja2.t)
+    for pkg in unicode-data openssl python3-jinja2; do
         if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null \
              | grep -q "install ok installed"; then
             need="$need $pkg"
