@@ -162,6 +162,7 @@ typedef struct {
     ngx_uint_t                    n_stop_ids;
     ngx_str_t                     stop[NGX_HTTP_PAGEDLLM_MAX_STOP];
     ngx_uint_t                    n_stop;
+    ngx_str_t                     echo;          /* echo: the prompt text */
     unsigned                      stream:1;
     unsigned                      include_usage:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
@@ -170,6 +171,7 @@ typedef struct {
     unsigned                      keep_specials:1;  /* in the output text */
     unsigned                      continue_final:1; /* the last message */
     unsigned                      keep_stop:1;      /* the stop string */
+    unsigned                      want_echo:1;      /* completions' echo */
 } ngx_http_pagedllm_params_t;
 
 
@@ -274,6 +276,7 @@ typedef struct {
     unsigned                      stopped:1;     /* cut at a stop string */
     unsigned                      final_sent:1;  /* its finish_reason */
     unsigned                      role_sent:1;   /* chat: first delta */
+    unsigned                      echo_sent:1;   /* echo: the prompt */
 } ngx_http_pagedllm_choice_t;
 
 

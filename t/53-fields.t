@@ -80,7 +80,6 @@ my @refused = (
     [1, response_format => '{"type":7}'],
     [1, response_format => '{"type":"json_object"}'],
     [0, echo => '{}'], [0, echo => '""'], [0, echo => '0'],
-    [0, echo => 'true'],
     [0, suffix => '5'], [0, suffix => '"tail"'],
     [1, store => '"yes"'], [1, store => '1'],
     [1, metadata => '[]'], [1, metadata => '{"k":1}'],
