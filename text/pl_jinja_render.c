@@ -261,8 +261,8 @@ static void
 pl_j_defined(pl_jctx_t *c, const pl_jv_t *v, const pl_jstr_t *attr)
 {
     if (v->type == JV_UNDEF) {
-        pl_j_fail(c, "undefined value has no %s%s", attr ? "attribute " : "item",
-                  attr ? attr->s : "");
+        pl_j_fail(c, "undefined value has no %s%s",
+                  attr ? "attribute " : "item", attr ? attr->s : "");
     }
 }
 
