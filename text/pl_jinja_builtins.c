@@ -676,16 +676,35 @@ pl_j_sorted(pl_jctx_t *c, const pl_jv_t *v, const pl_jargs_t *a)
                           pl_j_truthy(&rev));
 }
 
+/* transformers' tojson(x, ensure_ascii=False, indent=None,
+   separators=None, sort_keys=False): json.dumps with those */
 static pl_jv_t
 pl_j_tojson(pl_jctx_t *c, const pl_jv_t *v, const pl_jargs_t *a)
 {
-    pl_jv_t     ind = pl_j_arg(a, 0, "indent");
+    pl_jv_t     ind = pl_j_arg(a, 1, "indent"), sep = pl_j_arg(a, 2,
+                                                           "separators");
+    pl_jv_t     sk = pl_j_arg(a, 3, "sort_keys");
+    pl_jv_t     ea = pl_j_arg(a, 0, "ensure_ascii");
     pl_jbuf_t  *buf = pl_jbuf_open(c);
+    pl_jjson_t  o;
 
     if (ind.type != JV_UNDEF && ind.type != JV_NONE && ind.type != JV_INT) {
         pl_j_fail(c, "tojson: indent must be an integer");
     }
-    pl_j_json(c, buf, v, ind.type == JV_INT ? (int) ind.u.i : 0, 0);
+    o.ascii = pl_j_truthy(&ea);
+    o.indent = ind.type == JV_INT ? (int) ind.u.i : -1;
+    o.item_sep = o.indent >= 0 ? "," : ", ";
+    o.key_sep = ": ";
+    o.sort_keys = pl_j_truthy(&sk);
+    if (sep.type == JV_LIST && sep.u.l->n == 2
+        && sep.u.l->v[0].type == JV_STR && sep.u.l->v[1].type == JV_STR)
+    {
+        o.item_sep = sep.u.l->v[0].u.s->s;
+        o.key_sep = sep.u.l->v[1].u.s->s;
+    } else if (sep.type != JV_UNDEF && sep.type != JV_NONE) {
+        pl_j_fail(c, "tojson: separators must be two strings");
+    }
+    pl_j_json(c, buf, v, &o, 0);
     return pl_jbuf_close(c, buf);
 }
 

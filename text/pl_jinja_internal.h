@@ -204,6 +204,16 @@ typedef struct {
     int          nkw;
 } pl_jargs_t;
 
+/* json.dumps' options, as transformers' tojson passes them: indent (-1:
+   one line), the separators, sort_keys */
+typedef struct {
+    int          indent;
+    const char  *item_sep;
+    const char  *key_sep;
+    int          sort_keys;
+    int          ascii;      /* ensure_ascii: \uXXXX beyond ASCII */
+} pl_jjson_t;
+
 /* pl_jinja_value.c: arena, values, output buffers, printing and JSON */
 
 void pl_ja_free(pl_ja_t *a);
@@ -227,8 +237,8 @@ void pl_jbuf_add(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n);
 void pl_jbuf_cstr(pl_jctx_t *c, pl_jbuf_t *b, const char *s);
 pl_jbuf_t *pl_jbuf_open(pl_jctx_t *c);
 pl_jv_t pl_jbuf_close(pl_jctx_t *c, pl_jbuf_t *b);
-void pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
-    int depth);
+void pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v,
+    const pl_jjson_t *o, int depth);
 void pl_j_print(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v);
 pl_jv_t pl_j_tostring(pl_jctx_t *c, const pl_jv_t *v);
 pl_jv_t pl_j_reprstring(pl_jctx_t *c, const pl_jv_t *v, int sorted);

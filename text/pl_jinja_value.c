@@ -357,17 +357,22 @@ pl_j_fmt_number(double f, char *out, size_t cap, int json)
     }
 }
 
+/* A JSON string as json.dumps writes it; ascii: ensure_ascii, every
+   character beyond ASCII as \uXXXX (a surrogate pair above U+FFFF). */
 static void
-pl_j_json_string(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n)
+pl_j_json_string(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n,
+    int ascii)
 {
-    size_t  i, run = 0;
-    char    esc[8];
+    size_t    i, run = 0, len;
+    char      esc[16];
+    uint32_t  cp;
 
     pl_jbuf_add(c, b, "\"", 1);
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < n; i += len) {
         unsigned char  ch = (unsigned char) s[i];
         const char    *rep = NULL;
 
+        len = 1;
         switch (ch) {
         case '"': rep = "\\\""; break;
         case '\\': rep = "\\\\"; break;
@@ -377,19 +382,58 @@ pl_j_json_string(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n)
         case '\r': rep = "\\r"; break;
         case '\t': rep = "\\t"; break;
         default:
-            if (ch < 0x20) {
+            if (ch < 0x20 || (ascii && ch == 0x7f)) {
                 snprintf(esc, sizeof(esc), "\\u%04x", ch);
                 rep = esc;
+            } else if (ascii && ch >= 0x80
+                       && (len = pl_utf8_seq_len((const uint8_t *) s + i,
+                                                 n - i)) != 0)
+            {
+                pl_utf8_next((const uint8_t *) s + i, &cp);
+                if (cp > 0xffff) {
+                    cp -= 0x10000;
+                    snprintf(esc, sizeof(esc), "\\u%04x\\u%04x",
+                             0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+                } else {
+                    snprintf(esc, sizeof(esc), "\\u%04x", cp);
+                }
+                rep = esc;
+            } else if (len == 0) {
+                len = 1;
             }
         }
         if (rep != NULL) {
             pl_jbuf_add(c, b, s + run, i - run);
             pl_jbuf_cstr(c, b, rep);
-            run = i + 1;
+            run = i + len;
         }
     }
     pl_jbuf_add(c, b, s + run, n - run);
     pl_jbuf_add(c, b, "\"", 1);
+}
+
+/* The order of a dict's keys by their bytes (pprint, tojson's sort_keys). */
+static size_t *
+pl_j_key_order(pl_jctx_t *c, const pl_jdict_t *d)
+{
+    size_t      *o = pl_j_alloc(c, (d->n + 1) * sizeof(size_t)), i, j, x;
+    pl_jstr_t   *a, *k;
+    int          r;
+
+    for (i = 0; i < d->n; i++) {
+        x = i;
+        k = d->k[x];
+        for (j = i; j > 0; j--) {
+            a = d->k[o[j - 1]];
+            r = memcmp(a->s, k->s, a->n < k->n ? a->n : k->n);
+            if (r < 0 || (r == 0 && a->n <= k->n)) {
+                break;
+            }
+            o[j] = o[j - 1];
+        }
+        o[j] = x;
+    }
+    return o;
 }
 
 static void
@@ -405,11 +449,11 @@ pl_j_indent(pl_jctx_t *c, pl_jbuf_t *b, int indent, int depth)
 
 /* JSON the way the reference's tojson and list/dict printing write it. */
 void
-pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
-    int depth)
+pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v,
+    const pl_jjson_t *o, int depth)
 {
-    char    num[48];
-    size_t  i, n;
+    char     num[48];
+    size_t   i, k, n, *order = NULL;
 
     if (depth > PL_J_MAX_DEPTH) {
         pl_j_fail(c, "value nested too deeply");
@@ -430,7 +474,7 @@ pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
         pl_jbuf_cstr(c, b, num);
         return;
     case JV_STR:
-        pl_j_json_string(c, b, v->u.s->s, v->u.s->n);
+        pl_j_json_string(c, b, v->u.s->s, v->u.s->n, o->ascii);
         return;
     case JV_MACRO:
         pl_j_fail(c, "cannot convert a macro to JSON");
@@ -438,24 +482,29 @@ pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
         break;
     }
     n = (v->type == JV_LIST) ? v->u.l->n : v->u.d->n;
+    if (o->sort_keys && v->type == JV_DICT) {
+        order = pl_j_key_order(c, v->u.d);
+    }
     pl_jbuf_add(c, b, v->type == JV_LIST ? "[" : "{", 1);
     for (i = 0; i < n; i++) {
         if (i > 0) {
-            pl_jbuf_cstr(c, b, indent ? "," : ", ");
+            pl_jbuf_cstr(c, b, o->item_sep);
         }
-        if (indent) {
-            pl_j_indent(c, b, indent, depth + 1);
+        if (o->indent >= 0) {
+            pl_j_indent(c, b, o->indent, depth + 1);
         }
+        k = order ? order[i] : i;
         if (v->type == JV_LIST) {
-            pl_j_json(c, b, &v->u.l->v[i], indent, depth + 1);
+            pl_j_json(c, b, &v->u.l->v[i], o, depth + 1);
         } else {
-            pl_j_json_string(c, b, v->u.d->k[i]->s, v->u.d->k[i]->n);
-            pl_jbuf_cstr(c, b, ": ");
-            pl_j_json(c, b, &v->u.d->v[i], indent, depth + 1);
+            pl_j_json_string(c, b, v->u.d->k[k]->s, v->u.d->k[k]->n,
+                             o->ascii);
+            pl_jbuf_cstr(c, b, o->key_sep);
+            pl_j_json(c, b, &v->u.d->v[k], o, depth + 1);
         }
     }
-    if (indent && n > 0) {
-        pl_j_indent(c, b, indent, depth);
+    if (o->indent >= 0 && n > 0) {
+        pl_j_indent(c, b, o->indent, depth);
     }
     pl_jbuf_add(c, b, v->type == JV_LIST ? "]" : "}", 1);
 }
@@ -497,30 +546,6 @@ pl_j_py_string(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n)
         }
     }
     pl_jbuf_add(c, b, &q, 1);
-}
-
-/* The order of a dict's keys by their bytes (pprint's sorted dicts). */
-static size_t *
-pl_j_key_order(pl_jctx_t *c, const pl_jdict_t *d)
-{
-    size_t      *o = pl_j_alloc(c, (d->n + 1) * sizeof(size_t)), i, j, x;
-    pl_jstr_t   *a, *k;
-    int          r;
-
-    for (i = 0; i < d->n; i++) {
-        x = i;
-        k = d->k[x];
-        for (j = i; j > 0; j--) {
-            a = d->k[o[j - 1]];
-            r = memcmp(a->s, k->s, a->n < k->n ? a->n : k->n);
-            if (r < 0 || (r == 0 && a->n <= k->n)) {
-                break;
-            }
-            o[j] = o[j - 1];
-        }
-        o[j] = x;
-    }
-    return o;
 }
 
 /* Python's repr() of a value, as str() of a list or dict shows items;
