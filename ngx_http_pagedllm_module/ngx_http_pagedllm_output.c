@@ -257,7 +257,7 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
     size = (emit + 2) * ngx_http_pagedllm_sse_bound(ctx, 0)
            + ngx_http_pagedllm_sse_bound(ctx, ch->text_len);
 
-    if (!ch->echo_sent) {
+    if (ctx->params.echo.len && !ch->echo_sent) {
         size += ngx_http_pagedllm_sse_bound(ctx, ctx->params.echo.len);
     }
 
