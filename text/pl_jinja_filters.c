@@ -6,6 +6,8 @@
  * sum, round, unique, truncate, wordcount, striptags, attr, title, pprint,
  * filesizeformat, urlencode, xmlattr, groupby.
  * Strings are compared as jinja2 does by default, case-insensitively.
+ * format refuses a width or precision above 999 (a bound on what one
+ * conversion writes; Python has none).
  */
 
 #include <ctype.h>
@@ -108,7 +110,7 @@ static void
 pl_j_format_one(pl_jctx_t *c, pl_jbuf_t *b, char conv, const char *spec,
     const pl_jv_t *x)
 {
-    char     out[512], fmt[64];
+    char     out[2048], fmt[64];     /* width and precision up to 999 */
     pl_jv_t  s;
     int      width = 0, left = (strchr(spec, '-') != NULL), n;
 
@@ -170,6 +172,11 @@ pl_j_format(pl_jctx_t *c, const pl_jv_t *v, const pl_jargs_t *a)
             spec[k++] = s->s[i];
         }
         spec[k] = '\0';
+        if (strspn(spec + strcspn(spec, "123456789"), "0123456789") > 3
+            || strspn(spec + strcspn(spec, "."), ".0123456789") > 4)
+        {
+            pl_j_fail(c, "format: width or precision above 999");
+        }
         if (i == s->n || strchr("%sdirxXoeEfFgG", s->s[i]) == NULL) {
             pl_j_fail(c, "format: unsupported conversion in '%s'", s->s);
         }

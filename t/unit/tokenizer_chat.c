@@ -158,6 +158,10 @@ test_refusals(void)
                 "sandboxed", "list.append refused, as jinja2's sandbox does");
     check_error("{{ x.y }}", NULL, "undefined",
                 "an attribute of an undefined value is an error");
+    check_error("{{ '%99999d' | format(1) }}", NULL, "above 999",
+                "format: a width above 999 refused");
+    check_error("{{ range(3) | slice(2000000) | list }}", NULL, "longer than",
+                "slice: more slices than a list holds refused");
     check_error("{% set s = '' %}{% for i in range(100000) %}"
                 "{% set s = s ~ 'xxxxxxxxxxxxxxxxxxxx' %}{% endfor %}", NULL,
                 "more than 256 MB", "template memory is bounded");
