@@ -19,17 +19,8 @@ use PagedLLM::Test;
 my $J = $PagedLLM::Test::JSON;
 my $t = PagedLLM::Test->new->start;
 
-my $MSGS = '[{"role":"user","content":"Say something."}]';
-
 # a raw JSON body: each field's value written as given
-sub post {
-    my ($chat, %f) = @_;
-    $f{max_tokens} //= 2;
-    if ($chat) { $f{messages} //= $MSGS } else { $f{prompt} //= '"Hi"' }
-    my $body = '{' . join(',', map { "\"$_\":$f{$_}" } sort keys %f) . '}';
-    return $t->request(POST => $chat ? '/v1/chat/completions'
-                                     : '/v1/completions', $body);
-}
+sub post { $t->post_fields(@_) }
 
 sub refused {
     my ($r, $param, $name, $why) = @_;
