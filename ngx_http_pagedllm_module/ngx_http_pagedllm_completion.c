@@ -39,6 +39,10 @@ static void ngx_http_pagedllm_parse(ngx_http_request_t *r,
 static void ngx_http_pagedllm_tokenize_work(void *data, ngx_log_t *log);
 static void ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_echo(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_echo_decoded(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_submit(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_detokenize_work(void *data, ngx_log_t *log);
@@ -225,7 +229,7 @@ ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
     ctx->tok = engine->tok;
 
     if (ctx->params.prompt != NULL && !ctx->detokenize) {
-        ngx_http_pagedllm_submit(r, ctx);
+        ngx_http_pagedllm_echo(r, ctx);
         return;
     }
 
@@ -286,6 +290,56 @@ ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "pagedllm: tokenized, %ui prompt tokens",
                    ctx->params.n_prompt);
+
+    ngx_http_pagedllm_echo(r, ctx);
+}
+
+
+/*
+ * echo: the prompt's text, which each choice's text begins with, as vLLM
+ * makes it: a prompt given as text is echoed as given (truncated or not),
+ * one given as ids is those ids (truncated) decoded, special tokens
+ * included, on the thread pool when they are many.
+ */
+static void
+ngx_http_pagedllm_echo(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    if (!p->want_echo || p->text != NULL) {
+        p->echo.data = p->text;
+        p->echo.len = p->want_echo ? p->text_len : 0;
+        ngx_http_pagedllm_submit(r, ctx);
+        return;
+    }
+
+    if (ngx_http_pagedllm_tokenize_init(r->pool, &ctx->job, ctx->tok, p)
+        != NGX_OK)
+    {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_http_pagedllm_step(r, ctx, ngx_http_pagedllm_detokenize_work,
+                           ngx_http_pagedllm_echo_decoded,
+                           p->n_prompt * sizeof(int32_t)
+                           >= NGX_HTTP_PAGEDLLM_INLINE_MAX);
+}
+
+
+static void
+ngx_http_pagedllm_echo_decoded(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    if (ctx->job.rc != NGX_OK) {
+        ngx_http_finalize_request(r,
+                                  ngx_http_pagedllm_send_error(r,
+                                                               &ctx->job.err));
+        return;
+    }
+
+    ctx->params.echo.data = ctx->job.text;
+    ctx->params.echo.len = ctx->job.text_len;
 
     ngx_http_pagedllm_submit(r, ctx);
 }

@@ -61,6 +61,8 @@ static ngx_int_t ngx_http_pagedllm_f_continue_final(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_keep_stop(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_echo(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_logit_bias(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stop(
@@ -102,22 +104,79 @@ static uint32_t  ngx_http_pagedllm_use_beam_search = PL_SUBMIT_BEAM_SEARCH;
     (NGX_HTTP_PAGEDLLM_J(JSON_TRUE) | NGX_HTTP_PAGEDLLM_J(JSON_FALSE))
 
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_any_bool =
-    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", NULL };
+    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", NULL, NULL };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_any_string =
-    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", NULL };
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", NULL, NULL };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_any_object =
-    { NGX_HTTP_PAGEDLLM_J(JSON_OBJECT), "an object", NULL };
-static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_only_false =
-    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", "[false]" };
+    { NGX_HTTP_PAGEDLLM_J(JSON_OBJECT), "an object", NULL, NULL };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_only_true =
-    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", "[true]" };
+    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", "[true]",
+      "decoding leaves no spaces out between special tokens" };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_empty_array =
-    { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[[]]" };
+    { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[[]]", NULL };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_empty_string =
-    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", "[\"\"]" };
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", "[\"\"]",
+      "fill-in-the-middle is not implemented" };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_no_choice =
     { NGX_HTTP_PAGEDLLM_J(JSON_STRING) | NGX_HTTP_PAGEDLLM_J(JSON_OBJECT),
-      "a string or an object", "[\"none\"]" };
+      "a string or an object", "[\"none\"]", NULL };
+
+/* what is refused, with the reason */
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_priority =
+    { NGX_HTTP_PAGEDLLM_J(JSON_INTEGER), "an integer", "[0]",
+      "requests are scheduled first come, first served" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_allowed_ids =
+    { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[]",
+      "the sampler takes no list of allowed tokens" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_prompt_logprobs =
+    { NGX_HTTP_PAGEDLLM_J(JSON_INTEGER), "an integer", "[]",
+      "the engine does not compute the prompt's logprobs" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_bad_words =
+    { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[[]]",
+      "bad word lists are not implemented" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_processors =
+    { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[[]]",
+      "a request runs no code of its own" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_token_ids_out =
+    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", "[false]",
+      "the output is text" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_request_id =
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", "[]",
+      "the server names each request (its id and X-Request-Id)" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_cache_salt =
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", "[]",
+      "the prefix cache is not salted per request" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_kv_transfer =
+    { NGX_HTTP_PAGEDLLM_J(JSON_OBJECT), "an object", "[]",
+      "there is no disaggregated prefill" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_xargs =
+    { NGX_HTTP_PAGEDLLM_J(JSON_OBJECT), "an object", "[{}]",
+      "no extension reads extra arguments" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_prompt_embeds =
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING) | NGX_HTTP_PAGEDLLM_J(JSON_ARRAY),
+      "a string or an array", "[]",
+      "prompts are text or token ids, not embeddings" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_chat_echo =
+    { NGX_HTTP_PAGEDLLM_J_BOOL, "a boolean", "[false]",
+      "chat does not echo the last message" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_documents =
+    { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[[]]",
+      "documents are not passed to the chat template" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_chat_template =
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", "[]",
+      "the model's own chat template is the one rendered" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_mm_kwargs =
+    { NGX_HTTP_PAGEDLLM_J(JSON_OBJECT), "an object", "[{}]",
+      "the served models take text only" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_audio =
+    { NGX_HTTP_PAGEDLLM_J(JSON_OBJECT), "an object", "[]",
+      "the served models answer in text only" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_web_search =
+    { NGX_HTTP_PAGEDLLM_J(JSON_OBJECT), "an object", "[]",
+      "the server does not search the web" };
+static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_verbosity =
+    { NGX_HTTP_PAGEDLLM_J(JSON_STRING), "a string", "[]",
+      "the served models have no verbosity control" };
 
 #define NGX_HTTP_PAGEDLLM_TYPED(t)                                           \
     ngx_http_pagedllm_f_typed, -1, &ngx_http_pagedllm_##t
@@ -162,6 +221,18 @@ ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "guided_regex", ngx_http_pagedllm_guided_field, -1, NULL },
     { "guided_choice", ngx_http_pagedllm_guided_field, -1, NULL },
     { "guided_grammar", ngx_http_pagedllm_guided_field, -1, NULL },
+    { "add_special_tokens", ngx_http_pagedllm_f_add_special, -1, NULL },
+    { "priority", NGX_HTTP_PAGEDLLM_TYPED(priority) },
+    { "allowed_token_ids", NGX_HTTP_PAGEDLLM_TYPED(allowed_ids) },
+    { "prompt_logprobs", NGX_HTTP_PAGEDLLM_TYPED(prompt_logprobs) },
+    { "bad_words", NGX_HTTP_PAGEDLLM_TYPED(bad_words) },
+    { "logits_processors", NGX_HTTP_PAGEDLLM_TYPED(processors) },
+    { "return_tokens_as_token_ids", NGX_HTTP_PAGEDLLM_TYPED(token_ids_out) },
+    { "return_token_ids", NGX_HTTP_PAGEDLLM_TYPED(token_ids_out) },
+    { "request_id", NGX_HTTP_PAGEDLLM_TYPED(request_id) },
+    { "cache_salt", NGX_HTTP_PAGEDLLM_TYPED(cache_salt) },
+    { "kv_transfer_params", NGX_HTTP_PAGEDLLM_TYPED(kv_transfer) },
+    { "vllm_xargs", NGX_HTTP_PAGEDLLM_TYPED(xargs) },
     { NULL, NULL, -1, NULL }
 };
 
@@ -172,8 +243,9 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_completion_fields[] = {
     { "best_of", NGX_HTTP_PAGEDLLM_PARAM(best_of), NULL },
     { "logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs),
       &ngx_http_pagedllm_want_logprobs },
-    { "echo", NGX_HTTP_PAGEDLLM_TYPED(only_false) },
+    { "echo", ngx_http_pagedllm_f_echo, -1, NULL },
     { "suffix", NGX_HTTP_PAGEDLLM_TYPED(empty_string) },
+    { "prompt_embeds", NGX_HTTP_PAGEDLLM_TYPED(prompt_embeds) },
     { NULL, NULL, -1, NULL }
 };
 
@@ -205,6 +277,13 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
       NULL },
     { "chat_template_kwargs", ngx_http_pagedllm_f_template_kwargs, -1,
       NULL },
+    { "echo", NGX_HTTP_PAGEDLLM_TYPED(chat_echo) },
+    { "documents", NGX_HTTP_PAGEDLLM_TYPED(documents) },
+    { "chat_template", NGX_HTTP_PAGEDLLM_TYPED(chat_template) },
+    { "mm_processor_kwargs", NGX_HTTP_PAGEDLLM_TYPED(mm_kwargs) },
+    { "audio", NGX_HTTP_PAGEDLLM_TYPED(audio) },
+    { "web_search_options", NGX_HTTP_PAGEDLLM_TYPED(web_search) },
+    { "verbosity", NGX_HTTP_PAGEDLLM_TYPED(verbosity) },
     { NULL, NULL, -1, NULL }
 };
 
@@ -666,6 +745,14 @@ ngx_http_pagedllm_f_typed(ngx_http_pagedllm_parse_t *ps, json_t *v)
         }
     }
 
+    if (t->why != NULL) {
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST,
+                                    ps->field->name,
+                                    "'%s' is not supported: %s",
+                                    ps->field->name, t->why);
+        return NGX_ERROR;
+    }
+
     return ngx_http_pagedllm_unsupported(ps);
 }
 
@@ -828,6 +915,22 @@ ngx_http_pagedllm_f_keep_stop(ngx_http_pagedllm_parse_t *ps, json_t *v)
     }
 
     ps->params->keep_stop = b;
+
+    return NGX_OK;
+}
+
+
+/* echo: each choice's text begins with the prompt's */
+static ngx_int_t
+ngx_http_pagedllm_f_echo(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    ngx_uint_t  b;
+
+    if (ngx_http_pagedllm_bool(ps, v, &b) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ps->params->want_echo = b;
 
     return NGX_OK;
 }

@@ -3,10 +3,11 @@
  * ngx_http_pagedllm_handler.h: what the files of the request side share:
  * ngx_http_pagedllm_handler.c (entry, answers sent whole),
  * ngx_http_pagedllm_completion.c (a completion's steps up to submitting),
- * ngx_http_pagedllm_choice.c (the engine's output into each choice) and
- * ngx_http_pagedllm_output.c (SSE events or one JSON body out) and
- * ngx_http_pagedllm_cors.c (CORS headers, preflights) and
- * ngx_http_pagedllm_limit.c (token quotas).  The
+ * ngx_http_pagedllm_choice.c (the engine's output into each choice),
+ * ngx_http_pagedllm_output.c (SSE events or one JSON body out),
+ * ngx_http_pagedllm_cors.c (CORS headers, preflights),
+ * ngx_http_pagedllm_limit.c (token quotas) and
+ * ngx_http_pagedllm_error.c (nginx's own errors as JSON).  The
  * channel does not include it: it calls a request back only through the
  * events the request's ctx carries.
  */

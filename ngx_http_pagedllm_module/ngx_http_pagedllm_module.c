@@ -65,6 +65,8 @@ static ngx_http_handler_pt  ngx_http_pagedllm_metrics =
     ngx_http_pagedllm_metrics_handler;
 static ngx_http_handler_pt  ngx_http_pagedllm_ui =
     ngx_http_pagedllm_ui_handler;
+static ngx_http_handler_pt  ngx_http_pagedllm_error =
+    ngx_http_pagedllm_error_handler;
 
 
 static ngx_command_t  ngx_http_pagedllm_commands[] = {
@@ -160,12 +162,20 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
+
     { ngx_string("pagedllm_ui"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_pagedllm_set_handler,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       &ngx_http_pagedllm_ui },
+
+    { ngx_string("pagedllm_error"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_pagedllm_set_handler,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_pagedllm_error },
 
       ngx_null_command
 };
@@ -248,7 +258,8 @@ ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* pagedllm, pagedllm_status, pagedllm_metrics: cmd->post is the handler */
+/* pagedllm, pagedllm_status, pagedllm_metrics, pagedllm_error: cmd->post
+   is the handler */
 static char *
 ngx_http_pagedllm_set_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {

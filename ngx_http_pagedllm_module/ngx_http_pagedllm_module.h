@@ -24,6 +24,7 @@
  *   ngx_http_pagedllm_output.c      SSE events or one JSON body out
  *   ngx_http_pagedllm_cors.c        CORS headers, preflights answered
  *   ngx_http_pagedllm_limit.c       token quotas per key in shared zones
+ *   ngx_http_pagedllm_error.c       OpenAI JSON for nginx's own errors
  * OpenAI JSON in (ngx_http_pagedllm_request.h):
  *   ngx_http_pagedllm_request.c     the body decoded, fields checked
  *                                   together, the length
@@ -169,6 +170,7 @@ typedef struct {
     ngx_uint_t                    n_stop_ids;
     ngx_str_t                     stop[NGX_HTTP_PAGEDLLM_MAX_STOP];
     ngx_uint_t                    n_stop;
+    ngx_str_t                     echo;          /* echo: the prompt text */
     unsigned                      stream:1;
     unsigned                      include_usage:1;
     unsigned                      chat:1;        /* /v1/chat/completions */
@@ -181,6 +183,7 @@ typedef struct {
     u_char                       *grammar;
     size_t                        grammar_len;
     const char                   *grammar_field;   /* which set it */
+    unsigned                      want_echo:1;      /* completions' echo */
 } ngx_http_pagedllm_params_t;
 
 
@@ -286,6 +289,7 @@ typedef struct {
     unsigned                      stopped:1;     /* cut at a stop string */
     unsigned                      final_sent:1;  /* its finish_reason */
     unsigned                      role_sent:1;   /* chat: first delta */
+    unsigned                      echo_sent:1;   /* echo: the prompt */
 } ngx_http_pagedllm_choice_t;
 
 
@@ -371,6 +375,9 @@ ngx_int_t ngx_http_pagedllm_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_pagedllm_status_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_pagedllm_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *type, ngx_buf_t *b);
+
+/* error */
+ngx_int_t ngx_http_pagedllm_error_handler(ngx_http_request_t *r);
 
 /* metrics */
 ngx_int_t ngx_http_pagedllm_metrics_init(ngx_conf_t *cf);

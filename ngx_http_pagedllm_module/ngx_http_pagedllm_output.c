@@ -259,6 +259,10 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
     size = (emit + 2) * ngx_http_pagedllm_sse_bound(ctx, 0)
            + ngx_http_pagedllm_sse_bound(ctx, ch->text_len);
 
+    if (ctx->params.echo.len && !ch->echo_sent) {
+        size += ngx_http_pagedllm_sse_bound(ctx, ctx->params.echo.len);
+    }
+
     for (i = 0; lpj && i < emit; i++) {
         size += lpj[i].len;
     }
@@ -283,6 +287,13 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     if (ctx->chat && !ch->role_sent && (emit || final)) {
         p = ngx_http_pagedllm_sse_role(p, ctx, ch->index);
         ch->role_sent = 1;
+    }
+
+    if (ctx->params.echo.len && !ch->echo_sent && (emit || final)) {
+        p = ngx_http_pagedllm_sse_text(p, ctx, ch->index,
+                                       ctx->params.echo.data,
+                                       ctx->params.echo.len, NULL, 0);
+        ch->echo_sent = 1;
     }
 
     for (i = 0; i < emit; i++) {

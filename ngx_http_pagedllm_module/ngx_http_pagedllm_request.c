@@ -479,6 +479,14 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
+    if (p->want_echo && (p->flags & PL_SUBMIT_LOGPROBS)) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "echo",
+                                    "'echo' with 'logprobs' is not "
+                                    "supported: the engine does not compute "
+                                    "the prompt's logprobs");
+        return NGX_ERROR;
+    }
+
     if (ngx_http_pagedllm_given(root, "stream_options") && !p->stream) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                     "stream_options",

@@ -36,11 +36,13 @@ typedef struct {
 
 /* What a field read for its JSON type only must be: types, a mask of
    1 << json_type; what, the types in words; neutral, the JSON array of
-   the values that ask for nothing (NULL: any value of the types). */
+   the values that ask for nothing (NULL: any value of the types); why,
+   the reason another value is refused (NULL: none given). */
 typedef struct {
     unsigned                      types;
     const char                   *what;
     const char                   *neutral;
+    const char                   *why;
 } ngx_http_pagedllm_typed_t;
 
 

@@ -47,6 +47,8 @@ static u_char *ngx_http_pagedllm_sse_choice(u_char *p,
 static u_char *ngx_http_pagedllm_sse_end(u_char *p,
     ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *logprobs,
     uint32_t finish_reason);
+static json_t *ngx_http_pagedllm_choice_text(ngx_pool_t *pool,
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
 static json_t *ngx_http_pagedllm_choice_json(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
 
@@ -518,6 +520,32 @@ ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
+/* the choice's text, after the prompt's with echo */
+static json_t *
+ngx_http_pagedllm_choice_text(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
+{
+    u_char     *all;
+    ngx_str_t  *echo;
+
+    echo = &ctx->params.echo;
+
+    if (echo->len == 0) {
+        return json_stringn((char *) ch->text, ch->text_len);
+    }
+
+    all = ngx_pnalloc(pool, echo->len + ch->text_len);
+    if (all == NULL) {
+        return NULL;
+    }
+
+    ngx_memcpy(ngx_cpymem(all, echo->data, echo->len), ch->text,
+               ch->text_len);
+
+    return json_stringn((char *) all, echo->len + ch->text_len);
+}
+
+
 static json_t *
 ngx_http_pagedllm_choice_json(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch)
@@ -534,7 +562,7 @@ ngx_http_pagedllm_choice_json(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
         return NULL;
     }
 
-    text = json_stringn((char *) ch->text, ch->text_len);
+    text = ngx_http_pagedllm_choice_text(pool, ctx, ch);
 
     if (api->message) {
         text = json_pack("{s:s,s:o}", "role", "assistant", "content", text);

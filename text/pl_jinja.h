@@ -4,17 +4,23 @@
  *
  * A template is parsed once (pl_jinja_parse) into a read-only tree and
  * rendered any number of times with variables given as a jansson object.
- * Rendering follows @huggingface/jinja, the reference the tests compare
- * against: lstrip_blocks and trim_blocks on, one trailing newline of the
- * template dropped, none prints as nothing, booleans as true/false, lists
- * and dicts as JSON.  Supported: {{ }}, {% if/elif/else %}, {% for %}
- * (tuple targets, "if" filter, else, loop.*), {% set %} (names, namespace
- * attributes, tuples, blocks), {% macro %}, {% break %}, {% continue %},
- * whitespace control, comments; expressions with literals, lists, dicts,
- * attribute/index/slice access, calls, filters, tests, arithmetic,
- * comparisons, in, and/or/not, conditional expressions; raise_exception,
- * namespace and range; common filters and string/list/dict methods.
- * Anything else is refused with a message naming it.
+ * Rendering follows Python's jinja2 as transformers' apply_chat_template
+ * configures it, what models were trained with and the reference
+ * t/31-chat-jinja2.t compares against: sandboxed (lists immutable),
+ * lstrip_blocks and trim_blocks on, one trailing newline of the template
+ * dropped, values printed as Python's str() prints them (True, False,
+ * None, ['a', 1], {'k': 1.0}, (1, 2)), an undefined value as nothing and
+ * looking into one an error, tojson without ASCII escaping.  Supported:
+ * {{ }}, {% if/elif/else %}, {% for %} (tuple targets, "if" filter, else,
+ * loop.*), {% set %} (names, namespace attributes, tuples, blocks),
+ * {% macro %}, {% break %}, {% continue %}, whitespace control, comments;
+ * expressions with literals, lists, tuples, dicts, attribute/index/slice
+ * access, calls, filters, tests, arithmetic, comparisons, in, and/or/not,
+ * conditional expressions; raise_exception, strftime_now, namespace, dict
+ * and range; jinja2's builtin filters and tests but for those that are
+ * random (random), wrap text (wordwrap, urlize) or make callables
+ * (cycler, joiner, lipsum); string/list/dict methods that read.  Anything
+ * else is refused with a message naming it.
  */
 
 #ifndef PL_JINJA_H

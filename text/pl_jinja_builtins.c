@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pl_jinja_internal.h"
 
@@ -31,7 +32,7 @@ pl_j_eval_args(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n, pl_jargs_t *a)
 }
 
 /* Argument i, or keyword name, or undefined. */
-static pl_jv_t
+pl_jv_t
 pl_j_arg(const pl_jargs_t *a, int i, const char *name)
 {
     int  k;
@@ -162,7 +163,7 @@ pl_j_replace(pl_jctx_t *c, const pl_jstr_t *s, const pl_jv_t *from,
 }
 
 /* upper / lower / title / capitalize (ASCII and simple lowercase). */
-static pl_jv_t
+pl_jv_t
 pl_j_case(pl_jctx_t *c, const pl_jstr_t *s, int how)
 {
     pl_jv_t  r = pl_jv_str(c, s->s, s->n);
@@ -247,7 +248,7 @@ pl_j_str_method(pl_jctx_t *c, const pl_jstr_t *s, const char *m,
     pl_j_fail(c, "unsupported string method %s()", m);
 }
 
-static pl_jv_t
+pl_jv_t
 pl_j_dict_items(pl_jctx_t *c, const pl_jdict_t *d, int what)
 {
     pl_jv_t  out = pl_jv_list(c), key = { JV_STR, { 0 } }, pair;
@@ -261,6 +262,7 @@ pl_j_dict_items(pl_jctx_t *c, const pl_jdict_t *d, int what)
             pl_jlist_push(c, out.u.l, d->v[i]);
         } else {
             pair = pl_jv_list(c);
+            pair.u.l->tuple = 1;
             pl_jlist_push(c, pair.u.l, key);
             pl_jlist_push(c, pair.u.l, d->v[i]);
             pl_jlist_push(c, out.u.l, pair);
@@ -290,8 +292,10 @@ pl_j_method(pl_jctx_t *c, pl_jv_t *obj, const char *m, const pl_jargs_t *a)
         }
     }
     if (obj->type == JV_LIST && strcmp(m, "append") == 0) {
-        pl_jlist_push(c, obj->u.l, a0);
-        return pl_jv_of(JV_NONE);
+        /* transformers renders in jinja2's ImmutableSandboxedEnvironment,
+           where changing a list is a SecurityError */
+        pl_j_fail(c, "list.append() is not allowed: templates run "
+                  "sandboxed, with immutable lists");
     }
     pl_j_fail(c, "unsupported method %s() on %s", m, pl_jv_typename(obj));
 }
@@ -384,6 +388,25 @@ pl_j_range(pl_jctx_t *c, const pl_jargs_t *a)
     return out;
 }
 
+/* transformers' strftime_now(format): the local time now, formatted */
+static pl_jv_t
+pl_j_strftime_now(pl_jctx_t *c, const pl_jargs_t *a)
+{
+    pl_jv_t     fmt = pl_j_arg(a, 0, "format");
+    char        out[256];
+    time_t      now = time(NULL);
+    struct tm   tm;
+    size_t      n;
+
+    pl_j_want_str(c, &fmt, "strftime_now");
+    localtime_r(&now, &tm);
+    n = strftime(out, sizeof(out), fmt.u.s->s, &tm);
+    if (n == 0 && fmt.u.s->n != 0) {
+        pl_j_fail(c, "strftime_now: format too long or empty result");
+    }
+    return pl_jv_str(c, out, n);
+}
+
 pl_jv_t
 pl_j_call(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
 {
@@ -415,6 +438,9 @@ pl_j_call(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
         if (callee.type == JV_UNDEF && strcmp(name, "namespace") == 0) {
             return pl_j_namespace(c, &a);
         }
+        if (callee.type == JV_UNDEF && strcmp(name, "strftime_now") == 0) {
+            return pl_j_strftime_now(c, &a);
+        }
         if (callee.type == JV_UNDEF && strcmp(name, "range") == 0) {
             return pl_j_range(c, &a);
         }
@@ -435,6 +461,63 @@ pl_j_call(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
 }
 
 /* ---- rendering: tests and filters ---- */
+
+static const char  *pl_j_filter_names[] = {
+    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default",
+    "dictsort", "e", "escape", "filesizeformat", "first", "float",
+    "forceescape", "format", "groupby", "indent", "int", "items", "join",
+    "last", "length", "list", "lower", "map", "max", "min", "pprint",
+    "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
+    "selectattr", "slice", "sort", "string", "striptags", "sum", "title",
+    "tojson", "trim", "truncate", "unique", "upper", "urlencode",
+    "wordcount", "xmlattr", NULL
+};
+
+static const char  *pl_j_test_names[] = {
+    "!=", "<", "<=", "==", ">", ">=", "boolean", "callable", "defined",
+    "divisibleby", "eq", "equalto", "escaped", "even", "false", "filter",
+    "float", "ge", "greaterthan", "gt", "in", "integer", "iterable", "le",
+    "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd",
+    "sameas", "sequence", "string", "test", "true", "undefined", "upper",
+    NULL
+};
+
+/* Python's "is": one object; None, booleans and the small integers
+   CPython caches are one object per value, other values one per making */
+static int
+pl_j_same(const pl_jv_t *a, const pl_jv_t *b)
+{
+    if (a->type != b->type) {
+        return 0;
+    }
+    switch (a->type) {
+    case JV_UNDEF: case JV_NONE: return 1;
+    case JV_BOOL: return a->u.b == b->u.b;
+    case JV_INT: return a->u.i == b->u.i && a->u.i >= -5 && a->u.i <= 256;
+    case JV_STR: return a->u.s == b->u.s;
+    case JV_LIST: return a->u.l == b->u.l;
+    case JV_DICT: return a->u.d == b->u.d;
+    case JV_MACRO: return a->u.m == b->u.m;
+    default: return 0;
+    }
+}
+
+/* "x is filter" / "x is test": whether a filter or test is named x */
+static int
+pl_j_builtin_name(pl_jctx_t *c, const char *t, const pl_jv_t *v)
+{
+    const char  **n = (t[0] == 'f') ? pl_j_filter_names : pl_j_test_names;
+
+    if (v->type != JV_STR) {
+        pl_j_fail(c, "test %s expects a string", t);
+    }
+    for (; *n != NULL; n++) {
+        if (strcmp(*n, v->u.s->s) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 int
 pl_j_test(pl_jctx_t *c, const pl_jstr_t *name, const pl_jv_t *v,
@@ -469,12 +552,36 @@ pl_j_test(pl_jctx_t *c, const pl_jstr_t *name, const pl_jv_t *v,
         return v->type == JV_INT && a0.type == JV_INT && a0.u.i != 0
                && v->u.i % a0.u.i == 0;
     }
-    if (strcmp(t, "equalto") == 0 || strcmp(t, "eq") == 0
-        || strcmp(t, "sameas") == 0)
-    {
+    if (strcmp(t, "equalto") == 0 || strcmp(t, "eq") == 0) {
         return pl_j_equal(v, &a0);
     }
-    if (strcmp(t, "ne") == 0) return !pl_j_equal(v, &a0);
+    if (strcmp(t, "sameas") == 0) {
+        return pl_j_same(v, &a0);
+    }
+    if (strcmp(t, "ne") == 0 || strcmp(t, "!=") == 0) {
+        return !pl_j_equal(v, &a0);
+    }
+    if (strcmp(t, "==") == 0) return pl_j_equal(v, &a0);
+    if (strcmp(t, "lt") == 0 || strcmp(t, "<") == 0
+        || strcmp(t, "lessthan") == 0)
+    {
+        return pl_j_compare_order(c, v, &a0) < 0;
+    }
+    if (strcmp(t, "gt") == 0 || strcmp(t, ">") == 0
+        || strcmp(t, "greaterthan") == 0)
+    {
+        return pl_j_compare_order(c, v, &a0) > 0;
+    }
+    if (strcmp(t, "le") == 0 || strcmp(t, "<=") == 0) {
+        return pl_j_compare_order(c, v, &a0) <= 0;
+    }
+    if (strcmp(t, "ge") == 0 || strcmp(t, ">=") == 0) {
+        return pl_j_compare_order(c, v, &a0) >= 0;
+    }
+    if (strcmp(t, "escaped") == 0) return 0;
+    if (strcmp(t, "filter") == 0 || strcmp(t, "test") == 0) {
+        return pl_j_builtin_name(c, t, v);
+    }
     if (strcmp(t, "in") == 0) return pl_j_contains(c, &a0, v);
     if (strcmp(t, "lower") == 0 || strcmp(t, "upper") == 0) {
         pl_jv_t  x;
@@ -557,51 +664,47 @@ pl_j_join(pl_jctx_t *c, const pl_jv_t *v, const pl_jargs_t *a)
     return pl_jbuf_close(c, buf);
 }
 
+/* sort(reverse=false, case_sensitive=false, attribute=none) */
 static pl_jv_t
 pl_j_sorted(pl_jctx_t *c, const pl_jv_t *v, const pl_jargs_t *a)
 {
-    pl_jlist_t  *l = pl_j_iterable(c, v);
-    pl_jv_t      out = pl_jv_list(c), rev = pl_j_arg(a, 0, "reverse");
-    pl_jv_t      attr = pl_j_arg(a, 2, "attribute");
-    size_t       i, j;
+    pl_jv_t  rev = pl_j_arg(a, 0, "reverse");
+    pl_jv_t  cs = pl_j_arg(a, 1, "case_sensitive");
+    pl_jv_t  attr = pl_j_arg(a, 2, "attribute");
 
-    for (i = 0; i < l->n; i++) {
-        pl_jlist_push(c, out.u.l, l->v[i]);
-    }
-    for (i = 1; i < out.u.l->n; i++) {
-        pl_jv_t  x = out.u.l->v[i], kx = x;
-
-        if (attr.type == JV_STR) {
-            kx = pl_j_get_attr(&x, attr.u.s->s, attr.u.s->n);
-        }
-        for (j = i; j > 0; j--) {
-            pl_jv_t  ky = out.u.l->v[j - 1];
-            int      r;
-
-            if (attr.type == JV_STR) {
-                ky = pl_j_get_attr(&ky, attr.u.s->s, attr.u.s->n);
-            }
-            r = pl_j_compare_order(c, &ky, &kx);
-            if (pl_j_truthy(&rev) ? r >= 0 : r <= 0) {
-                break;
-            }
-            out.u.l->v[j] = out.u.l->v[j - 1];
-        }
-        out.u.l->v[j] = x;
-    }
-    return out;
+    return pl_j_sort_list(c, pl_j_iterable(c, v), &attr, pl_j_truthy(&cs),
+                          pl_j_truthy(&rev));
 }
 
+/* transformers' tojson(x, ensure_ascii=False, indent=None,
+   separators=None, sort_keys=False): json.dumps with those */
 static pl_jv_t
 pl_j_tojson(pl_jctx_t *c, const pl_jv_t *v, const pl_jargs_t *a)
 {
-    pl_jv_t     ind = pl_j_arg(a, 0, "indent");
+    pl_jv_t     ind = pl_j_arg(a, 1, "indent"), sep = pl_j_arg(a, 2,
+                                                           "separators");
+    pl_jv_t     sk = pl_j_arg(a, 3, "sort_keys");
+    pl_jv_t     ea = pl_j_arg(a, 0, "ensure_ascii");
     pl_jbuf_t  *buf = pl_jbuf_open(c);
+    pl_jjson_t  o;
 
     if (ind.type != JV_UNDEF && ind.type != JV_NONE && ind.type != JV_INT) {
         pl_j_fail(c, "tojson: indent must be an integer");
     }
-    pl_j_json(c, buf, v, ind.type == JV_INT ? (int) ind.u.i : 0, 0);
+    o.ascii = pl_j_truthy(&ea);
+    o.indent = ind.type == JV_INT ? (int) ind.u.i : -1;
+    o.item_sep = o.indent >= 0 ? "," : ", ";
+    o.key_sep = ": ";
+    o.sort_keys = pl_j_truthy(&sk);
+    if (sep.type == JV_LIST && sep.u.l->n == 2
+        && sep.u.l->v[0].type == JV_STR && sep.u.l->v[1].type == JV_STR)
+    {
+        o.item_sep = sep.u.l->v[0].u.s->s;
+        o.key_sep = sep.u.l->v[1].u.s->s;
+    } else if (sep.type != JV_UNDEF && sep.type != JV_NONE) {
+        pl_j_fail(c, "tojson: separators must be two strings");
+    }
+    pl_j_json(c, buf, v, &o, 0);
     return pl_jbuf_close(c, buf);
 }
 
@@ -682,7 +785,7 @@ pl_j_number_filter(const char *t, const pl_jv_t *v)
     return t[0] == 'i' ? pl_jv_int((long long) d) : pl_jv_float(d);
 }
 
-static pl_jv_t
+pl_jv_t
 pl_j_escape(pl_jctx_t *c, const pl_jv_t *v)
 {
     pl_jv_t     s = pl_j_tostring(c, v);
@@ -720,10 +823,10 @@ pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,
         return pl_j_tojson(c, &v, a);
     }
     if (strcmp(t, "upper") == 0 || strcmp(t, "lower") == 0
-        || strcmp(t, "title") == 0 || strcmp(t, "capitalize") == 0)
+        || strcmp(t, "capitalize") == 0)
     {
         return pl_j_case(c, pl_j_want_str(c, &v, t), t[0] == 'u' ? 'u'
-                         : t[0] == 'l' ? 'l' : t[0] == 't' ? 't' : 'c');
+                         : t[0] == 'l' ? 'l' : 'c');
     }
     if (strcmp(t, "default") == 0 || strcmp(t, "d") == 0) {
         pl_jv_t  b = pl_j_arg(a, 1, "boolean");
@@ -772,6 +875,12 @@ pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,
     }
     if (strcmp(t, "indent") == 0) {
         return pl_j_indent_filter(c, &v, a);
+    }
+    if (strcmp(t, "forceescape") == 0) {
+        return pl_j_escape(c, &v);
+    }
+    if (pl_j_filter_more(c, t, &v, a, &a0)) {
+        return a0;
     }
     pl_j_fail(c, "unsupported filter '%s'", t);
 }

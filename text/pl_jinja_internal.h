@@ -83,6 +83,7 @@ struct pl_jlist_s {
     size_t    n;
     size_t    cap;
     pl_jv_t  *v;
+    int       tuple;   /* printed (a, b), as a Python tuple */
 };
 
 struct pl_jdict_s {
@@ -203,6 +204,16 @@ typedef struct {
     int          nkw;
 } pl_jargs_t;
 
+/* json.dumps' options, as transformers' tojson passes them: indent (-1:
+   one line), the separators, sort_keys */
+typedef struct {
+    int          indent;
+    const char  *item_sep;
+    const char  *key_sep;
+    int          sort_keys;
+    int          ascii;      /* ensure_ascii: \uXXXX beyond ASCII */
+} pl_jjson_t;
+
 /* pl_jinja_value.c: arena, values, output buffers, printing and JSON */
 
 void pl_ja_free(pl_ja_t *a);
@@ -226,10 +237,11 @@ void pl_jbuf_add(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n);
 void pl_jbuf_cstr(pl_jctx_t *c, pl_jbuf_t *b, const char *s);
 pl_jbuf_t *pl_jbuf_open(pl_jctx_t *c);
 pl_jv_t pl_jbuf_close(pl_jctx_t *c, pl_jbuf_t *b);
-void pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
-    int depth);
+void pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v,
+    const pl_jjson_t *o, int depth);
 void pl_j_print(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v);
 pl_jv_t pl_j_tostring(pl_jctx_t *c, const pl_jv_t *v);
+pl_jv_t pl_j_reprstring(pl_jctx_t *c, const pl_jv_t *v, int sorted);
 int pl_j_truthy(const pl_jv_t *v);
 int pl_j_isnum(const pl_jv_t *v);
 double pl_j_num(const pl_jv_t *v);
@@ -265,6 +277,17 @@ int pl_j_test(pl_jctx_t *c, const pl_jstr_t *name, const pl_jv_t *v,
     const pl_jargs_t *a);
 pl_jv_t pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,
     const pl_jargs_t *a);
+pl_jv_t pl_j_arg(const pl_jargs_t *a, int i, const char *name);
+pl_jv_t pl_j_case(pl_jctx_t *c, const pl_jstr_t *s, int how);
+pl_jv_t pl_j_escape(pl_jctx_t *c, const pl_jv_t *v);
+pl_jv_t pl_j_dict_items(pl_jctx_t *c, const pl_jdict_t *d, int what);
+
+/* pl_jinja_filters.c: the rest of jinja2's builtin filters */
+
+pl_jv_t pl_j_sort_list(pl_jctx_t *c, const pl_jlist_t *l, const pl_jv_t *attr,
+    int cs, int reverse);
+int pl_j_filter_more(pl_jctx_t *c, const char *t, const pl_jv_t *v,
+    const pl_jargs_t *a, pl_jv_t *out);
 
 /* pl_jinja_render.c: variables, operators, evaluation, statements */
 

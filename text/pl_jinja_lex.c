@@ -106,7 +106,12 @@ pl_j_lex(pl_jctx_t *c)
 
         t.i = strtoll(s, &endp, 10);
         t.type = T_INT;
-        if (*endp == '.' && endp[1] >= '0' && endp[1] <= '9') {
+        if ((*endp == '.' && endp[1] >= '0' && endp[1] <= '9')
+            || ((*endp == 'e' || *endp == 'E')
+                && ((endp[1] >= '0' && endp[1] <= '9')
+                    || ((endp[1] == '+' || endp[1] == '-')
+                        && endp[2] >= '0' && endp[2] <= '9'))))
+        {
             t.f = strtod(s, &endp);
             t.type = T_FLOAT;
         }

@@ -141,6 +141,7 @@ pl_j_primary(pl_jctx_t *c)
             if (pl_j_accept(c, T_OP, ",")) {
                 pl_jn_t  *l = pl_j_node(c, E_LIST);
 
+                l->op = 1;      /* a tuple */
                 l->b = n;
                 n->next = pl_j_args(c, ")", 0);
                 return l;
@@ -243,6 +244,7 @@ pl_j_filters(pl_jctx_t *c, pl_jn_t *n)
             pl_jtok_t  t = pl_j_peek(c);
 
             if (t.type == T_STR || t.type == T_INT || t.type == T_FLOAT
+                || pl_j_is(&t, T_OP, "[") || pl_j_is(&t, T_OP, "{")
                 || (t.type == T_NAME && !pl_j_is(&t, T_NAME, "and")
                     && !pl_j_is(&t, T_NAME, "or")
                     && !pl_j_is(&t, T_NAME, "else")
@@ -255,8 +257,9 @@ pl_j_filters(pl_jctx_t *c, pl_jn_t *n)
     }
 }
 
+/* A sign binds tighter than a filter, as in jinja2: -x|abs is (-x)|abs. */
 static pl_jn_t *
-pl_j_unary(pl_jctx_t *c)
+pl_j_signed(pl_jctx_t *c, int filters)
 {
     pl_jn_t  *n;
 
@@ -265,14 +268,20 @@ pl_j_unary(pl_jctx_t *c)
     }
     if (pl_j_accept(c, T_OP, "-")) {
         n = pl_j_node(c, E_NEG);
-        n->a = pl_j_unary(c);
+        n->a = pl_j_signed(c, 0);
     } else if (pl_j_accept(c, T_OP, "+")) {
-        n = pl_j_unary(c);
+        n = pl_j_signed(c, 0);
     } else {
-        n = pl_j_filters(c, pl_j_postfix(c));
+        n = pl_j_postfix(c);
     }
     c->depth--;
-    return n;
+    return filters ? pl_j_filters(c, n) : n;
+}
+
+static pl_jn_t *
+pl_j_unary(pl_jctx_t *c)
+{
+    return pl_j_signed(c, 1);
 }
 
 static pl_jn_t *

@@ -249,10 +249,21 @@ pl_j_eval_list(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
 {
     pl_jv_t  out = pl_jv_list(c);
 
+    out.u.l->tuple = n->op;
     for (n = n->b; n != NULL; n = n->next) {
         pl_jlist_push(c, out.u.l, pl_j_eval(c, f, n));
     }
     return out;
+}
+
+/* jinja2's Undefined: looking into an undefined value is an error */
+static void
+pl_j_defined(pl_jctx_t *c, const pl_jv_t *v, const pl_jstr_t *attr)
+{
+    if (v->type == JV_UNDEF) {
+        pl_j_fail(c, "undefined value has no %s%s",
+                  attr ? "attribute " : "item", attr ? attr->s : "");
+    }
 }
 
 static pl_jv_t
@@ -282,9 +293,11 @@ pl_j_eval(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
         return pl_j_lookup(f, n->name);
     case E_ATTR:
         a = pl_j_eval(c, f, n->a);
+        pl_j_defined(c, &a, n->name);
         return pl_j_get_attr(&a, n->name->s, n->name->n);
     case E_INDEX:
         a = pl_j_eval(c, f, n->a);
+        pl_j_defined(c, &a, NULL);
         b = pl_j_eval(c, f, n->b);
         return pl_j_index(c, &a, &b);
     case E_SLICE:

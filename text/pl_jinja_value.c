@@ -291,23 +291,25 @@ pl_jbuf_close(pl_jctx_t *c, pl_jbuf_t *b)
 
 /* ---- number and JSON formatting ---- */
 
-/* JavaScript's Number.prototype.toString for finite doubles. */
+/*
+ * Python's repr() of a float, which str(), print and json.dumps share:
+ * the shortest digits that read back to the same double, positional
+ * with at least one decimal for exponents -4..15, else d.ddde+XX.
+ */
 static void
-pl_j_fmt_number(double f, char *out, size_t cap)
+pl_j_fmt_number(double f, char *out, size_t cap, int json)
 {
     char  tmp[40], digits[40], *e;
     int   prec, exp10, nd, i, k;
 
-    if (isnan(f)) {
-        snprintf(out, cap, "NaN");
-        return;
-    }
-    if (isinf(f)) {
-        snprintf(out, cap, f < 0 ? "-Infinity" : "Infinity");
+    if (isnan(f) || isinf(f)) {
+        snprintf(out, cap, "%s%s", f < 0 ? "-" : "",
+                 isnan(f) ? (json ? "NaN" : "nan")
+                          : (json ? "Infinity" : "inf"));
         return;
     }
     if (f == 0) {
-        snprintf(out, cap, "0");
+        snprintf(out, cap, "%s0.0", signbit(f) ? "-" : "");
         return;
     }
     for (prec = 1; prec <= 17; prec++) {
@@ -332,16 +334,16 @@ pl_j_fmt_number(double f, char *out, size_t cap)
     if (f < 0) {
         out[k++] = '-';
     }
-    if (exp10 >= 21 || exp10 <= -7) {
+    if (exp10 >= 16 || exp10 < -4) {
         k += snprintf(out + k, cap - (size_t) k, "%c%s%.*s", digits[0],
                       nd > 1 ? "." : "", nd - 1, digits + 1);
-        snprintf(out + k, cap - (size_t) k, "e%c%d", exp10 < 0 ? '-' : '+',
+        snprintf(out + k, cap - (size_t) k, "e%c%02d", exp10 < 0 ? '-' : '+',
                  exp10 < 0 ? -exp10 : exp10);
     } else if (exp10 >= nd - 1) {
-        snprintf(out + k, cap - (size_t) k, "%s%0*d", digits,
+        snprintf(out + k, cap - (size_t) k, "%s%0*d.0", digits,
                  exp10 - nd + 1, 0);
         if (exp10 - nd + 1 == 0) {
-            out[k + nd] = '\0';
+            snprintf(out + k, cap - (size_t) k, "%s.0", digits);
         }
     } else if (exp10 >= 0) {
         snprintf(out + k, cap - (size_t) k, "%.*s.%s", exp10 + 1, digits,
@@ -355,17 +357,22 @@ pl_j_fmt_number(double f, char *out, size_t cap)
     }
 }
 
+/* A JSON string as json.dumps writes it; ascii: ensure_ascii, every
+   character beyond ASCII as \uXXXX (a surrogate pair above U+FFFF). */
 static void
-pl_j_json_string(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n)
+pl_j_json_string(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n,
+    int ascii)
 {
-    size_t  i, run = 0;
-    char    esc[8];
+    size_t    i, run = 0, len;
+    char      esc[16];
+    uint32_t  cp;
 
     pl_jbuf_add(c, b, "\"", 1);
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < n; i += len) {
         unsigned char  ch = (unsigned char) s[i];
         const char    *rep = NULL;
 
+        len = 1;
         switch (ch) {
         case '"': rep = "\\\""; break;
         case '\\': rep = "\\\\"; break;
@@ -375,19 +382,58 @@ pl_j_json_string(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n)
         case '\r': rep = "\\r"; break;
         case '\t': rep = "\\t"; break;
         default:
-            if (ch < 0x20) {
+            if (ch < 0x20 || (ascii && ch == 0x7f)) {
                 snprintf(esc, sizeof(esc), "\\u%04x", ch);
                 rep = esc;
+            } else if (ascii && ch >= 0x80
+                       && (len = pl_utf8_seq_len((const uint8_t *) s + i,
+                                                 n - i)) != 0)
+            {
+                pl_utf8_next((const uint8_t *) s + i, &cp);
+                if (cp > 0xffff) {
+                    cp -= 0x10000;
+                    snprintf(esc, sizeof(esc), "\\u%04x\\u%04x",
+                             0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+                } else {
+                    snprintf(esc, sizeof(esc), "\\u%04x", cp);
+                }
+                rep = esc;
+            } else if (len == 0) {
+                len = 1;
             }
         }
         if (rep != NULL) {
             pl_jbuf_add(c, b, s + run, i - run);
             pl_jbuf_cstr(c, b, rep);
-            run = i + 1;
+            run = i + len;
         }
     }
     pl_jbuf_add(c, b, s + run, n - run);
     pl_jbuf_add(c, b, "\"", 1);
+}
+
+/* The order of a dict's keys by their bytes (pprint, tojson's sort_keys). */
+static size_t *
+pl_j_key_order(pl_jctx_t *c, const pl_jdict_t *d)
+{
+    size_t      *o = pl_j_alloc(c, (d->n + 1) * sizeof(size_t)), i, j, x;
+    pl_jstr_t   *a, *k;
+    int          r;
+
+    for (i = 0; i < d->n; i++) {
+        x = i;
+        k = d->k[x];
+        for (j = i; j > 0; j--) {
+            a = d->k[o[j - 1]];
+            r = memcmp(a->s, k->s, a->n < k->n ? a->n : k->n);
+            if (r < 0 || (r == 0 && a->n <= k->n)) {
+                break;
+            }
+            o[j] = o[j - 1];
+        }
+        o[j] = x;
+    }
+    return o;
 }
 
 static void
@@ -403,11 +449,11 @@ pl_j_indent(pl_jctx_t *c, pl_jbuf_t *b, int indent, int depth)
 
 /* JSON the way the reference's tojson and list/dict printing write it. */
 void
-pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
-    int depth)
+pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v,
+    const pl_jjson_t *o, int depth)
 {
-    char    num[48];
-    size_t  i, n;
+    char     num[48];
+    size_t   i, k, n, *order = NULL;
 
     if (depth > PL_J_MAX_DEPTH) {
         pl_j_fail(c, "value nested too deeply");
@@ -424,11 +470,11 @@ pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
         pl_jbuf_cstr(c, b, num);
         return;
     case JV_FLOAT:
-        pl_j_fmt_number(v->u.f, num, sizeof(num));
+        pl_j_fmt_number(v->u.f, num, sizeof(num), 1);
         pl_jbuf_cstr(c, b, num);
         return;
     case JV_STR:
-        pl_j_json_string(c, b, v->u.s->s, v->u.s->n);
+        pl_j_json_string(c, b, v->u.s->s, v->u.s->n, o->ascii);
         return;
     case JV_MACRO:
         pl_j_fail(c, "cannot convert a macro to JSON");
@@ -436,52 +482,169 @@ pl_j_json(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int indent,
         break;
     }
     n = (v->type == JV_LIST) ? v->u.l->n : v->u.d->n;
+    if (o->sort_keys && v->type == JV_DICT) {
+        order = pl_j_key_order(c, v->u.d);
+    }
     pl_jbuf_add(c, b, v->type == JV_LIST ? "[" : "{", 1);
     for (i = 0; i < n; i++) {
         if (i > 0) {
-            pl_jbuf_cstr(c, b, indent ? "," : ", ");
+            pl_jbuf_cstr(c, b, o->item_sep);
         }
-        if (indent) {
-            pl_j_indent(c, b, indent, depth + 1);
+        if (o->indent >= 0) {
+            pl_j_indent(c, b, o->indent, depth + 1);
         }
+        k = order ? order[i] : i;
         if (v->type == JV_LIST) {
-            pl_j_json(c, b, &v->u.l->v[i], indent, depth + 1);
+            pl_j_json(c, b, &v->u.l->v[i], o, depth + 1);
         } else {
-            pl_j_json_string(c, b, v->u.d->k[i]->s, v->u.d->k[i]->n);
-            pl_jbuf_cstr(c, b, ": ");
-            pl_j_json(c, b, &v->u.d->v[i], indent, depth + 1);
+            pl_j_json_string(c, b, v->u.d->k[k]->s, v->u.d->k[k]->n,
+                             o->ascii);
+            pl_jbuf_cstr(c, b, o->key_sep);
+            pl_j_json(c, b, &v->u.d->v[k], o, depth + 1);
         }
     }
-    if (indent && n > 0) {
-        pl_j_indent(c, b, indent, depth);
+    if (o->indent >= 0 && n > 0) {
+        pl_j_indent(c, b, o->indent, depth);
     }
     pl_jbuf_add(c, b, v->type == JV_LIST ? "]" : "}", 1);
 }
 
-/* How {{ v }} prints v. */
+/* Python's repr() of a string: single quotes unless it holds one and no
+   double quote; backslash, the quote, control characters escaped. */
+static void
+pl_j_py_string(pl_jctx_t *c, pl_jbuf_t *b, const char *s, size_t n)
+{
+    char           q, esc[8];
+    size_t         i;
+    unsigned char  ch;
+
+    q = (memchr(s, '\'', n) != NULL && memchr(s, '"', n) == NULL)
+        ? '"' : '\'';
+    pl_jbuf_add(c, b, &q, 1);
+    for (i = 0; i < n; i++) {
+        ch = (unsigned char) s[i];
+        if (ch == '\\' || ch == (unsigned char) q) {
+            esc[0] = '\\';
+            esc[1] = (char) ch;
+            pl_jbuf_add(c, b, esc, 2);
+        } else if (ch == '\n' || ch == '\r' || ch == '\t') {
+            pl_jbuf_cstr(c, b, ch == '\n' ? "\\n" : ch == '\r' ? "\\r"
+                                                            : "\\t");
+        } else if (ch < 0x20 || ch == 0x7f) {
+            snprintf(esc, sizeof(esc), "\\x%02x", ch);
+            pl_jbuf_cstr(c, b, esc);
+        } else if (ch == 0xc2 && i + 1 < n
+                   && (((unsigned char) s[i + 1] >= 0x80
+                        && (unsigned char) s[i + 1] <= 0xa0)
+                       || (unsigned char) s[i + 1] == 0xad))
+        {
+            /* U+0080..U+00A0 and U+00AD: unprintable to Python */
+            snprintf(esc, sizeof(esc), "\\x%02x", (unsigned char) s[++i]);
+            pl_jbuf_cstr(c, b, esc);
+        } else {
+            pl_jbuf_add(c, b, s + i, 1);
+        }
+    }
+    pl_jbuf_add(c, b, &q, 1);
+}
+
+/* Python's repr() of a value, as str() of a list or dict shows items;
+   sorted: dicts by key, as pprint shows them. */
+static void
+pl_j_repr(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v, int depth,
+    int sorted)
+{
+    size_t  i, k, n, *order = NULL;
+    int     tuple;
+
+    if (depth > PL_J_MAX_DEPTH) {
+        pl_j_fail(c, "value nested too deeply");
+    }
+    if (v->type == JV_STR) {
+        pl_j_py_string(c, b, v->u.s->s, v->u.s->n);
+        return;
+    }
+    if (v->type != JV_LIST && v->type != JV_DICT) {
+        if (v->type == JV_UNDEF) {
+            pl_jbuf_cstr(c, b, "Undefined");
+            return;
+        }
+        pl_j_print(c, b, v);
+        return;
+    }
+    if (v->type == JV_DICT && v->u.d->ns) {
+        pl_jbuf_cstr(c, b, "<Namespace ");
+    }
+    n = (v->type == JV_LIST) ? v->u.l->n : v->u.d->n;
+    if (sorted && v->type == JV_DICT) {
+        order = pl_j_key_order(c, v->u.d);
+    }
+    tuple = v->type == JV_LIST && v->u.l->tuple;
+    pl_jbuf_add(c, b, tuple ? "(" : v->type == JV_LIST ? "[" : "{", 1);
+    for (i = 0; i < n; i++) {
+        if (i > 0) {
+            pl_jbuf_cstr(c, b, ", ");
+        }
+        k = order ? order[i] : i;
+        if (v->type == JV_LIST) {
+            pl_j_repr(c, b, &v->u.l->v[i], depth + 1, sorted);
+        } else {
+            pl_j_py_string(c, b, v->u.d->k[k]->s, v->u.d->k[k]->n);
+            pl_jbuf_cstr(c, b, ": ");
+            pl_j_repr(c, b, &v->u.d->v[k], depth + 1, sorted);
+        }
+    }
+    if (tuple && n == 1) {
+        pl_jbuf_add(c, b, ",", 1);
+    }
+    pl_jbuf_add(c, b, tuple ? ")" : v->type == JV_LIST ? "]" : "}", 1);
+    if (v->type == JV_DICT && v->u.d->ns) {
+        pl_jbuf_cstr(c, b, ">");
+    }
+}
+
+/* How {{ v }} prints v: Python's str(), an undefined value as nothing. */
 void
 pl_j_print(pl_jctx_t *c, pl_jbuf_t *b, const pl_jv_t *v)
 {
     char  num[48];
 
     switch (v->type) {
-    case JV_UNDEF: case JV_NONE:
+    case JV_UNDEF:
+        return;
+    case JV_NONE:
+        pl_jbuf_cstr(c, b, "None");
+        return;
+    case JV_BOOL:
+        pl_jbuf_cstr(c, b, v->u.b ? "True" : "False");
+        return;
+    case JV_INT:
+        snprintf(num, sizeof(num), "%lld", v->u.i);
+        pl_jbuf_cstr(c, b, num);
         return;
     case JV_STR:
         pl_jbuf_add(c, b, v->u.s->s, v->u.s->n);
         return;
     case JV_FLOAT:
-        pl_j_fmt_number(v->u.f, num, sizeof(num));
+        pl_j_fmt_number(v->u.f, num, sizeof(num), 0);
         pl_jbuf_cstr(c, b, num);
-        if (strpbrk(num, ".eNI") == NULL) {
-            pl_jbuf_cstr(c, b, ".0");
-        }
         return;
     case JV_MACRO:
         pl_j_fail(c, "cannot print a macro");
     default:
-        pl_j_json(c, b, v, 0, 0);
+        pl_j_repr(c, b, v, 0, 0);
     }
+}
+
+/* repr() for the format filter's %r; sorted for the pprint filter
+   (pprint's line wrapping at 80 columns is not reproduced) */
+pl_jv_t
+pl_j_reprstring(pl_jctx_t *c, const pl_jv_t *v, int sorted)
+{
+    pl_jbuf_t  *b = pl_jbuf_open(c);
+
+    pl_j_repr(c, b, v, 0, sorted);
+    return pl_jbuf_close(c, b);
 }
 
 pl_jv_t

@@ -15,8 +15,10 @@ if [ "${1:-}" = "--test" ]; then
     # unicode-data: the tokenizer's tables are checked against it;
     # prometheus: its promtool checks /metrics (t/57-histograms.t);
     # systemd: systemd-analyze verifies the units (t/59-install.t);
-    # chromium: the playground's browser test (t/60-ui-browser.t)
-    for pkg in unicode-data openssl prometheus systemd chromium; do
+    # chromium: the playground's browser test (t/60-ui-browser.t);
+    # python3-jinja2: the chat templates' reference (t/31-chat-jinja2.t)
+    for pkg in unicode-data openssl prometheus systemd chromium \
+               python3-jinja2; do
         if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null \
              | grep -q "install ok installed"; then
             need="$need $pkg"

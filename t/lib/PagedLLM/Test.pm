@@ -364,6 +364,22 @@ sub request {
     return $r;
 }
 
+# A completion, or with $chat a chat completion, whose body is written
+# from raw JSON texts (field => 'JSON'), so a test can send any value of
+# any type; max_tokens 2 and a short prompt or conversation unless given.
+sub post_fields {
+    my ($self, $chat, %f) = @_;
+    $f{max_tokens} //= 2;
+    if ($chat) {
+        $f{messages} //= '[{"role":"user","content":"Say something."}]';
+    } else {
+        $f{prompt} //= '"Hi"';
+    }
+    my $body = '{' . join(',', map { "\"$_\":$f{$_}" } sort keys %f) . '}';
+    return $self->request(POST => $chat ? '/v1/chat/completions'
+                                        : '/v1/completions', $body);
+}
+
 # Starts a streaming request; returns { sock, status, headers, buf }.
 sub stream_start {
     my ($self, $path, $body) = @_;
