@@ -38,6 +38,7 @@ typedef struct pl_seq_s  pl_seq_t;
 struct pl_seq_s {
     uint64_t               req_id;
     uint64_t               arrival;       /* engine-wide arrival order */
+    uint64_t               queued_ms;     /* pl_now_ms() at submission */
     struct pl_conn_s      *conn;          /* the worker that submitted it */
 
     pl_sampling_params_t   sampling;      /* bias, stop_ids owned here */

@@ -40,6 +40,7 @@ sub new {
         server  => $opt{server} // '',
         listen  => $opt{listen} // '',
         workers => $opt{workers} // 1,
+        worker_connections => $opt{worker_connections} // 256,
         engine_args => $opt{engine_args} // [],
         model   => $opt{model} // "$build/models/tiny",
         pids    => {},
@@ -143,7 +144,7 @@ error_log $d/error.log info;
 $self->{main}
 
 events {
-    worker_connections 256;
+    worker_connections $self->{worker_connections};
 }
 
 http {
