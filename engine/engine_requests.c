@@ -518,8 +518,9 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
 }
 
 
-/* Whether s is a request that has not had an iteration yet: nothing
-   computed nor generated, not forked. */
+/* Whether s is a request that has given its client nothing yet: nothing
+   computed (never run, or preempted back to nothing) nor generated, not
+   forked. */
 static int
 pl_engine_never_ran(const pl_seq_t *s)
 {
@@ -536,10 +537,15 @@ pl_engine_expire_waiting(pl_engine_t *e)
     pl_seq_t  *s, *next;
     char       msg[128];
 
+    /* the queue is in arrival order, so in order of queued_ms: the first
+       one young enough ends the walk */
     for (s = e->sched.waiting.head; s; s = next) {
         next = s->next;
 
-        if (!pl_engine_never_ran(s) || now - s->queued_ms <= limit) {
+        if (now - s->queued_ms <= limit) {
+            break;
+        }
+        if (!pl_engine_never_ran(s)) {
             continue;
         }
 
