@@ -24,6 +24,17 @@ sub engine_signal {
     kill $sig, $t->{pids}{engine} or die "kill $sig: $!\n";
 }
 
+# nginx and the engine up, and the worker attached: an engine stopped
+# before it answers the attach would leave the worker detached
+sub start_attached {
+    my ($t) = @_;
+    $t->start;
+    my $st = $t->wait_status(sub { $_[0]{engine} eq 'attached' }, 30);
+    ($st->{json}{engine} // '') eq 'attached'
+        or die "the worker did not attach in 30 s\n";
+    return $t;
+}
+
 # Reads a whole answer (JSON or SSE) from a socket send_request opened.
 sub answer {
     my ($s, $deadline) = @_;
@@ -77,13 +88,21 @@ sub idle_ok {
     is($st->{json}{kv_blocks}{used}, 0, "$name: no KV block held after");
 }
 
-# --max-waiting 3: six requests arrive while the engine is stopped; it
-# admits three in the pass that drains them and refuses the others.
+# --max-waiting 3 with one sequence per iteration: A runs, and six
+# requests arrive while the engine is stopped; three queue behind A and
+# three are refused, whenever nginx submits them, since A holds the only
+# seat for its 1,900 tokens.
 {
-    my $t = PagedLLM::Test->new(engine_args => ['--max-waiting', '3']);
-    $t->start;
+    my $t = PagedLLM::Test->new(engine_args => ['--max-waiting', '3',
+                                                '--max-num-seqs', '1']);
+    start_attached($t);
 
+    my $a = $t->stream_start('/v1/completions', $J->encode({
+        prompt => 'seat holder', max_tokens => 1900,
+        ignore_eos => JSON::PP::true, stream => JSON::PP::true }));
+    PagedLLM::Test::read_chunks([$a], time + 30, 1);
     engine_signal($t, 'STOP');
+
     my @req;
     for my $i (0 .. 5) {
         my $stream = $i % 2;
@@ -95,12 +114,15 @@ sub idle_ok {
                      sock => $t->send_request(POST => '/v1/completions',
                                               $body) };
     }
-    sleep 1;        # nginx reads and submits all six
+    sleep 0.5;      # nginx reads and submits them
     engine_signal($t, 'CONT');
+
+    my $ra = PagedLLM::Test::read_chunks([$a], time + 120)->[0];
+    ok($ra->{complete} && !$ra->{error}, 'the seat holder\'s stream ends');
 
     my (@ok, @refused);
     for my $q (@req) {
-        my $r = answer($q->{sock}, time + 30);
+        my $r = answer($q->{sock}, time + 60);
         $r->{stream} = $q->{stream};
         push @{ $r->{status} == 429 ? \@refused : \@ok }, $r;
     }
@@ -124,7 +146,7 @@ sub idle_ok {
 {
     my $t = PagedLLM::Test->new(engine_args => ['--max-num-seqs', '1',
                                                 '--max-queue-time', '1']);
-    $t->start;
+    start_attached($t);
 
     my $a = $t->stream_start('/v1/completions', $J->encode({
         prompt => 'first', max_tokens => 1900, ignore_eos => JSON::PP::true,
@@ -167,7 +189,7 @@ sub idle_ok {
 {
     my $n = 700;
     my $t = PagedLLM::Test->new(worker_connections => $n + 64);
-    $t->start;
+    start_attached($t);
 
     engine_signal($t, 'STOP');
     my $body = $J->encode({ prompt => [(7) x 2000], max_tokens => 2 });
