@@ -14,7 +14,7 @@ use lib 't/lib';
 use JSON::PP;
 use Test::More;
 
-use PagedLLM::Params;
+use PagedLLM::Params qw(refused accepted);
 use PagedLLM::Test;
 
 my ($rows, $def) = PagedLLM::Params::table();
@@ -36,18 +36,6 @@ sub post {
     $f{max_tokens} //= 1;
     my $body = '{' . join(',', map { "\"$_\":$f{$_}" } sort keys %f) . '}';
     return $t->request(POST => '/v1/completions', $body);
-}
-
-sub refused {
-    my ($r, $param, $name) = @_;
-    ok($r->{status} == 400 && ($r->{json}{error}{param} // '') eq $param,
-       "$name: 400 naming $param")
-        or diag("status $r->{status}: $r->{body}");
-}
-
-sub accepted {
-    my ($r, $name) = @_;
-    is($r->{status}, 200, "$name: accepted") or diag($r->{body});
 }
 
 for my $p (@rows) {

@@ -35,29 +35,6 @@ sub start_attached {
     return $t;
 }
 
-# Reads a whole answer (JSON or SSE) from a socket send_request opened.
-sub answer {
-    my ($s, $deadline) = @_;
-    my $buf = '';
-    my $r = PagedLLM::Test::read_head($s, \$buf, $deadline)
-        or return { status => 0 };
-    if (($r->{headers}{'transfer-encoding'} // '') eq 'chunked') {
-        my $c = PagedLLM::Test::read_chunks([{ sock => $s, buf => $buf }],
-                                            $deadline)->[0];
-        $r->{body} = join '', map { $_->{data} } @{ $c->{chunks} };
-    } else {
-        my $len = $r->{headers}{'content-length'} // 0;
-        while (length $buf < $len) {
-            last if PagedLLM::Test::fill($s, \$buf, $deadline) <= 0;
-        }
-        $r->{body} = $buf;
-    }
-    $r->{json} = eval { $J->decode($r->{body}) }
-        if ($r->{headers}{'content-type'} // '') =~ m{application/json};
-    close $s;
-    return $r;
-}
-
 sub refused_ok {
     my ($r, $status, $code, $what, $name) = @_;
     is($r->{status}, $status, "$name: $status");
@@ -122,7 +99,7 @@ sub idle_ok {
 
     my (@ok, @refused);
     for my $q (@req) {
-        my $r = answer($q->{sock}, time + 60);
+        my $r = PagedLLM::Test::read_response($q->{sock}, time + 60);
         $r->{stream} = $q->{stream};
         push @{ $r->{status} == 429 ? \@refused : \@ok }, $r;
     }
@@ -167,10 +144,12 @@ sub idle_ok {
     sleep 1.5;
     engine_signal($t, 'CONT');
 
-    refused_ok(answer($b, time + 30), 503, 'engine_unavailable',
-               qr/waited \d+ ms .*--max-queue-time 1 s/, 'waited too long');
-    refused_ok(answer($c, time + 30), 503, 'engine_unavailable',
-               qr/--max-queue-time/, 'stream waited too long');
+    refused_ok(PagedLLM::Test::read_response($b, time + 30), 503,
+               'engine_unavailable', qr/waited \d+ ms .*--max-queue-time 1 s/,
+               'waited too long');
+    refused_ok(PagedLLM::Test::read_response($c, time + 30), 503,
+               'engine_unavailable', qr/--max-queue-time/,
+               'stream waited too long');
 
     my $ra = PagedLLM::Test::read_chunks([$a], time + 60)->[0];
     ok($ra->{complete} && !$ra->{error}, 'A: its stream ends cleanly');
@@ -203,7 +182,7 @@ sub idle_ok {
     my %by;
     my $busy_ok = 1;
     for my $s (@socks) {
-        my $r = answer($s, time + 120);
+        my $r = PagedLLM::Test::read_response($s, time + 120);
         $by{$r->{status}}++;
         if ($r->{status} == 503) {
             $busy_ok &&= ($r->{headers}{'retry-after'} // '') =~ /^\d+$/

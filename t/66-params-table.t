@@ -18,7 +18,7 @@ use lib 't/lib';
 use JSON::PP;
 use Test::More;
 
-use PagedLLM::Params;
+use PagedLLM::Params qw(refused accepted);
 use PagedLLM::Test;
 
 my ($rows, $def) = PagedLLM::Params::table();
@@ -45,18 +45,6 @@ sub post {
     my $json = '{' . join(',', map { "\"$_\":$body{$_}" } sort keys %body)
              . '}';
     return $t->request(POST => $endpoint{$ep}{path}, $json);
-}
-
-sub refused {
-    my ($r, $param, $name) = @_;
-    ok($r->{status} == 400 && ($r->{json}{error}{param} // '') eq $param,
-       "$name: 400 naming $param")
-        or diag("status $r->{status}: $r->{body}");
-}
-
-sub accepted {
-    my ($r, $name) = @_;
-    is($r->{status}, 200, "$name: accepted") or diag($r->{body});
 }
 
 # an integral value written as a JSON real

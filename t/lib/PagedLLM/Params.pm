@@ -13,10 +13,16 @@ package PagedLLM::Params;
 # bound that is the context leaves room for a prompt of $prompt tokens; a
 # range open at lo starts a little above it) and the nearest values just
 # outside them (above a context bound: the context plus one, which the
-# parser itself refuses).
+# parser itself refuses).  refused($r, $param, $name) and accepted($r,
+# $name) check an answer: a 400 naming $param, or a 200.
 
 use strict;
 use warnings;
+
+use Exporter qw(import);
+use Test::More;
+
+our @EXPORT_OK = qw(refused accepted);
 
 sub table {
     my $header = 'proto/pl_params.h';
@@ -59,6 +65,18 @@ sub bounds {
               : $p->{int} ? $p->{lo} - 1 : $p->{lo} - 0.01;
     my $lo = $p->{open_lo} ? $p->{lo} + 0.01 : $p->{lo};
     return ($lo, $hi, $under, $over);
+}
+
+sub refused {
+    my ($r, $param, $name) = @_;
+    ok($r->{status} == 400 && ($r->{json}{error}{param} // '') eq $param,
+       "$name: 400 naming $param")
+        or diag("status $r->{status}: $r->{body}");
+}
+
+sub accepted {
+    my ($r, $name) = @_;
+    is($r->{status}, 200, "$name: accepted") or diag($r->{body});
 }
 
 1;
