@@ -29,7 +29,9 @@ minutes=$2
 out=${3:-$(mktemp -d /tmp/pagedllm-soak-XXXXXX)}
 concurrency=${SOAK_CONCURRENCY:-16}
 reload_every=${SOAK_RELOAD_EVERY:-180}
-port=${SOAK_PORT:-$(perl -MIO::Socket::INET -e 'print IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0, Listen => 1)->sockport')}
+free_port='print IO::Socket::INET->new(LocalAddr => "127.0.0.1",
+                                      LocalPort => 0, Listen => 1)->sockport'
+port=${SOAK_PORT:-$(perl -MIO::Socket::INET -e "$free_port")}
 seconds=$((minutes * 60))
 
 mkdir -p "$out/bin" "$out/logs" "$out/tmp"
@@ -92,7 +94,10 @@ start_engine() {
         kill -0 "$engine_pid" 2>/dev/null \
             || { echo "soak: the engine exited at start" >&2; exit 1; }
         i=$((i + 1))
-        [ $i -lt 600 ] || { echo "soak: the engine did not listen" >&2; exit 1; }
+        if [ $i -ge 600 ]; then
+            echo "soak: the engine did not listen" >&2
+            exit 1
+        fi
         sleep 0.1
     done
 }
@@ -106,7 +111,10 @@ wait_attached() {
     local i=0
     until status | grep -q '"workers": *2,'; do
         i=$((i + 1))
-        [ $i -lt 300 ] || { echo "soak: the workers did not attach" >&2; return 1; }
+        if [ $i -ge 300 ]; then
+            echo "soak: the workers did not attach" >&2
+            return 1
+        fi
         sleep 0.1
     done
 }
@@ -195,7 +203,8 @@ until status | grep -q '"running": *0, *"waiting": *0'; do
 done
 sleep 1
 final=$(status)
-used=$(echo "$final" | sed -n 's/.*"kv_blocks": *{[^}]*"used": *\([0-9]*\).*/\1/p')
+used=$(echo "$final" \
+       | sed -n 's/.*"kv_blocks": *{[^}]*"used": *\([0-9]*\).*/\1/p')
 rss_end=$(rss_line)
 
 {
@@ -206,7 +215,8 @@ rss_end=$(rss_line)
     echo "rss (engine, each worker), every minute:"
     cat "$out/rss.log"
     echo "$ran s: $rss_end (at the end, idle)"
-    echo "worker crashes: $(grep -c 'exited on signal' "$out/logs/error.log" || true)"
+    crashes=$(grep -c 'exited on signal' "$out/logs/error.log" || true)
+    echo "worker crashes: $crashes"
 } | tee "$out/summary.txt"
 
 failed=$(sed -n 's/^ "failed": \([0-9]*\),/\1/p' "$out/load.json")
