@@ -1151,6 +1151,7 @@ pl_engine_pass(pl_engine_t *e)
     }
 
     pl_engine_reap(e);
+    pl_engine_expire_waiting(e);
 
     if (pl_sched_has_work(&e->sched)) {
         pl_engine_iterate(e);

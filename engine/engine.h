@@ -36,6 +36,9 @@ typedef struct {
     int          max_model_len;         /* 0: from config.json */
     unsigned     socket_mode;
     int          max_workers;           /* attached at once */
+    int          max_waiting;           /* queued requests; more: 429 */
+    int          max_queue_time;        /* seconds a request may wait for
+                                           its first iteration; then 503 */
     int          prefix_caching;        /* automatic prefix caching */
     int          preemption_mode;       /* pl_preempt_mode_t */
     double       preemption_host_gbps;  /* auto's costs given (tests): host

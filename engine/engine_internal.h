@@ -23,7 +23,6 @@
 #define PL_MAX_EVENTS        64
 #define PL_ACCEPT_BATCH      (PL_IPC_MAX_PENDING / 2)
 #define PL_IDLE_TIMEOUT_MS   PL_HEARTBEAT_MS
-#define PL_MAX_QUEUED        65536
 #define PL_MIB               (1024.0 * 1024.0)
 
 _Static_assert(PL_MAX_SEQS == PL_SEQ_GROUP_MAX,
@@ -99,6 +98,9 @@ int   pl_engine_preemption_costs(pl_engine_t *e);
 /* engine_requests.c */
 /* drain c's submission ring: SUBMIT admitted or rejected, ABORT applied */
 void  pl_engine_drain(pl_engine_t *e, pl_conn_t *c);
+/* fail with a 503 every request that has waited --max-queue-time for its
+   first iteration */
+void  pl_engine_expire_waiting(pl_engine_t *e);
 /* end s with a finish reason, or with an error status and message */
 void  pl_engine_finish(pl_engine_t *e, pl_seq_t *s, int reason);
 void  pl_engine_fail(pl_engine_t *e, pl_seq_t *s, uint32_t status,

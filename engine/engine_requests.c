@@ -346,9 +346,12 @@ pl_engine_check_room(pl_engine_t *e, pl_conn_t *c, uint64_t req_id,
                  (unsigned long long) req_id);
         return buf;
     }
-    if (e->sched.waiting.n >= PL_MAX_QUEUED) {
-        *status = 503;
-        return "the engine's queue is full";
+    if (e->sched.waiting.n >= e->cfg.max_waiting) {
+        *status = 429;
+        snprintf(buf, len, "too many requests are waiting (%d, the "
+                 "engine's --max-waiting), try again later",
+                 e->sched.waiting.n);
+        return buf;
     }
 
     return NULL;
@@ -590,6 +593,48 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
            "max_tokens %u, n %d, best_of %d%s", c->worker_id,
            (unsigned long long) r->req_id, r->n_prompt, r->max_tokens,
            s->n_return, s->best_of, s->beam ? ", beam search" : "");
+}
+
+
+/* Whether s is a request that has given its client nothing yet: nothing
+   computed (never run, or preempted back to nothing) nor generated, not
+   forked. */
+static int
+pl_engine_never_ran(const pl_seq_t *s)
+{
+    return s->leader == s && s->n_members == 1 && s->n_computed == 0
+           && pl_seq_generated(s) == 0;
+}
+
+
+void
+pl_engine_expire_waiting(pl_engine_t *e)
+{
+    uint64_t   now = pl_now_us();
+    uint64_t   limit = (uint64_t) e->cfg.max_queue_time * 1000000;
+    pl_seq_t  *s, *next;
+    char       msg[128];
+
+    /* the queue is in arrival order, so in order of t_arrival: the first
+       one young enough ends the walk */
+    for (s = e->sched.waiting.head; s; s = next) {
+        next = s->next;
+
+        if (now - s->t_arrival <= limit) {
+            break;
+        }
+        if (!pl_engine_never_ran(s)) {
+            continue;
+        }
+
+        snprintf(msg, sizeof(msg), "the request waited %llu ms for the "
+                 "engine (--max-queue-time %d s), try again later",
+                 (unsigned long long) (now - s->t_arrival) / 1000,
+                 e->cfg.max_queue_time);
+        pl_log(PL_LOG_DEBUG, "worker %u request %llu expired in the queue",
+               s->conn->worker_id, (unsigned long long) s->req_id);
+        pl_engine_fail(e, s, 503, msg);
+    }
 }
 
 

@@ -34,6 +34,8 @@ pl_engine_config_defaults(pl_engine_config_t *cfg)
         .max_num_batched_tokens = 2048,
         .socket_mode = 0660,
         .max_workers = 64,
+        .max_waiting = 1024,
+        .max_queue_time = 60,
         .prefix_caching = 1,
         .preemption_mode = PL_PREEMPT_RECOMPUTE,
         .swap_space_mb = 1024,

@@ -47,6 +47,12 @@ static const char  usage_text[] =
 "                                 worker_processes on a large host, with\n"
 "                                 old workers still attached across a\n"
 "                                 reload)\n"
+"  --max-waiting N                requests waiting for an iteration; one\n"
+"                                 more is refused with a 429 (default\n"
+"                                 1024)\n"
+"  --max-queue-time SECONDS       how long a request may wait for its\n"
+"                                 first iteration before a 503 (default\n"
+"                                 60)\n"
 "  --no-prefix-caching            do not reuse the KV of cached prompt\n"
 "                                 prefixes\n"
 "  --preemption-mode MODE         recompute, swap or auto (default\n"
@@ -93,7 +99,8 @@ enum {
     OPT_MAX_TOKENS, OPT_MAX_LEN, OPT_SOCKET_MODE, OPT_LOG_LEVEL,
     OPT_NO_PREFIX_CACHING, OPT_PREEMPTION_MODE, OPT_SWAP_SPACE, OPT_KV_POLICY,
     OPT_TP_SIZE, OPT_ENFORCE_EAGER, OPT_DTYPE, OPT_PREEMPTION_COSTS,
-    OPT_MAX_WORKERS, OPT_LOG_STATS_INTERVAL
+    OPT_MAX_WORKERS, OPT_LOG_STATS_INTERVAL, OPT_MAX_WAITING,
+    OPT_MAX_QUEUE_TIME
 };
 
 static const struct option  options[] = {
@@ -111,6 +118,9 @@ static const struct option  options[] = {
     { "max-model-len",           required_argument, NULL, OPT_MAX_LEN },
     { "socket-mode",             required_argument, NULL, OPT_SOCKET_MODE },
     { "max-workers",             required_argument, NULL, OPT_MAX_WORKERS },
+    { "max-waiting",             required_argument, NULL, OPT_MAX_WAITING },
+    { "max-queue-time",          required_argument, NULL,
+      OPT_MAX_QUEUE_TIME },
     { "log-level",               required_argument, NULL, OPT_LOG_LEVEL },
     { "log-stats-interval",      required_argument, NULL,
       OPT_LOG_STATS_INTERVAL },
@@ -287,6 +297,12 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
         break;
     case OPT_LOG_STATS_INTERVAL:
         bad = parse_int(arg, 10, 0, 86400, &cfg->log_stats_interval);
+        break;
+    case OPT_MAX_WAITING:
+        bad = parse_int(arg, 10, 1, 65536, &cfg->max_waiting);
+        break;
+    case OPT_MAX_QUEUE_TIME:
+        bad = parse_int(arg, 10, 1, 86400, &cfg->max_queue_time);
         break;
     case OPT_NO_PREFIX_CACHING:
         cfg->prefix_caching = 0;

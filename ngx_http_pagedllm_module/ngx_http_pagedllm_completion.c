@@ -54,7 +54,6 @@ static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx);
 static u_char *ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len);
 static ngx_int_t ngx_http_pagedllm_start(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
-static ngx_int_t ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r);
 
 
 /*
@@ -561,7 +560,6 @@ ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len)
 static ngx_int_t
 ngx_http_pagedllm_start(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 {
-    ngx_int_t                      rc;
     ngx_http_pagedllm_loc_conf_t  *plcf;
 
     plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
@@ -586,24 +584,15 @@ ngx_http_pagedllm_start(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
     r->read_event_handler = ngx_http_test_reading;
     r->write_event_handler = ngx_http_request_empty_handler;
 
-    if (!ctx->params.stream) {
-        return NGX_OK;
-    }
-
-    rc = ngx_http_pagedllm_send_stream_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK) {
-        return rc;
-    }
-
-    r->write_event_handler = ngx_http_pagedllm_write_handler;
-
     return NGX_OK;
 }
 
 
-static ngx_int_t
-ngx_http_pagedllm_send_stream_header(ngx_http_request_t *r)
+/* A stream's 200 goes out with its first event, not at submission: until
+   the engine has run the request, it may still refuse it (a full queue,
+   a wait too long) with a status of its own. */
+ngx_int_t
+ngx_http_pagedllm_stream_header(ngx_http_request_t *r)
 {
     ngx_str_t  value;
 

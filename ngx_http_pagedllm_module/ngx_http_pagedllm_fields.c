@@ -79,6 +79,7 @@ static ngx_int_t ngx_http_pagedllm_f_add_special(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_add_generation_prompt(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_integral(json_t *v, json_int_t *out);
 
 
 /* where each row of PL_PARAMS goes in the parameters */
@@ -377,7 +378,7 @@ ngx_http_pagedllm_f_prompt(ngx_http_pagedllm_parse_t *ps, json_t *v)
 
     first = json_array_get(v, 0);
 
-    if (json_is_integer(first)) {
+    if (json_is_number(first)) {
         return ngx_http_pagedllm_prompt_ids(ps, v);
     }
 
@@ -467,11 +468,9 @@ ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps, json_t *v,
     name = ps->field->name;
 
     json_array_foreach(v, i, e) {
-        if (!json_is_integer(e)) {
+        if (ngx_http_pagedllm_integral(e, &id) != NGX_OK) {
             return ngx_http_pagedllm_type_error(ps, what);
         }
-
-        id = json_integer_value(e);
 
         if (id < 0 || id >= (json_int_t) ps->engine->vocab_size) {
             ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
@@ -573,18 +572,47 @@ ngx_http_pagedllm_param_set(ngx_http_pagedllm_params_t *p, pl_param_id_t id,
 static ngx_int_t
 ngx_http_pagedllm_f_seed(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
+    json_int_t                   seed;
     ngx_http_pagedllm_params_t  *p = ps->params;
 
     if (json_is_null(v)) {
         return NGX_OK;
     }
 
-    if (!json_is_integer(v)) {
+    if (ngx_http_pagedllm_integral(v, &seed) != NGX_OK) {
         return ngx_http_pagedllm_type_error(ps, "an integer");
     }
 
-    p->seed = (uint64_t) json_integer_value(v);
+    p->seed = (uint64_t) seed;
     p->flags |= PL_SUBMIT_HAS_SEED;
+
+    return NGX_OK;
+}
+
+
+/* v as an integer: a JSON integer, or a number with no fractional part
+   (2.0 is 2) within an int64's range; NGX_ERROR for anything else. */
+static ngx_int_t
+ngx_http_pagedllm_integral(json_t *v, json_int_t *out)
+{
+    double  d;
+
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return NGX_OK;
+    }
+
+    if (!json_is_real(v)) {
+        return NGX_ERROR;
+    }
+
+    d = json_real_value(v);
+
+    if (d != floor(d) || d < -0x1p63 || d >= 0x1p63) {
+        return NGX_ERROR;
+    }
+
+    *out = (json_int_t) d;
 
     return NGX_OK;
 }
@@ -855,9 +883,7 @@ ngx_http_pagedllm_f_truncate(ngx_http_pagedllm_parse_t *ps, json_t *v)
         return NGX_OK;
     }
 
-    k = json_is_integer(v) ? json_integer_value(v) : 0;
-
-    if (k == 0 || k < -1) {
+    if (ngx_http_pagedllm_integral(v, &k) != NGX_OK || k == 0 || k < -1) {
         return ngx_http_pagedllm_type_error(ps, "a positive integer or -1");
     }
 

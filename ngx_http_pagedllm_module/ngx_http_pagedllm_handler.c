@@ -457,15 +457,24 @@ ngx_http_pagedllm_unavailable(ngx_http_request_t *r, const char *reason)
 {
     ngx_http_pagedllm_error_t  err;
 
-    if (ngx_http_pagedllm_retry_after(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
     ngx_http_pagedllm_error_set(&err, NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
                                 "%s", reason);
     err.code = "engine_unavailable";
 
-    return ngx_http_pagedllm_send_error(r, &err);
+    return ngx_http_pagedllm_send_retry(r, &err);
+}
+
+
+/* err, a 429 or 503 the client may retry, with Retry-After. */
+ngx_int_t
+ngx_http_pagedllm_send_retry(ngx_http_request_t *r,
+    ngx_http_pagedllm_error_t *err)
+{
+    if (ngx_http_pagedllm_retry_after(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_pagedllm_send_error(r, err);
 }
 
 

@@ -27,6 +27,8 @@ ngx_int_t ngx_http_pagedllm_send_error(ngx_http_request_t *r,
     ngx_http_pagedllm_error_t *err);
 ngx_int_t ngx_http_pagedllm_unavailable(ngx_http_request_t *r,
     const char *reason);
+ngx_int_t ngx_http_pagedllm_send_retry(ngx_http_request_t *r,
+    ngx_http_pagedllm_error_t *err);
 ngx_int_t ngx_http_pagedllm_add_header(ngx_http_request_t *r,
     const char *name, ngx_str_t *value);
 
@@ -35,6 +37,7 @@ ngx_int_t ngx_http_pagedllm_cors(ngx_http_request_t *r);
 
 /* completion */
 void ngx_http_pagedllm_completions(ngx_http_request_t *r);
+ngx_int_t ngx_http_pagedllm_stream_header(ngx_http_request_t *r);
 
 /* limit */
 ngx_int_t ngx_http_pagedllm_limit_admit(ngx_http_request_t *r,

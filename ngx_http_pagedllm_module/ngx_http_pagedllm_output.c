@@ -115,6 +115,22 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
         return;
     }
 
+    if (!r->header_sent) {
+        if (ctx->finished && ctx->finish_reason == PL_FINISH_ERROR) {
+            ngx_http_pagedllm_flush_whole(ctx);
+            return;
+        }
+
+        rc = ngx_http_pagedllm_stream_header(r);
+
+        if (rc == NGX_ERROR || rc > NGX_OK) {
+            ngx_http_finalize_request(r, rc);
+            return;
+        }
+
+        r->write_event_handler = ngx_http_pagedllm_write_handler;
+    }
+
     if (ctx->finished) {
         size += 2 * ngx_http_pagedllm_sse_bound(ctx, 0) + 512
                 + 6 * ctx->error_message.len + sizeof("data: [DONE]\n\n");
@@ -557,9 +573,12 @@ ngx_http_pagedllm_flush_whole(ngx_http_pagedllm_ctx_t *ctx)
     ngx_http_pagedllm_error_set(&err, ctx->error_status, NULL, "%V",
                                 &ctx->error_message);
 
-    if (ctx->error_status == NGX_HTTP_SERVICE_UNAVAILABLE) {
-        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
-                                  (char *) err.message));
+    if (ctx->error_status == NGX_HTTP_SERVICE_UNAVAILABLE
+        || ctx->error_status == NGX_HTTP_TOO_MANY_REQUESTS)
+    {
+        err.code = ctx->error_status == NGX_HTTP_SERVICE_UNAVAILABLE
+                   ? "engine_unavailable" : "too_many_requests";
+        ngx_http_finalize_request(r, ngx_http_pagedllm_send_retry(r, &err));
         return;
     }
 

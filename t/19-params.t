@@ -14,36 +14,12 @@ use lib 't/lib';
 use JSON::PP;
 use Test::More;
 
+use PagedLLM::Params qw(refused accepted);
 use PagedLLM::Test;
 
-my ($header) = grep { -e } map { "$_/pl_params.h" } qw(proto);
-die "pl_params.h not found\n" unless $header;
-(my $dir = $header) =~ s{/[^/]*$}{};
-
-# the #defines the table's values may name
-my %def;
-for my $f ($header, "$dir/pl_proto.h") {
-    open my $fh, '<', $f or die "$f: $!\n";
-    while (<$fh>) {
-        $def{$1} = $2 if /^#define\s+(PL_\w+)\s+\(?(-?[\d.]+)u?\)?\s*(?:\/\*.*)?$/;
-    }
-}
-
-open my $fh, '<', $header or die "$header: $!\n";
-my $src = do { local $/; <$fh> };
-$src =~ s{/\*.*?\*/}{}gs;
-$src =~ s{\\\n}{ }g;
-my ($table) = $src =~ /#define\s+PL_PARAMS\(X\)(.*)/ or die "no PL_PARAMS\n";
-
-my @rows;
-while ($table =~ /X\(([^)]*)\)/g) {
-    my ($name, $type, $lo, $hi, $limit, $open_lo) = map { s/^\s+|\s+$//gr }
-        split /,/, $1;
-    my $num = sub { my $v = shift; exists $def{$v} ? $def{$v} : $v };
-    push @rows, { name => $name, int => $type eq 'PL_PARAM_INT',
-                  lo => $num->($lo), hi => $num->($hi), limit => $limit,
-                  open_lo => $open_lo };
-}
+my ($rows, $def) = PagedLLM::Params::table();
+my @rows = @$rows;
+my %def = %$def;
 cmp_ok(scalar @rows, '>=', 10, 'the table has its parameters');
 
 my $t = PagedLLM::Test->new->start;
@@ -62,27 +38,10 @@ sub post {
     return $t->request(POST => '/v1/completions', $body);
 }
 
-sub refused {
-    my ($r, $param, $name) = @_;
-    ok($r->{status} == 400 && ($r->{json}{error}{param} // '') eq $param,
-       "$name: 400 naming $param")
-        or diag("status $r->{status}: $r->{body}");
-}
-
-sub accepted {
-    my ($r, $name) = @_;
-    is($r->{status}, 200, "$name: accepted") or diag($r->{body});
-}
-
 for my $p (@rows) {
     my $name = $p->{name};
-    my $hi = $p->{limit} eq 'PL_PARAM_CONTEXT' ? $ctx - $PROMPT
-           : $p->{limit} eq 'PL_PARAM_VOCAB' ? $vocab : $p->{hi};
-    my $over = $p->{limit} eq 'PL_PARAM_CONTEXT' ? $ctx + 1
-             : $p->{int} ? $hi + 1 : $hi + 0.01;
-    my $under = $p->{open_lo} ? $p->{lo}
-              : $p->{int} ? $p->{lo} - 1 : $p->{lo} - 0.01;
-    my $lo_ok = $p->{open_lo} ? $p->{lo} + 0.01 : $p->{lo};
+    my ($lo_ok, $hi, $under, $over) =
+        PagedLLM::Params::bounds($p, $ctx, $vocab, $PROMPT);
 
     # min_tokens may not pass max_tokens; best_of may not be below n
     my %with = $name eq 'min_tokens' ? (max_tokens => $hi) : ();

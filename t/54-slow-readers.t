@@ -51,7 +51,10 @@ sub drain {
 sub slow_readers {
     my ($name, $http, $bound, $steps) = @_;
 
-    my $t = PagedLLM::Test->new(http => $http)->start;
+    # the slow streams queue behind each other as long as the machine
+    # takes to fill their bounds: no --max-queue-time cuts them first
+    my $t = PagedLLM::Test->new(http => $http,
+        engine_args => ['--max-queue-time', '86400'])->start;
     my $t0 = time;
 
     my $body = $J->encode({ prompt => 'slow', max_tokens => $steps, n => 2,

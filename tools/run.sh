@@ -76,11 +76,12 @@ cat >"$run/conf/nginx.conf" <<EOF
 load_module $build/ngx_http_pagedllm_module.so;
 $user
 worker_processes 2;
+worker_rlimit_nofile 8192;
 error_log stderr notice;
 pid $run/nginx.pid;
 
 events {
-    worker_connections 1024;
+    worker_connections 4096;
 }
 
 http {

@@ -43,6 +43,7 @@ sub new {
         api     => $opt{api} // "        location /v1/ {\n"
                                 . "            pagedllm;\n        }\n",
         workers => $opt{workers} // 1,
+        worker_connections => $opt{worker_connections} // 256,
         engine_args => $opt{engine_args} // [],
         model   => $opt{model} // "$build/models/tiny",
         pids    => {},
@@ -146,7 +147,7 @@ error_log $d/error.log info;
 $self->{main}
 
 events {
-    worker_connections 256;
+    worker_connections $self->{worker_connections};
 }
 
 http {
@@ -338,7 +339,13 @@ sub request {
     my ($self, $method, $path, $body, %h) = @_;
     my $timeout = delete $h{timeout} // 30;
     my $s = $self->send_request($method, $path, $body, %h);
-    my $deadline = time + $timeout;
+    return read_response($s, time + $timeout, $method);
+}
+
+# The whole response on a socket send_request opened (closed after):
+# { status, headers, body, json }; status 0 when no head came by $deadline.
+sub read_response {
+    my ($s, $deadline, $method) = @_;
     my $buf = '';
 
     my $r = read_head($s, \$buf, $deadline)
@@ -352,7 +359,7 @@ sub request {
         my $len = $r->{headers}{'content-length'};
         while (1) {
             last if defined $len && length $buf >= $len;
-            last if $method eq 'HEAD';
+            last if ($method // '') eq 'HEAD';
             last if fill($s, \$buf, $deadline) <= 0;
         }
         $r->{body} = $buf;
