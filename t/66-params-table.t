@@ -129,12 +129,17 @@ for my $ep (qw(completions chat)) {
 accepted(post('completions', prompt => '[1.0,2.0]'), 'prompt ids 1.0, 2.0');
 refused(post('completions', prompt => '[1,2.5]'), 'prompt', 'prompt id 2.5');
 
-# the fields that ask for nothing with one value only
+# the fields whose neutral value asks for nothing: that value and the
+# ones they implement are accepted, every other value or type is refused
 my %neutral = (
     chat => { tools => '[]', functions => '[]', tool_choice => '"none"',
               function_call => '"none"',
               response_format => '{"type":"text"}' },
     completions => { echo => 'false', suffix => '""' },
+);
+my %implemented = (
+    response_format => { '{"type":"json_object"}' => 1 },
+    echo => { 'true' => 1 },
 );
 for my $ep (sort keys %neutral) {
     for my $f (sort keys %{ $neutral{$ep} }) {
@@ -144,7 +149,11 @@ for my $ep (sort keys %neutral) {
                    '{"type":"json_object"}')
         {
             next if $v eq $neutral{$ep}{$f};
-            refused(post($ep, $f => $v), $f, "$ep: $f = $v");
+            if ($implemented{$f}{$v}) {
+                accepted(post($ep, $f => $v), "$ep: $f = $v");
+            } else {
+                refused(post($ep, $f => $v), $f, "$ep: $f = $v");
+            }
         }
     }
 }
