@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "pl_cli.h"
 #include "gr_vocab.h"
 #include "grammar.h"
 #include "sampler.h"
@@ -164,6 +165,15 @@ pick(const uint64_t *m, uint32_t n, uint64_t *rng)
 }
 
 
+static const char  usage_text[] =
+"usage: grammar [TOKENIZER_JSON] [DOCS]\n"
+"  the grammar engine's compile and mask costs with the vocabulary of\n"
+"  TOKENIZER_JSON (default: the Llama-3 tokenizer of t/node) over DOCS\n"
+"  generated outputs (default 20)\n"
+"  --help      this text\n"
+"  --version   the version\n";
+
+
 int
 main(int argc, char **argv)
 {
@@ -183,6 +193,20 @@ main(int argc, char **argv)
     uint64_t         rng = 0x9e3779b97f4a7c15ull;
     int32_t          s, s2 = 0, t;
     size_t           states = 0;
+
+    pl_cli_standard(argc, argv, "grammar", usage_text);
+    for (i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') {
+            return pl_cli_error("grammar", "unknown option '%s'", argv[i]);
+        }
+    }
+    if (argc > 3) {
+        return pl_cli_error("grammar", "unexpected argument '%s'", argv[3]);
+    }
+    if (docs < 1) {
+        return pl_cli_error("grammar", "DOCS '%s' is not a positive number",
+                            argv[2]);
+    }
 
     t0 = now_us();
     v = pl_vocab_load(path, 128256, eos, 2, err, sizeof(err));

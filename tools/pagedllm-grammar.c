@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "grammar.h"
+#include "pl_cli.h"
 
 #define MAX_LINE  (1 << 20)
 
@@ -152,13 +153,40 @@ sample(pl_grammar_t *g, uint64_t *rng, size_t max_len)
 }
 
 
+#define GR_NAME  "pagedllm-grammar"
+
+static const char  usage_text[] =
+"usage: pagedllm-grammar (--schema FILE | --regex RE | --ebnf FILE\n"
+"                         | --json-object) [--print] [--match]\n"
+"                        [--sample N [--seed S] [--max-len L]]\n"
+"  --schema FILE   a JSON Schema\n"
+"  --regex RE      a regex the whole output matches\n"
+"  --ebnf FILE     a grammar in the EBNF subset (README)\n"
+"  --json-object   any JSON object\n"
+"  --print         write the EBNF the constraint compiles from\n"
+"  --match         read hex byte strings, one a line; answer M (in the\n"
+"                  language), P (a prefix of one) or D (neither)\n"
+"  --sample N      write N strings of the language in hex (--seed S,\n"
+"                  at most --max-len L bytes, default 200)\n"
+"  --help          this text\n"
+"  --version       the version\n";
+
+
+/* Whether flag is one of the options that take a value. */
 static int
-usage(void)
+takes_value(const char *flag)
 {
-    fprintf(stderr, "usage: pagedllm-grammar (--schema FILE | --regex RE | "
-            "--ebnf FILE | --json-object) [--print] [--match] "
-            "[--sample N [--seed S] [--max-len L]]\n");
-    return 2;
+    static const char  *with[] = { "--schema", "--regex", "--ebnf",
+                                   "--sample", "--seed", "--max-len" };
+    size_t              i;
+
+    for (i = 0; i < sizeof(with) / sizeof(with[0]); i++) {
+        if (strcmp(flag, with[i]) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -173,6 +201,9 @@ main(int argc, char **argv)
     uint64_t       rng = 88172645463325252ull;
     int            i, print = 0, match = 0, rc = 0;
 
+    err[0] = '\0';
+    pl_cli_standard(argc, argv, GR_NAME, usage_text);
+
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--print") == 0) {
             print = 1;
@@ -180,8 +211,13 @@ main(int argc, char **argv)
             match = 1;
         } else if (strcmp(argv[i], "--json-object") == 0) {
             rc = pl_grammar_from_json_object(&text);
+        } else if (!takes_value(argv[i])) {
+            return argv[i][0] == '-'
+                   ? pl_cli_error(GR_NAME, "unknown option '%s'", argv[i])
+                   : pl_cli_error(GR_NAME, "unexpected argument '%s'",
+                                  argv[i]);
         } else if (i + 1 >= argc) {
-            return usage();
+            return pl_cli_error(GR_NAME, "%s needs a value", argv[i]);
         } else if (strcmp(argv[i], "--schema") == 0) {
             src = read_file(argv[++i], &len);
             rc = src ? pl_grammar_from_schema_text(src, len, &text, err,
@@ -193,6 +229,10 @@ main(int argc, char **argv)
         } else if (strcmp(argv[i], "--regex") == 0) {
             rc = pl_grammar_from_regex(argv[i + 1], strlen(argv[i + 1]),
                                        &text);
+            if (rc != 0) {
+                snprintf(err, sizeof(err), "the regex '%s' is not supported",
+                         argv[i + 1]);
+            }
             i++;
         } else if (strcmp(argv[i], "--ebnf") == 0) {
             src = read_file(argv[++i], &len);
@@ -208,10 +248,8 @@ main(int argc, char **argv)
             samples = atol(argv[++i]);
         } else if (strcmp(argv[i], "--seed") == 0) {
             rng ^= strtoull(argv[++i], NULL, 10) * 0x9e3779b97f4a7c15ull;
-        } else if (strcmp(argv[i], "--max-len") == 0) {
-            max_len = strtoul(argv[++i], NULL, 10);
         } else {
-            return usage();
+            max_len = strtoul(argv[++i], NULL, 10);
         }
     }
     free(src);
@@ -221,7 +259,8 @@ main(int argc, char **argv)
         return 1;
     }
     if (text.data == NULL) {
-        return usage();
+        return pl_cli_error(GR_NAME, "one of --schema, --regex, --ebnf or "
+                            "--json-object is needed");
     }
     if (print) {
         fwrite(text.data, 1, text.len, stdout);
