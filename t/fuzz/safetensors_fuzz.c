@@ -15,11 +15,9 @@
  */
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
+#include "fuzz_file.h"
 #include "safetensors.h"
 
 /* every tensor byte is read into it, so ASan sees a read outside the file */
@@ -31,16 +29,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char               path[64], err[512];
     pl_safetensors_t  *st;
-    int                fd = memfd_create("st-fuzz", MFD_CLOEXEC), i;
+    int                fd = fuzz_file(data, size, path, sizeof(path)), i;
 
     if (fd < 0) {
         return 0;
     }
-    if (write(fd, data, size) != (ssize_t) size) {
-        close(fd);
-        return 0;
-    }
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     st = pl_st_open(path, err, sizeof(err));
     for (i = 0; st != NULL && i < pl_st_count(st); i++) {
         const pl_st_tensor_t  *t = pl_st_tensor(st, i);

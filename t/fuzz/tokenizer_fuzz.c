@@ -11,12 +11,9 @@
  */
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
+#include "fuzz_file.h"
 #include "pl_tokenizer.h"
 
 #define FUZZ_IDS  512
@@ -62,18 +59,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char             path[64], err[512];
     int32_t          ids[FUZZ_IDS];
-    int              fd = memfd_create("tok-fuzz", MFD_CLOEXEC), n;
+    int              fd = fuzz_file(data, size, path, sizeof(path)), n;
     uint32_t         vocab;
     pl_tokenizer_t  *t;
 
     if (fd < 0) {
         return 0;
     }
-    if (write(fd, data, size) != (ssize_t) size) {
-        close(fd);
-        return 0;
-    }
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     err[0] = '\0';
     t = pl_tokenizer_load(path, err, sizeof(err));
     close(fd);
