@@ -142,9 +142,18 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
         return NGX_ERROR;
     }
 
+    /* bias and stop_ids are NULL when there are none, which memcpy()
+       may not be given even for 0 bytes */
+
     b = ngx_cpymem(body, p->prompt, p->n_prompt * sizeof(int32_t));
-    b = ngx_cpymem(b, p->bias, p->n_bias * sizeof(pl_bias_pair_t));
-    ngx_memcpy(b, p->stop_ids, p->n_stop_ids * sizeof(int32_t));
+
+    if (p->n_bias) {
+        b = ngx_cpymem(b, p->bias, p->n_bias * sizeof(pl_bias_pair_t));
+    }
+
+    if (p->n_stop_ids) {
+        ngx_memcpy(b, p->stop_ids, p->n_stop_ids * sizeof(int32_t));
+    }
 
     ngx_memzero(&rec, sizeof(pl_rec_submit_t));
     rec.req_id = ch->next_id + 1;
