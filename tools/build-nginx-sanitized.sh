@@ -65,15 +65,17 @@ tree=${tree%/}
 ln -sfn "${tree#"$out"/}" "$out/src"
 
 # nginx's own HTTP/2 code stores 32-bit values at odd addresses of its
-# output buffers (ngx_http_v2_send_settings and others; fine on x86):
-# UBSan's alignment check is off for nginx's sources, on for the module's
-printf '[alignment]\nsrc:src/*\n' >"$out/ignorelist.txt"
+# output buffers (ngx_http_v2_send_settings and others; fine on x86) and
+# adds 0 to a NULL buffer pointer (ngx_http_v2_process_request_body): UBSan's
+# alignment and pointer-overflow checks are off for nginx's sources (named
+# relative to the tree), on for the module's (named by absolute path)
+printf '[alignment|pointer-overflow]\nsrc:src/*\n' >"$out/ignorelist.txt"
 ignore="-fsanitize-ignorelist=$out/ignorelist.txt"
 
-# configured again when the compiler, the addon's config or its file list
-# changed
+# configured again when the compiler, the ignorelist, the addon's config or
+# its file list changed
 key=$(cd "$top" \
-      && echo "$cc $ignore" \
+      && echo "$cc" && cat "$out/ignorelist.txt" \
       && ls config ngx_http_pagedllm_module/*.[ch] proto/*.[ch] text/*.[ch])
 if [ ! -f "$tree/objs/Makefile" ] \
    || [ "$key" != "$(cat "$out/configured" 2>/dev/null)" ]
@@ -94,6 +96,8 @@ fi
 make -s -j"${JOBS:-$(nproc)}" -C "$tree" -f objs/Makefile binary modules \
     >"$out/nginx-build.log" 2>&1 \
 || { tail -40 "$out/nginx-build.log" >&2; exit 1; }
-cp "$tree/objs/nginx" "$out/nginx"
-cp "$tree/objs/ngx_http_pagedllm_module.so" \
-    "$build/ngx_http_pagedllm_module.so"
+# copied beside and renamed over: a test's nginx may still run the old one
+cp "$tree/objs/nginx" "$out/nginx.new"
+mv -f "$out/nginx.new" "$out/nginx"
+cp "$tree/objs/ngx_http_pagedllm_module.so" "$build/.module.so.new"
+mv -f "$build/.module.so.new" "$build/ngx_http_pagedllm_module.so"
