@@ -354,7 +354,8 @@ SAN_REPORTS := $(abspath $(SAN_BUILD))/reports
 # clang, whose UBSan (unlike gcc's) honours log_path.  detect_odr_violation
 # is off: every nginx dynamic module defines ngx_modules and
 # ngx_module_names, which nginx's own binary defines too and looks up in
-# the module with dlsym, by design.  Waits in the engine tests are 4 times
+# the module with dlsym, by design.  lsan.supp: see
+# tools/build-nginx-sanitized.sh.  Waits in the engine tests are 4 times
 # longer (PAGEDLLM_TEST_TIME_SCALE): the sanitized engine is that slower.
 # -ffp-contract=off: no multiply-add fused where gcc (-std=c11) fuses none,
 # as the CPU kernels' tests compare fused and unfused twins bit for bit
@@ -362,6 +363,7 @@ SAN_CLANG   := -Wno-pass-failed -ffp-contract=off
 SAN_ASAN    := abort_on_error=1:detect_leaks=1:detect_odr_violation=0
 SAN_UBSAN   := halt_on_error=1:abort_on_error=1:print_stacktrace=1
 SAN_ENV     := ASAN_OPTIONS=$(SAN_ASAN):log_path=$(SAN_REPORTS)/asan \
+               LSAN_OPTIONS=suppressions=$(abspath $(SAN_BUILD))/nginx-asan/lsan.supp \
                UBSAN_OPTIONS=$(SAN_UBSAN):log_path=$(SAN_REPORTS)/ubsan \
                PAGEDLLM_NGINX=$(abspath $(SAN_BUILD))/nginx-asan/nginx \
                PAGEDLLM_TEST_TIME_SCALE=4
