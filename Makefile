@@ -3,6 +3,9 @@
 #                   one job per core unless -jN is given (or JOBS=N)
 #   make run        start engine + nginx on 127.0.0.1:8080 with the tiny model
 #   make test       build and run every test (prove)
+#   make test-sanitize  every test again, with nginx, the module, the engine,
+#                   tools and unit tests built with ASan + UBSan (clang)
+#   make fuzz SECONDS=N  every libFuzzer target (t/fuzz/) for N seconds
 #   make bench      serving benchmark: engine + nginx under pagedllm-load
 #   make install    programs, module, tiny model, systemd units (PREFIX,
 #                   DESTDIR; see the README's Installing)
@@ -284,3 +287,145 @@ ifneq ($(UNMAPPED),)
 $(UNMAPPED): $(HEADERS) $(LIB) $(TEXTLIB)
 endif
 -include $(OBJECTS:.o=.d) $(PROGRAMS:=.d) $(PROGRAMS:=.ld)
+
+# Fuzzing (libFuzzer, clang from Debian): each t/fuzz/NAME_fuzz.c is a
+# target built with AddressSanitizer and UBSan (which aborts on its first
+# report) against a library of the sources compiled the same way.
+#   make fuzz SECONDS=N     every target for N seconds (default 60), one
+#                           after another, from its seed corpus
+#                           t/fuzz/corpus/NAME/; new inputs go to
+#                           $(BUILD)/fuzz/corpus/NAME, crashes to
+#                           $(BUILD)/fuzz/crash-NAME-*
+#   make fuzz-NAME SECONDS=N  one target
+FUZZ_CC     ?= clang
+SECONDS     ?= 60
+FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+# -Wno-pass-failed: at -O1 clang declines to vectorize the kernels'
+# "omp simd" loops and says so
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread \
+               -fopenmp -Iproto -Itext -Ikernels -Iengine -g -O1 $(FUZZ_SAN) \
+               -Wno-pass-failed
+FUZZ_SRCS   := $(PROTO_SRCS) $(TEXT_SRCS) $(ENGINE_SRCS) \
+               $(wildcard kernels/*.c kernels/cpu/*.c)
+FUZZ_OBJS   := $(FUZZ_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
+FUZZ_LIB    := $(BUILD)/fuzz/libpagedllm-fuzz.a
+FUZZ_NAMES  := $(patsubst t/fuzz/%_fuzz.c,%,$(wildcard t/fuzz/*_fuzz.c))
+FUZZERS     := $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
+
+.PHONY: fuzz fuzzers $(FUZZ_NAMES:%=fuzz-%)
+
+fuzzers: $(FUZZERS)
+
+$(BUILD)/fuzz/obj/%.o: %.c | $(BUILD)/.deps $(BUILD)/.fuzz-deps
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(DEPFLAGS) \
+	    -c $< -o $@
+
+$(BUILD)/.fuzz-deps: tools/install-deps.sh
+	@mkdir -p $(BUILD)
+	@sh tools/install-deps.sh --fuzz
+	@touch $@
+
+$(FUZZ_LIB): $(FUZZ_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/fuzz/%: t/fuzz/%_fuzz.c $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -MF $@.d -o $@ \
+	    $< $(FUZZ_LIB) -ljansson -lm
+
+# request: the module's request parser without a server, against nginx's
+# core objects from the sanitized nginx build (below) and the tiny model's
+# tokenizer
+SAN_BUILD   ?= $(BUILD)-sanitize
+SAN_NGINX   := $(SAN_BUILD)/nginx-asan/nginx
+NGX_TREE    := $(SAN_BUILD)/nginx-asan/src
+NGX_INCS    := $(addprefix -I$(NGX_TREE)/,src/core src/event \
+                 src/event/modules src/os/unix src/http src/http/modules \
+                 src/http/v2 objs) -Ingx_http_pagedllm_module
+MODULE_SRCS := $(wildcard ngx_http_pagedllm_module/*.c)
+FUZZ_MODULE := $(BUILD)/fuzz/libngx-pagedllm-fuzz.a
+FUZZ_NGX    := $(BUILD)/fuzz/libngx-core.a
+
+# the sanitized nginx tree, built once; make test-sanitize keeps it current
+$(SAN_NGINX):
+	tools/build-nginx-sanitized.sh $(SAN_BUILD)
+
+# nginx's own warning flags for its headers
+$(BUILD)/fuzz/ngx/%.o: ngx_http_pagedllm_module/%.c \
+        | $(BUILD)/.fuzz-deps $(SAN_NGINX)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -W -Wall -Wpointer-arith -Wno-unused-parameter -Werror \
+	    -g -O1 $(FUZZ_SAN) -fsanitize=fuzzer-no-link -Iproto -Itext \
+	    $(NGX_INCS) $(DEPFLAGS) -c $< -o $@
+
+$(FUZZ_MODULE): $(MODULE_SRCS:ngx_http_pagedllm_module/%.c=$(BUILD)/fuzz/ngx/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+# every core and OS object but main's; the linker takes what the parser
+# calls
+$(FUZZ_NGX): | $(SAN_NGINX)
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $(filter-out %/nginx.o,$(wildcard \
+	    $(NGX_TREE)/objs/src/core/*.o $(NGX_TREE)/objs/src/os/unix/*.o))
+
+$(BUILD)/fuzz/request: t/fuzz/request_fuzz.c $(FUZZ_MODULE) $(FUZZ_NGX) \
+        $(FUZZ_LIB)
+	$(FUZZ_CC) -W -Wall -Wpointer-arith -Wno-unused-parameter -Werror \
+	    -g -O1 $(FUZZ_SAN) -fsanitize=fuzzer -Iproto -Itext $(NGX_INCS) \
+	    -MMD -MP -MF $@.d -o $@ $< $(FUZZ_MODULE) $(FUZZ_NGX) $(FUZZ_LIB) \
+	    -ljansson -lm -lcrypt -lpthread
+
+fuzz: $(FUZZERS) $(TINY)
+	tools/fuzz.sh $(BUILD) $(SECONDS) $(FUZZ_NAMES)
+
+$(FUZZ_NAMES:%=fuzz-%): fuzz-%: $(BUILD)/fuzz/% $(TINY)
+	tools/fuzz.sh $(BUILD) $(SECONDS) $*
+
+-include $(FUZZ_OBJS:.o=.d) $(FUZZERS:=.d)
+
+# The whole suite under AddressSanitizer + UBSan: the engine, tools, unit
+# tests (here, CFLAGS/LDFLAGS below) and nginx itself with the module
+# (tools/build-nginx-sanitized.sh: Debian's nginx source), built into
+# $(SAN_BUILD).  Every report aborts its process and is written under
+# $(SAN_BUILD)/reports/; the target fails when any report exists, even
+# one from a process whose exit no test looked at.
+SAN_FLAGS   := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+SAN_REPORTS := $(abspath $(SAN_BUILD))/reports
+# clang, whose UBSan (unlike gcc's) honours log_path.  detect_odr_violation
+# is off: every nginx dynamic module defines ngx_modules and
+# ngx_module_names, which nginx's own binary defines too and looks up in
+# the module with dlsym, by design.  lsan.supp: see
+# tools/build-nginx-sanitized.sh.  Waits in the engine tests are 4 times
+# longer (PAGEDLLM_TEST_TIME_SCALE): the sanitized engine is that slower.
+# -ffp-contract=off: no multiply-add fused where gcc (-std=c11) fuses none,
+# as the CPU kernels' tests compare fused and unfused twins bit for bit
+SAN_CLANG   := -Wno-pass-failed -ffp-contract=off
+SAN_ASAN    := abort_on_error=1:detect_leaks=1:detect_odr_violation=0
+SAN_UBSAN   := halt_on_error=1:abort_on_error=1:print_stacktrace=1
+SAN_ENV     := ASAN_OPTIONS=$(SAN_ASAN):log_path=$(SAN_REPORTS)/asan \
+               LSAN_OPTIONS=suppressions=$(abspath $(SAN_BUILD))/nginx-asan/lsan.supp \
+               UBSAN_OPTIONS=$(SAN_UBSAN):log_path=$(SAN_REPORTS)/ubsan \
+               PAGEDLLM_NGINX=$(abspath $(SAN_BUILD))/nginx-asan/nginx \
+               PAGEDLLM_TEST_TIME_SCALE=4
+
+.PHONY: test-sanitize
+
+test-sanitize: test-deps $(BUILD)/.fuzz-deps
+	$(MAKE) BUILD=$(SAN_BUILD) CUDA=0 CC=$(FUZZ_CC) \
+	    CFLAGS='-O1 -g -fno-omit-frame-pointer $(SAN_FLAGS) $(SAN_CLANG)' \
+	    LDFLAGS='$(SAN_FLAGS)' engine model tools units
+	CC=$(FUZZ_CC) tools/build-nginx-sanitized.sh $(SAN_BUILD)
+	rm -rf $(SAN_REPORTS) && mkdir -p $(SAN_REPORTS)
+	$(SAN_ENV) PAGEDLLM_BUILD=$(abspath $(SAN_BUILD)) \
+	    prove -j2 $(patsubst $(BUILD)/%,$(SAN_BUILD)/%,$(UNITS)) \
+	    $(wildcard t/*.t); \
+	rc=$$?; \
+	if [ -n "$$(ls $(SAN_REPORTS))" ]; then \
+	    head -50 $(SAN_REPORTS)/*; \
+	    echo "test-sanitize: sanitizer reports in $(SAN_REPORTS)" >&2; \
+	    exit 1; \
+	fi; \
+	exit $$rc

@@ -143,10 +143,22 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
         return NGX_ERROR;
     }
 
+    /* bias, stop_ids and grammar are NULL when there are none, which
+       memcpy() may not be given even for 0 bytes */
+
     b = ngx_cpymem(body, p->prompt, p->n_prompt * sizeof(int32_t));
-    b = ngx_cpymem(b, p->bias, p->n_bias * sizeof(pl_bias_pair_t));
-    b = ngx_cpymem(b, p->stop_ids, p->n_stop_ids * sizeof(int32_t));
-    ngx_memcpy(b, p->grammar, p->grammar_len);
+
+    if (p->n_bias) {
+        b = ngx_cpymem(b, p->bias, p->n_bias * sizeof(pl_bias_pair_t));
+    }
+
+    if (p->n_stop_ids) {
+        b = ngx_cpymem(b, p->stop_ids, p->n_stop_ids * sizeof(int32_t));
+    }
+
+    if (p->grammar_len) {
+        ngx_memcpy(b, p->grammar, p->grammar_len);
+    }
 
     ngx_memzero(&rec, sizeof(pl_rec_submit_t));
     rec.req_id = ch->next_id + 1;

@@ -34,6 +34,7 @@ typedef struct {
 
 
 static void ngx_http_pagedllm_json_cleanup(void *data);
+static void ngx_http_pagedllm_utf8_end(u_char *s);
 static size_t ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok,
     int32_t id, char *buf);
 static json_t *ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool,
@@ -129,6 +130,34 @@ ngx_http_pagedllm_error_set(ngx_http_pagedllm_error_t *err,
     va_end(args);
 
     *last = '\0';
+
+    /* either may have been cut to its array in the middle of a character;
+       the answer is JSON, which takes only whole ones */
+    ngx_http_pagedllm_utf8_end((u_char *) err->param);
+    ngx_http_pagedllm_utf8_end(err->message);
+}
+
+
+/* Ends UTF-8 string s before a last character that lacks bytes. */
+static void
+ngx_http_pagedllm_utf8_end(u_char *s)
+{
+    size_t  len = ngx_strlen(s), lead = len, need;
+
+    while (lead > 0 && len - lead < 4 && (s[lead - 1] & 0xc0) == 0x80) {
+        lead--;
+    }
+
+    if (lead == 0) {
+        return;
+    }
+
+    lead--;
+    need = s[lead] >= 0xf0 ? 4 : s[lead] >= 0xe0 ? 3 : s[lead] >= 0xc0 ? 2 : 1;
+
+    if (len - lead < need) {
+        s[lead] = '\0';
+    }
 }
 
 

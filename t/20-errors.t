@@ -117,6 +117,14 @@ for my $c (@cases) {
     error_ok($t->completion(%$req), 400, $param, "$name: 400, param $param");
 }
 
+# a field's name longer than the error's param, cut inside a character
+# (the e-acute's two bytes straddle the cut): still a 400 in JSON, the
+# param cut before that character
+my $long = ('a' x 62) . "\x{e9}b";
+error_ok($t->request(POST => '/v1/completions',
+                     $J->encode({ prompt => 'x', $long => 1 })),
+         400, 'a' x 62, 'an unknown field named past the param\'s size: 400');
+
 $e = error_ok($t->request(POST => '/v1/completions',
                           '{"prompt":"n is 17","n":17}'), 400, 'n',
               'n=17: 400');

@@ -35,6 +35,17 @@ if [ "${1:-}" = "--test" ]; then
     done
 fi
 
+if [ "${1:-}" = "--fuzz" ]; then
+    # make fuzz: clang with libFuzzer and its sanitizer runtimes, and the
+    # OpenMP runtime clang links the CPU kernels with
+    for pkg in clang libclang-rt-dev libomp-dev; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null \
+             | grep -q "install ok installed"; then
+            need="$need $pkg"
+        fi
+    done
+fi
+
 if [ -n "$need" ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "pagedllm: missing Debian packages:$need" >&2

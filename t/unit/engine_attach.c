@@ -17,7 +17,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#define FW_WAIT_MS    10000
+#define FW_WAIT_MS    (10000 * fw_time_scale())
 
 #include "fake_worker.h"
 

@@ -9,7 +9,7 @@
 
 #include <sys/stat.h>
 
-#define FW_WAIT_MS    30000
+#define FW_WAIT_MS    (30000 * fw_time_scale())
 
 #include "fake_worker.h"
 

@@ -9,7 +9,9 @@
  * checks.  Static inline functions, like tap.h: one copy per test program.
  *
  * A test may define FW_WAIT_MS (how long a wait lasts before it fails)
- * before including this file.
+ * before including this file, as a multiple of fw_time_scale(): the
+ * factor PAGEDLLM_TEST_TIME_SCALE gives (1 when unset), which make
+ * test-sanitize sets for an engine that runs several times slower.
  */
 
 #ifndef PL_FAKE_WORKER_H
@@ -34,9 +36,9 @@
 #include "pl_ring.h"
 
 #ifndef FW_WAIT_MS
-#define FW_WAIT_MS   60000
+#define FW_WAIT_MS   (60000 * fw_time_scale())
 #endif
-#define FW_START_MS  60000
+#define FW_START_MS  (60000 * fw_time_scale())
 #define FW_MAX_ARGS  48
 #define FW_RECBUF    (1 << 20)
 
@@ -63,6 +65,16 @@ static char   fw_dir[64];
 static char   fw_sock[sizeof(((struct sockaddr_un *) 0)->sun_path)];
 static char   fw_log[128];
 static pid_t  fw_pid;
+
+
+static inline int
+fw_time_scale(void)
+{
+    const char  *s = getenv("PAGEDLLM_TEST_TIME_SCALE");
+    int          k = s != NULL ? atoi(s) : 1;
+
+    return k > 0 ? k : 1;
+}
 
 
 static inline uint64_t

@@ -48,7 +48,8 @@ check(const uint8_t *p, uint32_t n, uint64_t seed)
 static void
 test_wrap_around(void)
 {
-    static uint64_t  mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
+    static _Alignas(pl_ring_shared_t) uint64_t
+                     mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
     pl_ring_t        w, r;
     uint8_t          a[16], b[256], got[512];
     uint32_t         type, len, n;
@@ -94,7 +95,8 @@ test_wrap_around(void)
 static void
 test_wrap_contents(void)
 {
-    static uint64_t  mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
+    static _Alignas(pl_ring_shared_t) uint64_t
+                     mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
     pl_ring_t        w, r;
     uint8_t          buf[256], got[256];
     uint32_t         type, len, n;
@@ -139,7 +141,8 @@ test_wrap_contents(void)
 static void
 test_full_ring(void)
 {
-    static uint64_t  mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
+    static _Alignas(pl_ring_shared_t) uint64_t
+                     mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
     pl_ring_t        w, r;
     uint8_t          buf[248] = { 0 }, got[256];
     uint32_t         type, len;
@@ -167,7 +170,8 @@ test_full_ring(void)
 static void
 test_oversized(void)
 {
-    static uint64_t  mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
+    static _Alignas(pl_ring_shared_t) uint64_t
+                     mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
     pl_ring_t        w, r;
     uint8_t          buf[1024] = { 0 }, got[16];
     uint32_t         type, len;
@@ -191,7 +195,8 @@ test_oversized(void)
 static void
 test_corruption(void)
 {
-    static uint64_t  mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
+    static _Alignas(pl_ring_shared_t) uint64_t
+                     mem[(sizeof(pl_ring_shared_t) + SMALL) / 8];
     pl_ring_t        w, r;
     pl_ring_shared_t *sh = (pl_ring_shared_t *) mem;
     uint8_t          buf[64] = { 0 }, got[1024];

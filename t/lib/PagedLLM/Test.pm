@@ -34,6 +34,8 @@ sub new {
 
     my $self = bless {
         build   => $build,
+        # make test-sanitize's nginx, built with AddressSanitizer and UBSan
+        nginx   => $ENV{PAGEDLLM_NGINX} // '/usr/sbin/nginx',
         dir     => tempdir('pagedllm-t-XXXXXX', TMPDIR => 1, CLEANUP => 1),
         main    => $opt{main} // '',
         http    => $opt{http} // '',
@@ -181,7 +183,7 @@ sub start_nginx {
     my $d = $self->{dir};
 
     $self->write_conf;
-    $self->spawn(nginx => "$d/nginx.stderr", '/usr/sbin/nginx', '-p', "$d/",
+    $self->spawn(nginx => "$d/nginx.stderr", $self->{nginx}, '-p', "$d/",
                  '-c', "$d/nginx.conf", '-e', "$d/error.log",
                  '-g', 'daemon off;');
 
