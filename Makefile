@@ -303,9 +303,9 @@ FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # -Wno-pass-failed: at -O1 clang declines to vectorize the kernels'
 # "omp simd" loops and says so
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread \
-               -fopenmp -Iproto -Itext -Ikernels -Iengine -g -O1 $(FUZZ_SAN) \
-               -Wno-pass-failed
-FUZZ_SRCS   := $(PROTO_SRCS) $(TEXT_SRCS) $(ENGINE_SRCS) \
+               -fopenmp -Iproto -Itext -Ikernels -Iengine -Igrammar -g -O1 \
+               $(FUZZ_SAN) -Wno-pass-failed
+FUZZ_SRCS   := $(PROTO_SRCS) $(TEXT_SRCS) $(ENGINE_SRCS) $(GRAMMAR_SRCS) \
                $(wildcard kernels/*.c kernels/cpu/*.c)
 FUZZ_OBJS   := $(FUZZ_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
 FUZZ_LIB    := $(BUILD)/fuzz/libpagedllm-fuzz.a
@@ -351,13 +351,18 @@ FUZZ_NGX    := $(BUILD)/fuzz/libngx-core.a
 $(SAN_NGINX):
 	tools/build-nginx-sanitized.sh $(SAN_BUILD)
 
+# the playground page the module compiles in, as config makes it
+FUZZ_UI     := $(BUILD)/fuzz/ui/ngx_http_pagedllm_ui_page.h
+$(FUZZ_UI): ui/index.html tools/embed-ui.sh
+	sh tools/embed-ui.sh ui/index.html $@
+
 # nginx's own warning flags for its headers
 $(BUILD)/fuzz/ngx/%.o: ngx_http_pagedllm_module/%.c \
-        | $(BUILD)/.fuzz-deps $(SAN_NGINX)
+        | $(BUILD)/.fuzz-deps $(SAN_NGINX) $(FUZZ_UI)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -W -Wall -Wpointer-arith -Wno-unused-parameter -Werror \
 	    -g -O1 $(FUZZ_SAN) -fsanitize=fuzzer-no-link -Iproto -Itext \
-	    $(NGX_INCS) $(DEPFLAGS) -c $< -o $@
+	    -Igrammar -I$(dir $(FUZZ_UI)) $(NGX_INCS) $(DEPFLAGS) -c $< -o $@
 
 $(FUZZ_MODULE): $(MODULE_SRCS:ngx_http_pagedllm_module/%.c=$(BUILD)/fuzz/ngx/%.o)
 	@rm -f $@
@@ -374,8 +379,8 @@ $(FUZZ_NGX): | $(SAN_NGINX)
 $(BUILD)/fuzz/request: t/fuzz/request_fuzz.c $(FUZZ_MODULE) $(FUZZ_NGX) \
         $(FUZZ_LIB)
 	$(FUZZ_CC) -W -Wall -Wpointer-arith -Wno-unused-parameter -Werror \
-	    -g -O1 $(FUZZ_SAN) -fsanitize=fuzzer -Iproto -Itext $(NGX_INCS) \
-	    -MMD -MP -MF $@.d -o $@ $< $(FUZZ_MODULE) $(FUZZ_NGX) $(FUZZ_LIB) \
+	    -g -O1 $(FUZZ_SAN) -fsanitize=fuzzer -Iproto -Itext -Igrammar \
+	    $(NGX_INCS) -MMD -MP -MF $@.d -o $@ $< $(FUZZ_MODULE) $(FUZZ_NGX) $(FUZZ_LIB) \
 	    -ljansson -lm -lcrypt -lpthread
 
 fuzz: $(FUZZERS) $(TINY)

@@ -34,6 +34,8 @@ static ngx_int_t ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps,
     json_t *v, const char *what, int32_t **out);
 static ngx_int_t ngx_http_pagedllm_f_flag(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static void ngx_http_pagedllm_number_text(double d, u_char *buf,
+    size_t len);
 static ngx_int_t ngx_http_pagedllm_f_param(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_seed(
@@ -497,6 +499,7 @@ ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps, json_t *v,
 static ngx_int_t
 ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
+    u_char             got[32];
     double             d, ctx, vocab;
     uint32_t          *flag;
     const char        *name;
@@ -521,19 +524,21 @@ ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
 
     if (!pl_param_in_range(row, d, ctx, vocab)) {
 
+        ngx_http_pagedllm_number_text(d, got, sizeof(got));
+
         if (row->type == PL_PARAM_INT) {
             ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
                                         "'%s' must be an integer from %L to "
-                                        "%L, got %.0f", name,
+                                        "%L, got %s", name,
                                         (int64_t) row->lo,
                                         (int64_t) pl_param_hi(row, ctx,
-                                                              vocab), d);
+                                                              vocab), got);
         } else {
             ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
                                         "'%s' must be in %s%.1f, %.1f], got "
-                                        "%.3f", name,
+                                        "%s", name,
                                         row->open_lo ? "(" : "[", row->lo,
-                                        row->hi, d);
+                                        row->hi, got);
         }
 
         return NGX_ERROR;
@@ -991,6 +996,7 @@ ngx_http_pagedllm_id_key(const char *key, ngx_http_pagedllm_engine_t *engine,
 static ngx_int_t
 ngx_http_pagedllm_f_logit_bias(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
+    u_char                       got[32];
     double                       d;
     json_t                      *e;
     const char                  *key;
@@ -1043,12 +1049,13 @@ ngx_http_pagedllm_f_logit_bias(ngx_http_pagedllm_parse_t *ps, json_t *v)
         d = json_number_value(e);
 
         if (d < PL_PARAM_BIAS_LO || d > PL_PARAM_BIAS_HI) {
+            ngx_http_pagedllm_number_text(d, got, sizeof(got));
             ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                         "logit_bias",
                                         "'logit_bias' values must be in "
-                                        "[%d, %d], got %.3f",
+                                        "[%d, %d], got %s",
                                         PL_PARAM_BIAS_LO, PL_PARAM_BIAS_HI,
-                                        d);
+                                        got);
             return NGX_ERROR;
         }
 
@@ -1276,4 +1283,13 @@ ngx_http_pagedllm_f_add_generation_prompt(ngx_http_pagedllm_parse_t *ps,
     ps->params->add_generation_prompt = json_is_true(v);
 
     return NGX_OK;
+}
+
+
+/* d as text for an error message: nginx's %f converts through an integer
+   and cannot take every double a request may send (1e300, say). */
+static void
+ngx_http_pagedllm_number_text(double d, u_char *buf, size_t len)
+{
+    snprintf((char *) buf, len, "%.15g", d);
 }

@@ -131,6 +131,22 @@ $e = error_ok($t->request(POST => '/v1/completions',
 like($e->{message}, qr/'n' must be an integer from 1 to 16/,
      'n=17: the message gives the range');
 
+# values no integer type holds (nginx's %f cannot print them): the message
+# gives them as the request sent them
+$e = error_ok($t->request(POST => '/v1/completions',
+                          '{"prompt":"x","max_tokens":1e+30}'), 400,
+              'max_tokens', 'max_tokens 1e+30: 400');
+like($e->{message}, qr/got 1e\+30$/, 'max_tokens 1e+30: the message says 1e+30');
+$e = error_ok($t->request(POST => '/v1/completions',
+                          '{"prompt":"x","temperature":-1e300}'), 400,
+              'temperature', 'temperature -1e300: 400');
+like($e->{message}, qr/got -1e\+300$/,
+     'temperature -1e300: the message says -1e+300');
+$e = error_ok($t->request(POST => '/v1/completions',
+                          '{"prompt":"x","logit_bias":{"1":1e200}}'), 400,
+              'logit_bias', 'logit_bias 1e200: 400');
+like($e->{message}, qr/got 1e\+200$/, 'logit_bias 1e200: the message says 1e+200');
+
 $e = error_ok($t->completion(model => 'gpt-4', prompt => 'x'), 404, 'model',
               'unknown model: 404');
 is($e->{code}, 'model_not_found', 'unknown model: code model_not_found');
