@@ -2,7 +2,8 @@
 #   make            build everything (installs missing Debian packages);
 #                   one job per core unless -jN is given (or JOBS=N)
 #   make run        start engine + nginx on 127.0.0.1:8080 with the tiny model
-#   make test       build and run every test (prove)
+#   make test       build and run every test (prove), then every fuzzer
+#                   for TEST_FUZZ_SECONDS (30) from its seed corpus
 #   make test-sanitize  every test again, with nginx, the module, the engine,
 #                   tools and unit tests built with ASan + UBSan (clang)
 #   make fuzz SECONDS=N  every libFuzzer target (t/fuzz/) for N seconds
@@ -177,8 +178,11 @@ $(TINY): $(BUILD)/mktinymodel
 run: all
 	tools/run.sh $(BUILD)
 
+TEST_FUZZ_SECONDS ?= 30
+
 test: all test-deps units
 	PAGEDLLM_BUILD=$(abspath $(BUILD)) prove -j2 $(UNITS) $(wildcard t/*.t)
+	$(MAKE) fuzz SECONDS=$(TEST_FUZZ_SECONDS)
 
 bench: all $(BENCHES)
 	bench/serve.sh $(BUILD)
