@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pl_utf8.h"
+
 #include "grammar.h"
 
 #define GR_MAX_CP  0x10ffff
@@ -75,7 +77,6 @@ gr_node_t *gr_parse_regex(gr_tree_t *t, const char *s, size_t len, int json,
 void       gr_tree_free(gr_tree_t *t);
 
 /* cp's UTF-8 into out; its length */
-int        gr_utf8_put(uint32_t cp, uint8_t *out);
 
 /* code point ranges: n pairs in r sorted and merged in place; returns
    the new n */

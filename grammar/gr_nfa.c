@@ -216,8 +216,8 @@ gr_utf8_range(gr_build_t *b, gr_alt_t *a, uint32_t lo, uint32_t hi)
         }
     }
 
-    n = gr_utf8_put(lo, l);
-    gr_utf8_put(hi, h);
+    n = pl_utf8_put(lo, l);
+    pl_utf8_put(hi, h);
     gr_alt_add(b, a, gr_chain(b, l, h, n));
 }
 

@@ -179,32 +179,6 @@ gr_node_bytes(gr_cursor_t *c, const uint8_t *b, int len)
 
 /* ---- code points ---- */
 
-int
-gr_utf8_put(uint32_t cp, uint8_t *out)
-{
-    if (cp < 0x80) {
-        out[0] = (uint8_t) cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (uint8_t) (0xc0 | (cp >> 6));
-        out[1] = (uint8_t) (0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (uint8_t) (0xe0 | (cp >> 12));
-        out[1] = (uint8_t) (0x80 | ((cp >> 6) & 0x3f));
-        out[2] = (uint8_t) (0x80 | (cp & 0x3f));
-        return 3;
-    }
-    out[0] = (uint8_t) (0xf0 | (cp >> 18));
-    out[1] = (uint8_t) (0x80 | ((cp >> 12) & 0x3f));
-    out[2] = (uint8_t) (0x80 | ((cp >> 6) & 0x3f));
-    out[3] = (uint8_t) (0x80 | (cp & 0x3f));
-    return 4;
-}
-
-
 /* the code point at the cursor (UTF-8), advancing; -1 at bad UTF-8 */
 static int32_t
 gr_next_cp(gr_cursor_t *c)
@@ -653,7 +627,7 @@ gr_literal(gr_cursor_t *c, uint32_t cp)
         return NULL;
     }
 
-    return gr_node_bytes(c, b, gr_utf8_put(cp, b));
+    return gr_node_bytes(c, b, pl_utf8_put(cp, b));
 }
 
 
@@ -1150,8 +1124,8 @@ gr_ebnf_string(gr_cursor_t *c)
             if (cp < 0) {
                 goto failed;
             }
-            memcpy(b + len, tmp, (size_t) gr_utf8_put((uint32_t) cp, tmp));
-            len += gr_utf8_put((uint32_t) cp, tmp);
+            memcpy(b + len, tmp, (size_t) pl_utf8_put((uint32_t) cp, tmp));
+            len += pl_utf8_put((uint32_t) cp, tmp);
             break;
         default:
             c->pos--;

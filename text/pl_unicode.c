@@ -32,31 +32,6 @@ typedef struct {
 } pl_cpbuf_t;
 
 size_t
-pl_utf8_put(uint32_t cp, uint8_t *out)
-{
-    if (cp < 0x80) {
-        out[0] = (uint8_t) cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (uint8_t) (0xc0 | (cp >> 6));
-        out[1] = (uint8_t) (0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (uint8_t) (0xe0 | (cp >> 12));
-        out[1] = (uint8_t) (0x80 | ((cp >> 6) & 0x3f));
-        out[2] = (uint8_t) (0x80 | (cp & 0x3f));
-        return 3;
-    }
-    out[0] = (uint8_t) (0xf0 | (cp >> 18));
-    out[1] = (uint8_t) (0x80 | ((cp >> 12) & 0x3f));
-    out[2] = (uint8_t) (0x80 | ((cp >> 6) & 0x3f));
-    out[3] = (uint8_t) (0x80 | (cp & 0x3f));
-    return 4;
-}
-
-size_t
 pl_utf8_seq_len(const uint8_t *s, size_t len)
 {
     uint8_t  c = s[0];

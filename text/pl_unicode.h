@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pl_utf8.h"
+
 /* General categories, in the order of pl_uc_prop's low five bits. */
 enum {
     PL_UC_LU, PL_UC_LL, PL_UC_LT, PL_UC_LM, PL_UC_LO,
@@ -111,8 +113,7 @@ pl_utf8_next(const uint8_t *s, uint32_t *cp)
     return 4;
 }
 
-/* Writes cp as UTF-8 into out (4 bytes room); returns the length. */
-size_t pl_utf8_put(uint32_t cp, uint8_t *out);
+/* pl_utf8_put: cp as UTF-8 (proto/pl_utf8.h) */
 
 /* Length of the valid UTF-8 sequence at s[len], 0 when invalid there. */
 size_t pl_utf8_seq_len(const uint8_t *s, size_t len);
