@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_clock.h"
 #include "pl_cli.h"
 #include "block_manager.h"
 #include "block_map.h"
@@ -26,16 +27,6 @@
 
 #define SEQ_TOKENS  1024
 #define ROUNDS      200
-
-static double
-now_s(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 
 /* Sequences holding 90% of bm's blocks, on sc's running queue. */
 static int
@@ -97,12 +88,12 @@ bench_pool(int num_blocks, int workers)
     }
 
     for (r = 0; r < ROUNDS; r++) {
-        t = now_s();
+        t = bench_now_s();
         pl_block_map_build(&m, &bm, &sc, (uint64_t) r);
         for (i = 0; i < workers; i++) {
             pl_bmap_publish(regions[i], m.map, m.bytes);
         }
-        t = now_s() - t;
+        t = bench_now_s() - t;
         best = t < best ? t : best;
     }
 

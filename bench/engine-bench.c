@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_clock.h"
 #include "pl_cli.h"
 #include "pl_client.h"
 #include "pl_proto.h"
@@ -62,16 +63,6 @@ typedef struct {
     size_t            n;
     size_t            cap;
 } bench_log_t;
-
-
-static double
-now(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 
 static int
@@ -185,7 +176,7 @@ bench_drain(bench_worker_t *w, bench_req_t *reqs, uint64_t base, int n,
     pl_rec_finish_t   fin;
     uint32_t          type, len;
     uint64_t          k;
-    double            t = now();
+    double            t = bench_now_s();
     int               rc;
 
     while ((rc = pl_ring_read(&w->comp, &type, buf, sizeof(buf), &len)) == 1)
@@ -240,7 +231,7 @@ bench_batch(bench_worker_t *w, int batch, int prompt, int gen, int vocab,
         return -1;
     }
 
-    t0 = now();
+    t0 = bench_now_s();
     for (i = 0; i < batch; i++) {
         if (bench_submit(w, base + i, prompt, gen, vocab, &seed) != 0) {
             return -1;
@@ -260,7 +251,7 @@ bench_batch(bench_worker_t *w, int batch, int prompt, int gen, int vocab,
             return -1;
         }
     }
-    wall = now() - t0;
+    wall = bench_now_s() - t0;
 
     for (i = 0; i < batch; i++) {
         tokens += reqs[i].tokens;

@@ -24,22 +24,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_clock.h"
 #include "pl_cli.h"
 #include "gr_vocab.h"
 #include "grammar.h"
 #include "sampler.h"
 
 #define MAX_STEPS  400
-
-
-static double
-now_us(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec * 1e6 + (double) ts.tv_nsec / 1e3;
-}
 
 
 static int
@@ -114,7 +105,7 @@ compile_schema(const char *schema, double *us)
     pl_gtext_t     t = { 0 };
     pl_grammar_t  *g;
     char           err[256];
-    double         t0 = now_us();
+    double         t0 = bench_now_us();
 
     if (pl_grammar_from_schema_text(schema, strlen(schema), &t, err,
                                     sizeof(err)) != 0)
@@ -123,7 +114,7 @@ compile_schema(const char *schema, double *us)
         exit(1);
     }
     g = pl_grammar_compile(t.data, t.len, err, sizeof(err));
-    *us = now_us() - t0;
+    *us = bench_now_us() - t0;
     pl_gtext_free(&t);
     if (g == NULL) {
         fprintf(stderr, "compile: %s\n", err);
@@ -208,14 +199,14 @@ main(int argc, char **argv)
                             argv[2]);
     }
 
-    t0 = now_us();
+    t0 = bench_now_us();
     v = pl_vocab_load(path, 128256, eos, 2, err, sizeof(err));
     if (v == NULL) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
     printf("vocabulary: %u ids from %s, loaded in %.0f ms\n",
-           pl_vocab_size(v), path, (now_us() - t0) / 1e3);
+           pl_vocab_size(v), path, (bench_now_us() - t0) / 1e3);
 
     for (i = 0; i < 50; i++) {
         g = compile_schema(schema, &compile[i]);
@@ -244,18 +235,18 @@ main(int argc, char **argv)
             if (s < 0 || s >= (1 << 22)) {
                 return 1;
             }
-            t0 = now_us();
+            t0 = bench_now_us();
             m = pl_grammar_mask(g, v, s);
-            t1 = now_us();
+            t1 = bench_now_us();
             if (m == NULL) {
                 return 1;
             }
             t = pick(m, pl_vocab_size(v), &rng);
-            t2 = now_us();
+            t2 = bench_now_us();
             if (t != eos[0] && t != eos[1]) {
                 s2 = pl_grammar_advance(g, v, s, t);
             }
-            t2 = now_us() - t2 + (t1 - t0);
+            t2 = bench_now_us() - t2 + (t1 - t0);
             if (seen[s]) {
                 hit[n_hit++] = t2;
             } else {
@@ -264,11 +255,11 @@ main(int argc, char **argv)
             seen[s] = 1;
             s = s2;
 
-            t0 = now_us();
+            t0 = bench_now_us();
             pl_sampler_reset(&sm);
             i = pl_sampler_add(&sm, 0, &sp, NULL, 1, 0);
             pl_sampler_restrict(&sm, i, m);
-            apply[n_apply++] = now_us() - t0;
+            apply[n_apply++] = bench_now_us() - t0;
 
             if (t == eos[0] || t == eos[1]) {
                 ends++;

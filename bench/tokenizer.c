@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "bench_clock.h"
 #include "pl_cli.h"
 #include "pl_tokenizer.h"
 
@@ -27,14 +28,6 @@ typedef struct {
     size_t    bytes;
 } corpus_t;
 
-static double
-now_s(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int
 read_corpus(const char *path, corpus_t *c)
@@ -107,9 +100,9 @@ main(int argc, char **argv)
     if (read_corpus(argv[2], &c) != 0) {
         return 1;
     }
-    t0 = now_s();
+    t0 = bench_now_s();
     t = pl_tokenizer_load(argv[1], err, sizeof(err));
-    load = now_s() - t0;
+    load = bench_now_s() - t0;
     if (t == NULL) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -120,7 +113,7 @@ main(int argc, char **argv)
     out = malloc(outcap);
     for (r = 0; r < rounds; r++) {
         ntok = 0;
-        t0 = now_s();
+        t0 = bench_now_s();
         for (i = 0; i < c.n; i++) {
             start[i] = ntok;
             n = pl_tokenizer_encode(t, c.text[i], c.len[i], 1, 1, ids + ntok,
@@ -132,9 +125,9 @@ main(int argc, char **argv)
             ntok += (size_t) n;
         }
         start[c.n] = ntok;
-        t1 = now_s() - t0;
+        t1 = bench_now_s() - t0;
         enc = t1 < enc ? t1 : enc;
-        t0 = now_s();
+        t0 = bench_now_s();
         for (i = 0; i < c.n; i++) {
             if (pl_tokenizer_decode(t, ids + start[i], start[i + 1] - start[i],
                                     0, out, outcap) < 0)
@@ -143,7 +136,7 @@ main(int argc, char **argv)
                 return 1;
             }
         }
-        t1 = now_s() - t0;
+        t1 = bench_now_s() - t0;
         dec = t1 < dec ? t1 : dec;
     }
     printf("impl=pagedllm load_ms=%.1f strings=%zu bytes=%zu tokens=%zu "
