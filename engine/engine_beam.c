@@ -283,8 +283,9 @@ pl_engine_beam_rows(pl_engine_t *e, pl_seq_t *const *planned, int n,
     }
 
     /* A row's log-softmax and candidates read the whole vocabulary (about
-       0.3 ms a row at 32,000 ids on one core), so a batch of beams scores
-       its rows in parallel; each row writes only its own beam's slot. */
+       0.2 ms a row at 32,000 ids on one core, bench/beam.c), so a batch of
+       beams scores its rows in parallel; each row writes only its own
+       beam's slot. */
     #pragma omp parallel for schedule(static) \
         num_threads(pl_engine_beam_team(e, k)) if (k > 1)
     for (i = 0; i < k; i++) {
