@@ -110,6 +110,10 @@ http {
             pagedllm_metrics;
         }
 
+        location = /health {
+            pagedllm_health;
+        }
+
         location /ui/ {
             pagedllm_ui;
         }
