@@ -4,7 +4,12 @@
  *
  * A row's candidates are its best per_beam log-probabilities, found in
  * one pass over the vocabulary with a small sorted array (per_beam is at
- * most a few dozen); the log-softmax's normalizer is summed in double.
+ * most a few dozen).  The log-softmax's normalizer is the row's maximum
+ * plus the log of a sum of exponentials, each computed by pl_beam_exp in
+ * vector lanes and summed in float over short runs, the runs in double:
+ * glibc's exp is a call per id the compiler cannot vectorize, and with a
+ * batch of beams those calls were most of an iteration's host time
+ * (bench/beam.c).
  * A step sorts at most width * per_beam candidates.  Ties go to the lower
  * beam, then to the lower token id, so a search is deterministic.
  */
@@ -121,36 +126,95 @@ pl_beam_keep(pl_beam_cand_t *top, int *n, int cap, int32_t token,
 }
 
 
+/* e^x for x <= 0, within a few float ulps; x below -87 (and -inf, and
+   NaN) gives about 1e-38 instead: nothing next to a sum that holds the
+   row's maximum's e^0 = 1.  x = n ln2 + r with |r| <= ln2 / 2, e^r by its
+   Taylor series to r^6, 2^n put into the exponent bits.  Branch-free, so
+   a loop over it vectorizes. */
+static inline float
+pl_beam_exp(float x)
+{
+    union { int32_t i; float f; }  two_n;
+    float                          n, r;
+
+    x = x > -87.0f ? x : -87.0f;
+    n = (float) (int32_t) (x * 1.44269504f - 0.5f);    /* rounds, x <= 0 */
+    r = x - n * 0.693145752f;
+    r = r - n * 1.42860677e-6f;
+    two_n.i = ((int32_t) n + 127) << 23;
+
+    return two_n.f * (1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-1f
+                      + r * (4.16666679e-2f + r * (8.33333377e-3f
+                      + r * 1.38888892e-3f))))));
+}
+
+
+/* log sum e^(logits[t] - max) over the row */
+static double
+pl_beam_log_sum_exp(const float *logits, int vocab, float max)
+{
+    enum { RUN = 256 };
+    double  total = 0;
+    float   run;
+    int     t, u, end;
+
+    for (t = 0; t < vocab; t = end) {
+        end = vocab - t < RUN ? vocab : t + RUN;
+        run = 0;
+        #pragma omp simd reduction(+:run)
+        for (u = t; u < end; u++) {
+            run += pl_beam_exp(logits[u] - max);
+        }
+        total += run;
+    }
+
+    return log(total);
+}
+
+
+/* Keep row's best candidates in top (n of them so far) from the ids
+   t..end-1, every id of which is finite or -inf, stops left out when
+   masked. */
+static void
+pl_beam_scan(pl_beam_t *b, pl_beam_cand_t *top, int *n, const float *row,
+    int t, int end, int masked)
+{
+    for ( /* void */ ; t < end; t++) {
+        if (!(row[t] > -INFINITY) || (masked && pl_beam_is_stop(b, t))) {
+            continue;
+        }
+        pl_beam_keep(top, n, b->per_beam, t, row[t]);
+    }
+}
+
+
 void
 pl_beam_row(pl_beam_t *b, int i, const float *logits, int vocab,
     int generated)
 {
+    enum { RUN = 64 };
     pl_beam_cand_t  *top = b->cands + (size_t) i * b->per_beam;
     int              masked = generated < b->min_tokens;
-    int              n = 0, t;
-    float            max = -INFINITY;
-    double           sum = 0, lse;
+    int              n = 0, t, u, end;
+    float            max = -INFINITY, run;
+    double           lse;
 
-    for (t = 0; t < vocab; t++) {
-        if (logits[t] > max) {
-            max = logits[t];
+    /* One pass finds the row's maximum and its candidates: a run of ids
+       is scanned one by one only when its maximum could enter the list,
+       which, once the list is full, few runs' can. */
+    for (t = 0; t < vocab; t = end) {
+        end = vocab - t < RUN ? vocab : t + RUN;
+        run = -INFINITY;
+        #pragma omp simd reduction(max:run)
+        for (u = t; u < end; u++) {
+            run = logits[u] > run ? logits[u] : run;
+        }
+        max = run > max ? run : max;
+        if (n < b->per_beam || run > top[b->per_beam - 1].logprob) {
+            pl_beam_scan(b, top, &n, logits, t, end, masked);
         }
     }
-    for (t = 0; t < vocab; t++) {
-        if (logits[t] > -INFINITY) {
-            sum += exp((double) logits[t] - max);
-        }
-    }
-    lse = max + log(sum);
-
-    for (t = 0; t < vocab; t++) {
-        if (!(logits[t] > -INFINITY)
-            || (masked && pl_beam_is_stop(b, t)))
-        {
-            continue;
-        }
-        pl_beam_keep(top, &n, b->per_beam, t, logits[t]);
-    }
+    lse = max + pl_beam_log_sum_exp(logits, vocab, max);
 
     for (t = 0; t < n; t++) {
         top[t].logprob = (float) ((double) top[t].logprob - lse);

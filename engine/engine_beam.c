@@ -268,7 +268,8 @@ pl_engine_beam_rows(pl_engine_t *e, pl_seq_t *const *planned, int n,
 {
     pl_beam_job_t  *job = e->beam_jobs;
     pl_seq_t       *s;
-    int             i, k = 0;
+    const float    *rows;
+    int             i, k = 0, lo = n, hi = -1;
 
     for (i = 0; i < n; i++) {
         s = planned[i];
@@ -278,14 +279,27 @@ pl_engine_beam_rows(pl_engine_t *e, pl_seq_t *const *planned, int n,
             continue;
         }
         job[k].seq = s;
-        job[k].row = pl_engine_host_row(e, logits, i);
+        job[k].index = i;
+        lo = i < lo ? i : lo;
+        hi = i;
         k++;
     }
 
-    /* A row's log-softmax and candidates read the whole vocabulary (about
-       0.2 ms a row at 32,000 ids on one core, bench/beam.c), so a batch of
-       beams scores its rows in parallel; each row writes only its own
-       beam's slot. */
+    /* The beams' rows come down in one transfer, from the first to the
+       last (rows of other sequences between them come along): one copy
+       per row would wait on the device once per beam. */
+    if (k > 0) {
+        rows = pl_runner_host_rows(&e->runner, e->be, logits, lo,
+                                   hi - lo + 1);
+        for (i = 0; i < k; i++) {
+            job[i].row = rows + (size_t) (job[i].index - lo)
+                                * e->mc->vocab_size;
+        }
+    }
+
+    /* A row's log-softmax and candidates read the whole vocabulary
+       (bench/beam.c times it), so a batch of beams scores its rows in
+       parallel; each row writes only its own beam's slot. */
     #pragma omp parallel for schedule(static) \
         num_threads(pl_engine_beam_team(e, k)) if (k > 1)
     for (i = 0; i < k; i++) {

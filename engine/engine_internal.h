@@ -33,6 +33,7 @@ _Static_assert(PL_MAX_SEQS == PL_SEQ_GROUP_MAX,
    iteration's other beam rows. */
 typedef struct {
     pl_seq_t                  *seq;
+    int                        index;           /* its row in the batch */
     const float               *row;
 } pl_beam_job_t;
 

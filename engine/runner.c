@@ -153,14 +153,27 @@ pl_runner_moves(pl_model_t *m, const pl_block_manager_t *bm, void *host_pool,
     char *err, size_t errlen)
 {
     const pl_block_move_t  *mv;
-    int                     i, n, rc;
+    int32_t                *src = NULL, *dst;
+    int                     i, j, k, n, rc = 0;
 
     mv = pl_bm_moves(bm, &n);
+    if (n > 0 && (src = malloc(2 * (size_t) n * sizeof(int32_t))) == NULL) {
+        snprintf(err, errlen, "out of memory for %d KV block moves", n);
+        return -1;
+    }
+    dst = src + n;
 
-    for (i = 0; i < n; i++) {
+    /* A run of copies goes to the model in one call (one launch on the
+       GPU); swaps keep their place between them. */
+    for (i = 0; i < n && rc == 0; i = j) {
         if (mv[i].kind == PL_MOVE_COPY) {
-            rc = pl_model_kv_copy_blocks(m, &mv[i].src, &mv[i].dst, 1);
+            for (j = i, k = 0; j < n && mv[j].kind == PL_MOVE_COPY; j++, k++) {
+                src[k] = mv[j].src;
+                dst[k] = mv[j].dst;
+            }
+            rc = pl_model_kv_copy_blocks(m, src, dst, k);
         } else {
+            j = i + 1;
             rc = pl_model_kv_swap(m, host_pool, &mv[i].src, &mv[i].dst, 1,
                                   mv[i].kind == PL_MOVE_SWAP_OUT
                                   ? PL_KV_SWAP_OUT : PL_KV_SWAP_IN);
@@ -168,11 +181,11 @@ pl_runner_moves(pl_model_t *m, const pl_block_manager_t *bm, void *host_pool,
         if (rc != 0) {
             snprintf(err, errlen, "KV block move %d -> %d (kind %d) failed",
                      mv[i].src, mv[i].dst, (int) mv[i].kind);
-            return -1;
         }
     }
+    free(src);
 
-    return 0;
+    return rc == 0 ? 0 : -1;
 }
 
 
@@ -189,7 +202,15 @@ const float *
 pl_runner_host_row(pl_runner_t *r, pl_backend_t *be,
     const pl_logits_t *logits, int i)
 {
-    size_t       at = (size_t) i * r->vocab_size;
+    return pl_runner_host_rows(r, be, logits, i, 1);
+}
+
+
+const float *
+pl_runner_host_rows(pl_runner_t *r, pl_backend_t *be,
+    const pl_logits_t *logits, int first, int count)
+{
+    size_t       at = (size_t) first * r->vocab_size;
     float       *host = r->logits + at;
 
     if (logits->on_host) {
@@ -198,6 +219,6 @@ pl_runner_host_row(pl_runner_t *r, pl_backend_t *be,
 
     be->download_f32(be, host, (const char *) logits->data
                                + at * pl_dtype_size(logits->dtype),
-                     (size_t) r->vocab_size);
+                     (size_t) count * r->vocab_size);
     return host;
 }

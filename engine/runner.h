@@ -66,4 +66,10 @@ int  pl_runner_forward(pl_runner_t *r, pl_model_t *m, pl_logits_t *out,
 const float *pl_runner_host_row(pl_runner_t *r, pl_backend_t *be,
     const pl_logits_t *logits, int i);
 
+/* Rows first..first+count-1 of logits as host fp32, brought down in one
+   transfer when they are on the device; row i is then at the address
+   pl_runner_host_row would give.  The first row's address. */
+const float *pl_runner_host_rows(pl_runner_t *r, pl_backend_t *be,
+    const pl_logits_t *logits, int first, int count);
+
 #endif /* PL_RUNNER_H */
