@@ -12,6 +12,7 @@
  * through download or upload.
  */
 
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "model_internal.h"
@@ -112,6 +113,56 @@ kv_copy(pl_shard_t *m, void *dst, const void *src, size_t bytes,
 }
 
 
+/* No dst[i] is any src[j]: the copies may run in any order. */
+static int
+kv_copies_disjoint(const int32_t *src, const int32_t *dst, int n)
+{
+    int  i, j;
+
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < n; j++) {
+            if (dst[i] == src[j]) {
+                return 0;
+            }
+        }
+    }
+
+    return 1;
+}
+
+
+/* The n copies over every layer's K and V in one backend call: 0, or -1
+   when the backend has no such call or the copies do not suit it. */
+static int
+kv_copy_blocks_at_once(pl_shard_t *m, const int32_t *src,
+    const int32_t *dst, int n, size_t lb)
+{
+    void  **base;
+    int     l, layers = m->cfg.num_layers;
+
+    if (m->be->copy_blocks == NULL || lb % 16 != 0
+        || !kv_copies_disjoint(src, dst, n)
+        || (base = malloc(2 * (size_t) layers * sizeof(void *))) == NULL)
+    {
+        return -1;
+    }
+    for (l = 0; l < layers; l++) {
+        base[l] = m->k_cache[l];
+        base[layers + l] = m->v_cache[l];
+        if ((uintptr_t) base[l] % 16 != 0
+            || (uintptr_t) base[layers + l] % 16 != 0)
+        {
+            free(base);
+            return -1;
+        }
+    }
+    m->be->copy_blocks(m->be, base, 2 * layers, lb, src, dst, n);
+    free(base);
+
+    return 0;
+}
+
+
 int
 pl_shard_kv_copy_blocks(pl_shard_t *m, const int32_t *src,
     const int32_t *dst, int n)
@@ -125,6 +176,9 @@ pl_shard_kv_copy_blocks(pl_shard_t *m, const int32_t *src,
         if (!kv_block_ok(m, src[i]) || !kv_block_ok(m, dst[i])) {
             return -1;
         }
+    }
+    if (n > 0 && kv_copy_blocks_at_once(m, src, dst, n, lb) == 0) {
+        return 0;
     }
     if (m->be->copy == NULL && n > 0 && (bounce = malloc(lb)) == NULL) {
         return -1;

@@ -651,6 +651,7 @@ cuda_wire(pl_backend_t *be)
     be->graphs_destroy = cuda_graphs_destroy;
     be->graphs_run = cuda_graphs_run;
     be->copy = pl_cuda_copy;
+    be->copy_blocks = pl_cuda_copy_blocks;
     be->alloc_host = pl_cuda_alloc_host;
     be->free_host = pl_cuda_free_host;
     be->swap = pl_cuda_swap;

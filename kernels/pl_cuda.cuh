@@ -361,6 +361,9 @@ extern "C" cudaStream_t pl_cuda_stream(pl_backend_t *be);
    their own */
 extern "C" void  pl_cuda_copy(pl_backend_t *be, void *dst, const void *src,
     size_t bytes);
+extern "C" void  pl_cuda_copy_blocks(pl_backend_t *be, void *const *base,
+    int n_bases, size_t bytes, const int32_t *src, const int32_t *dst,
+    int n);
 extern "C" void *pl_cuda_alloc_host(pl_backend_t *be, size_t bytes);
 extern "C" void  pl_cuda_free_host(pl_backend_t *be, void *p);
 extern "C" void  pl_cuda_swap(pl_backend_t *be, void *const *dst,

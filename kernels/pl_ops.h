@@ -254,6 +254,16 @@ struct pl_backend_s {
        through a host buffer) */
     void (*copy)(pl_backend_t *be, void *dst, const void *src, size_t bytes);
 
+    /* for every b < n_bases and i < n: the bytes bytes at base[b] +
+       src[i] * bytes copied to base[b] + dst[i] * bytes, all of them at
+       once on the compute path (no dst[i] is any src[j]); bytes and every
+       base a multiple of 16.  A step's copy-on-write blocks over every
+       layer's K and V in one launch instead of a copy each (NULL: callers
+       use copy) */
+    void (*copy_blocks)(pl_backend_t *be, void *const *base, int n_bases,
+                        size_t bytes, const int32_t *src, const int32_t *dst,
+                        int n);
+
     /* host memory the backend moves data to and from fast (pinned);
        fallback: malloc and free */
     void *(*alloc_host)(pl_backend_t *be, size_t bytes);

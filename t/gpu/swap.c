@@ -12,6 +12,10 @@
  * a copy on the compute stream queued after it moves one chunk again
  * (which must see the swapped-in bytes).  Nothing synchronises between
  * the calls except what the backend itself orders.
+ *
+ * copy_blocks (a step's copy-on-write blocks over every layer in one
+ * launch) moves blocks within each of more caches than one launch takes,
+ * more blocks than one launch takes, leaving every other block alone.
  */
 
 #include <stdio.h>
@@ -22,6 +26,60 @@
 
 #define CHUNKS  64
 #define CHUNK   (256 * 1024)
+
+#define CACHES  (2 * 80)        /* an 80-layer model's K and V */
+#define BLOCKS  512             /* blocks in each cache */
+#define BLOCK   2048            /* bytes a block: 1 token x 8 heads x 128 */
+#define MOVES   200
+
+
+/* copy_blocks over CACHES caches: blocks 0..MOVES-1 to blocks
+   BLOCKS-MOVES.. in reverse, checked against the same moves on the host */
+static void
+check_copy_blocks(pl_backend_t *be)
+{
+    size_t    bytes = (size_t) CACHES * BLOCKS * BLOCK;
+    uint8_t  *want = malloc(bytes), *back = malloc(bytes), *dev;
+    void     *base[CACHES];
+    int32_t   src[MOVES], dst[MOVES];
+    size_t    i;
+    int       c, k;
+
+    if (!ok(be->copy_blocks != NULL, "it has copy_blocks")
+        || !ok(want && back && (dev = be->alloc(be, bytes)), "memory"))
+    {
+        free(want);
+        free(back);
+        return;
+    }
+    for (i = 0; i < bytes; i++) {
+        want[i] = (uint8_t) pair_next();
+    }
+    be->upload(be, dev, want, bytes);
+    for (c = 0; c < CACHES; c++) {
+        base[c] = dev + (size_t) c * BLOCKS * BLOCK;
+    }
+    for (k = 0; k < MOVES; k++) {
+        src[k] = k;
+        dst[k] = BLOCKS - 1 - k;
+    }
+    be->copy_blocks(be, base, CACHES, BLOCK, src, dst, MOVES);
+    be->download(be, back, dev, bytes);
+
+    for (c = 0; c < CACHES; c++) {
+        for (k = 0; k < MOVES; k++) {
+            memcpy(want + ((size_t) c * BLOCKS + dst[k]) * BLOCK,
+                   want + ((size_t) c * BLOCKS + src[k]) * BLOCK, BLOCK);
+        }
+    }
+    ok(memcmp(back, want, bytes) == 0,
+       "copy_blocks: %d blocks in each of %d caches, every other block "
+       "unchanged", MOVES, CACHES);
+
+    be->free(be, dev);
+    free(want);
+    free(back);
+}
 
 
 int
@@ -101,6 +159,8 @@ main(void)
        "after the swap-in saw its bytes");
     ok(memcmp(host, want, total) == 0,
        "pinned host memory holds every chunk as swapped out");
+
+    check_copy_blocks(be);
 
     be->free(be, dev);
     be->free_host(be, host);
