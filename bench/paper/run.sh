@@ -32,7 +32,8 @@
 #              PAPER_STOP_X (3) x the lowest first-rate latency so far.
 #   sampling   Figs. 18-19, 570 s.  Alpaca rates with parallel sampling
 #              (--n 2, 4, 6) and beam search (--beam-width 2, 4, 6), paged
-#              against orca-oracle (PAPER_POLICIES), held KV.
+#              against orca-oracle (PAPER_POLICIES), held KV;
+#              PAPER_SAMPLING ("n beam") picks the panels.
 #   memsave    Figs. 20-21, 300 s.  KV blocks saved by sharing: a closed
 #              loop of 32 Alpaca-length requests with n = W samples (or
 #              beam width W) against 32 x W single-sequence requests with
@@ -445,21 +446,21 @@ group_llama3() {
 }
 
 group_sampling() {
-    local policies p w k=0 n s
+    local policies p w k=0 n s mode flag modes=${PAPER_SAMPLING:-n beam}
     use_model llama2-7b || return 1
     policies=${PAPER_POLICIES:-orca-oracle paged}
     n=$(echo $policies | wc -w)
     for p in $policies; do
-        s=$(( ($(share $((n - k))) - START_S) / 6 ))
+        s=$(( ($(share $((n - k))) - START_S) / (3 * $(echo $modes | wc -w)) ))
         k=$((k + 1))
         serve "$p" --kv-policy "$p" --num-blocks $HELD || continue
-        for w in 2 4 6; do
-            sweep "n=$w" "$p" $s "$AL_RATES" "$AL_SECS" "$AL_MIN" \
-                --dist alpaca --n $w
-        done
-        for w in 2 4 6; do
-            sweep "beam=$w" "$p" $s "$AL_RATES" "$AL_SECS" "$AL_MIN" \
-                --dist alpaca --beam-width $w
+        for mode in $modes; do
+            flag=--n
+            [ "$mode" = beam ] && flag=--beam-width
+            for w in 2 4 6; do
+                sweep "$mode=$w" "$p" $s "$AL_RATES" "$AL_SECS" "$AL_MIN" \
+                    --dist alpaca $flag $w
+            done
         done
         unserve
     done
