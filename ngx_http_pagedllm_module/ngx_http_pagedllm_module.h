@@ -38,6 +38,10 @@
  *   ngx_http_pagedllm_health.c      /health: attached, engine heartbeat
  *   ngx_http_pagedllm_ui.c          the playground page (ui/index.html,
  *                                   built in) and the live KV block map
+ *   ngx_http_pagedllm_prefix.c      the prefix hash of a prompt's first
+ *                                   K ids (plain C, its own header)
+ *   ngx_http_pagedllm_route_only.c  pagedllm_route_only: a front tier's
+ *                                   prompt made from the body, no engine
  *
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through
