@@ -66,6 +66,12 @@ ngx_http_pagedllm_route_only_set(ngx_conf_t *cf, ngx_command_t *cmd,
     value = cf->args->elts;
     dir = value[1];
 
+    /* a relative folder is under nginx's configuration prefix */
+
+    if (ngx_conf_full_name(cf->cycle, &dir, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     while (dir.len > 1 && dir.data[dir.len - 1] == '/') {
         dir.len--;
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 # pagedllm_route_only and pagedllm_prefix_hash_tokens without any engine:
 # nginx -t refuses a folder with no tokenizer, a bad parameter, a second
-# route_only, route_only next to pagedllm_engine and a K out of range; a
+# route_only, route_only next to pagedllm_engine and a K out of range, and
+# takes a folder relative to the configuration's; a
 # route-only nginx proxying to itself logs $pagedllm_prefix_hash: the
 # first K ids decide it (K per location), a request naming another model
 # than model=NAME or refused by the parser has none, nor has a request
@@ -44,6 +45,11 @@ like(conf_error("pagedllm_route_only \@MODEL_DIR\@;\n"
      'nginx -t: pagedllm_prefix_hash_tokens 0');
 is(conf_error("pagedllm_route_only \@MODEL_DIR\@/ model=llama;\n"), '',
    'nginx -t: a folder and model=NAME are taken');
+my $rel = PagedLLM::Deploy->with_http("pagedllm_route_only models/tiny;\n");
+mkdir $rel->dir . '/models';
+symlink $rel->{model}, $rel->dir . '/models/tiny' or die "symlink: $!\n";
+is(($rel->check_conf)[0], 0,
+   "nginx -t: a relative folder is under the configuration's folder");
 
 # proxied to a second server, so that the body is read before the log
 my $t = PagedLLM::Deploy->with_http(<<'EOF');

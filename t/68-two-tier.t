@@ -29,9 +29,7 @@ my %doc = (front => PagedLLM::Deploy::fixture('front.conf'),
 my ($K) = $doc{front} =~ /^pagedllm_prefix_hash_tokens (\d+);/m;
 ok($K, "front.conf sets pagedllm_prefix_hash_tokens ($K)");
 
-open my $dfh, '<', 'docs/DEPLOYMENT.md' or die "docs/DEPLOYMENT.md: $!";
-my $deployment = do { local $/; <$dfh> };
-close $dfh;
+my $deployment = PagedLLM::Deploy::slurp('docs/DEPLOYMENT.md');
 for my $name (sort keys %doc) {
     ok(index($deployment, "```nginx\n$doc{$name}```\n") >= 0,
        "docs/DEPLOYMENT.md shows $name.conf as the test runs it");
@@ -213,13 +211,18 @@ sleep 0.05 while $down->request(GET => '/health')->{status} != 503
 is($down->request(GET => '/health')->{status}, 503,
    "an instance whose engine stopped answers /health 503");
 
-my @served;
-for my $i (@on_down) {
-    $r = $front->request(POST => '/v1/chat/completions',
-                         chat_body(system_prompt($i), 'Still there?'));
-    push @served, "$r->{status} " . ($r->{headers}{'x-served-by'} // '');
+# "STATUS INSTANCE" of a chat with each system prompt through front $f
+sub ask_each {
+    my ($f, $question, @prompts) = @_;
+    return [ map {
+        my $r = $f->request(POST => '/v1/chat/completions',
+                            chat_body(system_prompt($_), $question));
+        "$r->{status} " . ($r->{headers}{'x-served-by'} // '');
+    } @prompts ];
 }
-is_deeply(\@served, [ map { '200 ' . $up->address } @on_down ],
+
+is_deeply(ask_each($front, 'Still there?', @on_down),
+          [ map { '200 ' . $up->address } @on_down ],
           "its prompts are served by the other instance");
 my @lines = route_lines($front, scalar @on_down);
 is("$lines[0]{upstream} $lines[0]{status}",
@@ -234,13 +237,8 @@ is(scalar(grep { $_->{upstream} eq $up->address } @lines[1 .. $#lines]),
 $down->stop('nginx');
 my $fresh = PagedLLM::Deploy->front(@serving);
 $fresh->start_nginx;
-@served = ();
-for my $i (@on_down) {
-    $r = $fresh->request(POST => '/v1/chat/completions',
-                         chat_body(system_prompt($i), 'And now?'));
-    push @served, "$r->{status} " . ($r->{headers}{'x-served-by'} // '');
-}
-is_deeply(\@served, [ map { '200 ' . $up->address } @on_down ],
+is_deeply(ask_each($fresh, 'And now?', @on_down),
+          [ map { '200 ' . $up->address } @on_down ],
           'with its nginx stopped too, the other instance serves them');
 @lines = route_lines($fresh, scalar @on_down);
 is("$lines[0]{upstream} $lines[0]{status}",

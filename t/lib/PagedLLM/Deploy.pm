@@ -20,13 +20,15 @@ use PagedLLM::Test;
 
 our $FIXTURES = 't/fixtures/deploy';
 
-# The text of a fixture, as the document shows it.
-sub fixture {
-    my ($name) = @_;
-    open my $fh, '<', "$FIXTURES/$name" or die "$FIXTURES/$name: $!\n";
+sub slurp {
+    my ($path) = @_;
+    open my $fh, '<', $path or die "$path: $!\n";
     local $/;
     return <$fh>;
 }
+
+# The text of a fixture, as the document shows it.
+sub fixture { slurp("$FIXTURES/$_[0]") }
 
 # A serving instance: an engine and nginx with serving.conf.
 sub serving {
