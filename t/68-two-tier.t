@@ -93,6 +93,16 @@ sub system_prompt {
            map { "rule $_ of assistant $i is to answer briefly." } 1 .. 12;
 }
 
+# "STATUS INSTANCE" of a chat with each system prompt through front $f
+sub ask_each {
+    my ($f, $question, @prompts) = @_;
+    return [ map {
+        my $r = $f->request(POST => '/v1/chat/completions',
+                            chat_body(system_prompt($_), $question));
+        "$r->{status} " . ($r->{headers}{'x-served-by'} // '');
+    } @prompts ];
+}
+
 # ---- the prefix hash -----------------------------------------------------
 
 my $chat = chat_body(system_prompt(1), 'How deep is the sea?');
@@ -181,19 +191,19 @@ route_lines($front);
 
 # ---- affinity --------------------------------------------------------------
 
+# $by_prompt{PROMPT}{"STATUS INSTANCE"}: how many of its four questions
 my (%by_prompt, %used);
-for my $i (1 .. 16) {
-    for my $q ('Why?', 'How far is the moon?', 'Name a fish.', 'Hello.') {
-        $r = $front->request(POST => '/v1/chat/completions',
-                             chat_body(system_prompt($i), $q));
-        $by_prompt{$i}{ $r->{headers}{'x-served-by'} // "status $r->{status}" }++;
-    }
+for my $q ('Why?', 'How far is the moon?', 'Name a fish.', 'Hello.') {
+    my $got = ask_each($front, $q, 1 .. 16);
+    $by_prompt{$_ + 1}{ $got->[$_] }++ for 0 .. 15;
 }
 route_lines($front, 64);
-my @split = grep { keys %{ $by_prompt{$_} } != 1 } sort keys %by_prompt;
-ok(!@split, 'every request with one system prompt lands on one instance')
+my @split = grep { my @k = keys %{ $by_prompt{$_} };
+                   @k != 1 || $k[0] !~ /^200 / } sort keys %by_prompt;
+ok(!@split, 'every request with one system prompt is answered 200 by one '
+   . 'instance')
     or diag($J->encode(\%by_prompt));
-$used{$_}++ for map { keys %$_ } values %by_prompt;
+$used{ (split ' ')[1] // '' }++ for map { keys %$_ } values %by_prompt;
 is_deeply([sort keys %used], [sort keys %instance],
           'sixteen system prompts spread over both instances');
 
@@ -201,7 +211,7 @@ is_deeply([sort keys %used], [sort keys %instance],
 
 my ($down) = grep { $used{ $_->address } } @serving;
 my ($up) = grep { $_ != $down } @serving;
-my @on_down = grep { exists $by_prompt{$_}{ $down->address } }
+my @on_down = grep { exists $by_prompt{$_}{ '200 ' . $down->address } }
               sort keys %by_prompt;
 
 $down->stop_engine;
@@ -210,16 +220,6 @@ sleep 0.05 while $down->request(GET => '/health')->{status} != 503
                  && time < $deadline;
 is($down->request(GET => '/health')->{status}, 503,
    "an instance whose engine stopped answers /health 503");
-
-# "STATUS INSTANCE" of a chat with each system prompt through front $f
-sub ask_each {
-    my ($f, $question, @prompts) = @_;
-    return [ map {
-        my $r = $f->request(POST => '/v1/chat/completions',
-                            chat_body(system_prompt($_), $question));
-        "$r->{status} " . ($r->{headers}{'x-served-by'} // '');
-    } @prompts ];
-}
 
 is_deeply(ask_each($front, 'Still there?', @on_down),
           [ map { '200 ' . $up->address } @on_down ],
