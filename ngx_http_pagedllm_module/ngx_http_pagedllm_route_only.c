@@ -177,9 +177,11 @@ ngx_http_pagedllm_route_cleanup(void *data)
 /*
  * A pagedllm_route_only nginx's prefix hash of a request: of the first k
  * ids of its prompt, or of its body's first bytes when the body sits in
- * a temp file.  NGX_OK; NGX_DECLINED when this nginx routes nothing, the
- * request is not a completion or has no prompt the parser takes;
- * NGX_AGAIN while the body is not read (or is passed on unbuffered).
+ * a temp file.  NGX_OK; NGX_DECLINED, for good, when its body is read and
+ * it is not a completion or has no prompt the parser takes; NGX_AGAIN
+ * while there may be one later: the body not read (or passed on
+ * unbuffered), or this nginx not routing (a serving nginx, whose request
+ * gets its prompt in the content phase).
  */
 ngx_int_t
 ngx_http_pagedllm_route_hash(ngx_http_request_t *r, size_t k,
@@ -194,16 +196,14 @@ ngx_http_pagedllm_route_hash(ngx_http_request_t *r, size_t k,
     pmcf = ngx_http_get_module_main_conf(r, ngx_http_pagedllm_module);
     m = r->main;
 
-    if (pmcf->route_only == NULL
-        || ngx_http_pagedllm_route_api(m, &chat) != NGX_OK)
-    {
-        return NGX_DECLINED;
-    }
-
-    if (m->request_body == NULL || m->reading_body
-        || m->request_body_no_buffering)
+    if (pmcf->route_only == NULL || m->request_body == NULL
+        || m->reading_body || m->request_body_no_buffering)
     {
         return NGX_AGAIN;
+    }
+
+    if (ngx_http_pagedllm_route_api(m, &chat) != NGX_OK) {
+        return NGX_DECLINED;
     }
 
     if (m->request_body->temp_file) {

@@ -49,8 +49,9 @@
  * (ngx_http_pagedllm_route_only.c).  Anything else (not a completion,
  * a body the parser refuses, a body not read yet) has no value: the
  * variable is not found, "" as a hash key, which puts all such requests
- * on one instance.  A value once made is cached for the request; no
- * value is, so that a later reading may find it.
+ * on one instance.  A value once made is cached for the request, and so
+ * is its absence once the body is read; an absence before is not, so
+ * that a later reading may find a value.
  */
 
 
@@ -376,7 +377,7 @@ ngx_http_pagedllm_prefix_hash_variable(ngx_http_request_t *r,
 
     if (rc != NGX_OK) {
         v->not_found = 1;
-        v->no_cacheable = 1;
+        v->no_cacheable = (rc == NGX_AGAIN);
         return NGX_OK;
     }
 
@@ -397,7 +398,7 @@ ngx_http_pagedllm_prefix_hash_variable(ngx_http_request_t *r,
 
 /* The hash of the ids a serving nginx submitted, or the one a
    pagedllm_route_only nginx makes from the body: NGX_OK, NGX_DECLINED
-   (none), NGX_AGAIN (none yet), NGX_ERROR. */
+   (none, for good), NGX_AGAIN (none yet), NGX_ERROR. */
 static ngx_int_t
 ngx_http_pagedllm_prefix_of(ngx_http_request_t *r, uint64_t *hash)
 {
@@ -414,7 +415,7 @@ ngx_http_pagedllm_prefix_of(ngx_http_request_t *r, uint64_t *hash)
     }
 
     if (ctx->id.len == 0 || ctx->params.prompt == NULL) {
-        return NGX_DECLINED;
+        return NGX_AGAIN;
     }
 
     *hash = ngx_http_pagedllm_prefix_hash(ctx->params.prompt,
