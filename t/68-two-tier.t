@@ -155,6 +155,9 @@ for my $body (@long) {
     $r = $front->request(POST => '/v1/completions', $body);
     push @sent, [route_lines($front)]->[0];
 }
+like($r->{json}{error}{message},
+     qr/maximum context length is 2048 tokens, however your prompt has/,
+     'the serving tier got the whole long body after the front read it');
 is($sent[0]{prefix}, fnv1a(substr $long[0], 0, 4096),
    'a body in a temp file hashes as FNV-1a of its first 4096 bytes');
 ok($sent[0]{prefix} eq $sent[1]{prefix}
