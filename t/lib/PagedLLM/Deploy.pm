@@ -68,9 +68,13 @@ sub with_http {
 sub address { "127.0.0.1:$_[0]{port}" }
 
 # nginx -t of the configuration: its exit status and what it printed.
+# Under make test-sanitize, without LeakSanitizer: nginx leaves the pool
+# of a configuration it refused to the exit, by design.
 sub check_conf {
     my ($self) = @_;
     my $d = $self->{dir};
+    local $ENV{ASAN_OPTIONS} = join ':', grep { defined }
+                                    $ENV{ASAN_OPTIONS}, 'detect_leaks=0';
     $self->write_conf;
     my $out = `$self->{nginx} -t -p $d/ -c $d/nginx.conf -e $d/error.log 2>&1`;
     return ($? >> 8, $out);
