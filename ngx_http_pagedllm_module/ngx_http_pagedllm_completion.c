@@ -51,7 +51,6 @@ static void ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
 static ngx_http_pagedllm_engine_t *ngx_http_pagedllm_same_engine(
     ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx);
 static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx);
-static u_char *ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len);
 static ngx_int_t ngx_http_pagedllm_start(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 
@@ -497,7 +496,7 @@ ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx)
 
 
 /* The whole body as one piece of memory (it may sit in a temp file). */
-static u_char *
+u_char *
 ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len)
 {
     u_char       *p, *body;

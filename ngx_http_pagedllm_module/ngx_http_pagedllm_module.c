@@ -23,6 +23,12 @@
  *                                         token quotas per key
  *     location /ui/ { pagedllm_ui; }      the playground page at /ui/, the
  *                                         live KV block map at /ui/blockmap
+ *     pagedllm_route_only DIR [model=NAME];   (http) no engine: a front
+ *                                         tier that computes
+ *                                         $pagedllm_prefix_hash with the
+ *                                         tokenizer of the model folder DIR
+ *     pagedllm_prefix_hash_tokens 64;     K: $pagedllm_prefix_hash hashes
+ *                                         the prompt's first K tokens
  */
 
 
@@ -55,6 +61,12 @@ typedef struct {
     ngx_http_pagedllm_done_pt      done;
     void                          *data;
 } ngx_http_pagedllm_job_t;
+
+
+/* pagedllm_prefix_hash_tokens: a prompt's first 1 to 64K tokens */
+static ngx_conf_num_bounds_t  ngx_http_pagedllm_prefix_hash_bounds = {
+    ngx_conf_check_num_bounds, 1, 65536
+};
 
 
 /* the content handler each location directive installs */
@@ -176,6 +188,20 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       &ngx_http_pagedllm_error },
+
+    { ngx_string("pagedllm_route_only"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
+      ngx_http_pagedllm_route_only_set,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pagedllm_prefix_hash_tokens"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pagedllm_loc_conf_t, prefix_hash_tokens),
+      &ngx_http_pagedllm_prefix_hash_bounds },
 
       ngx_null_command
 };
@@ -355,6 +381,7 @@ ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf)
      *     pmcf->engine = { 0, NULL };
      *     pmcf->metrics = NULL;
      *     pmcf->thread_pool_name = { 0, NULL };
+     *     pmcf->route_only = NULL;
      */
 
     pmcf->attach_timeout = NGX_CONF_UNSET_MSEC;
@@ -371,6 +398,14 @@ ngx_http_pagedllm_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_msec_value(pmcf->attach_timeout, 1000);
     ngx_conf_init_msec_value(pmcf->reattach_interval, 1000);
+
+    if (pmcf->engine.data && pmcf->route_only) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"pagedllm_route_only\" is for an nginx that "
+                           "attaches to no engine: drop \"pagedllm_engine\" "
+                           "or it");
+        return NGX_CONF_ERROR;
+    }
 
     if (pmcf->engine.data == NULL) {
         return NGX_CONF_OK;
@@ -419,6 +454,7 @@ ngx_http_pagedllm_create_loc_conf(ngx_conf_t *cf)
     plcf->cors_origins = NULL;
     plcf->health_max_age = NGX_CONF_UNSET_MSEC;
     plcf->limits = NGX_CONF_UNSET_PTR;
+    plcf->prefix_hash_tokens = NGX_CONF_UNSET;
 
     return plcf;
 }
@@ -443,6 +479,8 @@ ngx_http_pagedllm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->cors, prev->cors,
                               NGX_HTTP_PAGEDLLM_CORS_OFF);
     ngx_conf_merge_ptr_value(conf->limits, prev->limits, NULL);
+    ngx_conf_merge_value(conf->prefix_hash_tokens, prev->prefix_hash_tokens,
+                         64);
 
     return NGX_CONF_OK;
 }

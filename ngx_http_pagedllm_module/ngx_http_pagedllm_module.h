@@ -38,6 +38,10 @@
  *   ngx_http_pagedllm_health.c      /health: attached, engine heartbeat
  *   ngx_http_pagedllm_ui.c          the playground page (ui/index.html,
  *                                   built in) and the live KV block map
+ *   ngx_http_pagedllm_prefix.c      the prefix hash of a prompt's first
+ *                                   K ids (plain C, its own header)
+ *   ngx_http_pagedllm_route_only.c  pagedllm_route_only: a front tier's
+ *                                   prompt made from the body, no engine
  *
  * Calls go one way: the handler calls the channel, the request parser
  * and the response writer; the channel calls a request back only through
@@ -86,6 +90,8 @@ typedef struct {
 #if (NGX_THREADS)
     ngx_thread_pool_t            *thread_pool;
 #endif
+    struct ngx_http_pagedllm_engine_s  *route_only;  /* pagedllm_route_only:
+                                                    its tokenizer's model */
 } ngx_http_pagedllm_main_conf_t;
 
 
@@ -98,6 +104,8 @@ typedef struct {
     ngx_msec_t                    health_max_age;  /* pagedllm_health */
     ngx_array_t                  *limits;        /* of ngx_shm_zone_t *:
                                                     pagedllm_limit_tokens */
+    ngx_int_t                     prefix_hash_tokens;  /* K of
+                                                    $pagedllm_prefix_hash */
 } ngx_http_pagedllm_loc_conf_t;
 
 
@@ -122,7 +130,7 @@ typedef struct {
 
 
 /* What the attached engine serves; valid while attached. */
-typedef struct {
+typedef struct ngx_http_pagedllm_engine_s {
     ngx_str_t                     model;
     uint32_t                      vocab_size;
     uint32_t                      max_model_len;
@@ -353,6 +361,8 @@ ngx_int_t ngx_http_pagedllm_thread_run(ngx_pool_t *pool, ngx_log_t *log,
 /* tokenizer */
 ngx_http_pagedllm_tok_t *ngx_http_pagedllm_tok_load(const char *path,
     uint64_t hash, ngx_log_t *log, u_char *err, size_t len);
+ngx_http_pagedllm_tok_t *ngx_http_pagedllm_tok_open(const char *path,
+    uint64_t hash, ngx_log_t *log, u_char *err, size_t len);
 void ngx_http_pagedllm_tok_hold(ngx_http_pagedllm_tok_t *tok);
 void ngx_http_pagedllm_tok_release(ngx_http_pagedllm_tok_t *tok);
 ngx_int_t ngx_http_pagedllm_tok_hold_pool(ngx_pool_t *pool,
@@ -394,11 +404,18 @@ ngx_int_t ngx_http_pagedllm_ui_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_pagedllm_add_variables(ngx_conf_t *cf);
 uint64_t ngx_http_pagedllm_now_us(void);
 
+/* route only */
+char *ngx_http_pagedllm_route_only_set(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_pagedllm_route_hash(ngx_http_request_t *r, size_t k,
+    uint64_t *hash);
+
 /* limit */
 char *ngx_http_pagedllm_limit_tokens_set(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
 /* request */
+u_char *ngx_http_pagedllm_body(ngx_http_request_t *r, size_t *len);
 ngx_int_t ngx_http_pagedllm_decode_init(ngx_pool_t *pool,
     ngx_http_pagedllm_decode_t *d, u_char *body, size_t len);
 void ngx_http_pagedllm_decode(ngx_http_pagedllm_decode_t *d);

@@ -31,9 +31,7 @@ ngx_http_pagedllm_tok_t *
 ngx_http_pagedllm_tok_load(const char *path, uint64_t hash, ngx_log_t *log,
     u_char *err, size_t len)
 {
-    char                      perr[256];
-    uint64_t                  got;
-    ngx_http_pagedllm_tok_t  *tok;
+    uint64_t  got;
 
     if (ngx_http_pagedllm_file_hash(path, &got, log, err, len) != NGX_OK) {
         return NULL;
@@ -44,6 +42,19 @@ ngx_http_pagedllm_tok_load(const char *path, uint64_t hash, ngx_log_t *log,
                      "(hash %016xL, engine %016xL)%Z", path, got, hash);
         return NULL;
     }
+
+    return ngx_http_pagedllm_tok_open(path, hash, log, err, len);
+}
+
+
+/* The tokenizer at path, its chat template and special tokens, loaded
+   as they are: pagedllm_route_only's, with no engine to compare with. */
+ngx_http_pagedllm_tok_t *
+ngx_http_pagedllm_tok_open(const char *path, uint64_t hash, ngx_log_t *log,
+    u_char *err, size_t len)
+{
+    char                      perr[256];
+    ngx_http_pagedllm_tok_t  *tok;
 
     tok = ngx_calloc(sizeof(ngx_http_pagedllm_tok_t), log);
     if (tok == NULL) {

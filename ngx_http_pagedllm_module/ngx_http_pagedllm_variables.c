@@ -21,6 +21,10 @@
  *                                clock)
  *   $pagedllm_finish_reason      each choice's reason, by index, comma
  *                                separated: stop, length, abort, error
+ *   $pagedllm_prefix_hash        16 hex digits: the prefix hash
+ *                                (ngx_http_pagedllm_prefix.h) of the
+ *                                prompt's first pagedllm_prefix_hash_tokens
+ *                                tokens, below
  *
  * Each reads the main request's ctx.  A completion that was never
  * submitted (refused, still parsing, not a completion) has none of them:
@@ -31,10 +35,28 @@
  * at both ends, not
  * from nginx's cached time: a small model answers within the cached
  * clock's millisecond, which would log most first tokens as 0.
+ *
+ * $pagedllm_prefix_hash is the key a front tier routes by
+ * ("hash $pagedllm_prefix_hash consistent"), so it is also had without a
+ * submitted completion.  Its prompt is the one a serving nginx submits:
+ * the ids of a chat's conversation rendered by the chat template (so a
+ * shared system prompt is a shared prefix), of a completion's prompt
+ * text with the tokenizer's BOS, or the ids given.  A serving nginx hashes
+ * the ids it submitted; a pagedllm_route_only nginx makes them from the
+ * request body, which the proxy module has read by the time an upstream's
+ * hash is evaluated (with proxy_request_buffering on, the default).  A
+ * body in a temp file hashes by its raw first bytes instead
+ * (ngx_http_pagedllm_route_only.c).  Anything else (not a completion,
+ * a body the parser refuses, a body not read yet) has no value: the
+ * variable is not found, "" as a hash key, which puts all such requests
+ * on one instance.  A value once made is cached for the request, and so
+ * is its absence once the body is read; an absence before is not, so
+ * that a later reading may find a value.
  */
 
 
 #include "ngx_http_pagedllm_module.h"
+#include "ngx_http_pagedllm_prefix.h"
 
 
 /* a variable's value from a submitted request's ctx: NGX_OK, NGX_DECLINED
@@ -71,6 +93,14 @@ static ngx_int_t ngx_http_pagedllm_ms(ngx_pool_t *pool, uint64_t us,
 static ngx_int_t ngx_http_pagedllm_var_finish_reason(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx, ngx_str_t *value);
 static ngx_str_t *ngx_http_pagedllm_var_reason(uint32_t reason);
+static ngx_int_t ngx_http_pagedllm_prefix_hash_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_pagedllm_prefix_of(ngx_http_request_t *r,
+    uint64_t *hash);
+
+
+static ngx_str_t  ngx_http_pagedllm_prefix_hash_name =
+    ngx_string("pagedllm_prefix_hash");
 
 
 static ngx_http_pagedllm_var_t  ngx_http_pagedllm_vars[] = {
@@ -115,6 +145,15 @@ ngx_http_pagedllm_add_variables(ngx_conf_t *cf)
         var->get_handler = ngx_http_pagedllm_variable;
         var->data = i;
     }
+
+    /* cacheable once it has a value: the getter says when */
+
+    var = ngx_http_add_variable(cf, &ngx_http_pagedllm_prefix_hash_name, 0);
+    if (var == NULL) {
+        return NGX_ERROR;
+    }
+
+    var->get_handler = ngx_http_pagedllm_prefix_hash_variable;
 
     return NGX_OK;
 }
@@ -319,4 +358,68 @@ ngx_http_pagedllm_var_reason(uint32_t reason)
     }
 
     return &ngx_http_pagedllm_reasons[reason - PL_FINISH_STOP];
+}
+
+
+static ngx_int_t
+ngx_http_pagedllm_prefix_hash_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char     *p;
+    uint64_t    hash;
+    ngx_int_t   rc;
+
+    rc = ngx_http_pagedllm_prefix_of(r, &hash);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc != NGX_OK) {
+        v->not_found = 1;
+        v->no_cacheable = (rc == NGX_AGAIN);
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, 16);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->len = ngx_sprintf(p, "%016xL", hash) - p;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    v->data = p;
+
+    return NGX_OK;
+}
+
+
+/* The hash of the ids a serving nginx submitted, or the one a
+   pagedllm_route_only nginx makes from the body: NGX_OK, NGX_DECLINED
+   (none, for good), NGX_AGAIN (none yet), NGX_ERROR. */
+static ngx_int_t
+ngx_http_pagedllm_prefix_of(ngx_http_request_t *r, uint64_t *hash)
+{
+    size_t                         k;
+    ngx_http_pagedllm_ctx_t       *ctx;
+    ngx_http_pagedllm_loc_conf_t  *plcf;
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_pagedllm_module);
+    k = (size_t) plcf->prefix_hash_tokens;
+
+    if (ctx == NULL) {
+        return ngx_http_pagedllm_route_hash(r, k, hash);
+    }
+
+    if (ctx->id.len == 0 || ctx->params.prompt == NULL) {
+        return NGX_AGAIN;
+    }
+
+    *hash = ngx_http_pagedllm_prefix_hash(ctx->params.prompt,
+                                          ctx->params.n_prompt, k);
+
+    return NGX_OK;
 }
