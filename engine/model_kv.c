@@ -113,7 +113,8 @@ kv_copy(pl_shard_t *m, void *dst, const void *src, size_t bytes,
 }
 
 
-/* No dst[i] is any src[j]: the copies may run in any order. */
+/* No dst[i] is any src[j] or another dst[j]: the copies may run in any
+   order, at once (the log may reuse a block a move freed). */
 static int
 kv_copies_disjoint(const int32_t *src, const int32_t *dst, int n)
 {
@@ -121,7 +122,7 @@ kv_copies_disjoint(const int32_t *src, const int32_t *dst, int n)
 
     for (i = 0; i < n; i++) {
         for (j = 0; j < n; j++) {
-            if (dst[i] == src[j]) {
+            if (dst[i] == src[j] || (j != i && dst[i] == dst[j])) {
                 return 0;
             }
         }

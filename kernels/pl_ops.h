@@ -256,7 +256,7 @@ struct pl_backend_s {
 
     /* for every b < n_bases and i < n: the bytes bytes at base[b] +
        src[i] * bytes copied to base[b] + dst[i] * bytes, all of them at
-       once on the compute path (no dst[i] is any src[j]); bytes and every
+       once on the compute path (no dst[i] is any src[j] or other dst[j]); bytes and every
        base a multiple of 16.  A step's copy-on-write blocks over every
        layer's K and V in one launch instead of a copy each (NULL: callers
        use copy) */
