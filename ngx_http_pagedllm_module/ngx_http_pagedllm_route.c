@@ -33,12 +33,14 @@
  *   round_robin  each engine in turn, weight times per round
  *   prefix       the engine that owns the hash of the prompt's first
  *                tokens=K tokens (ngx_http_pagedllm_prefix_hash) by
- *                rendezvous hashing: the highest of `weight` scores
- *                mix(hash, engine, i) per engine, so ownership is
- *                proportional to weight and only the keys of an engine
- *                that leaves or joins move; requests sharing a system
- *                prompt or few-shot prefix meet its KV in that engine's
- *                prefix cache.  The owner is overloaded when its load
+ *                rendezvous hashing (ngx_http_pagedllm_pick.c), so
+ *                ownership is proportional to weight and only the keys
+ *                of an engine that leaves or joins move; requests
+ *                sharing a system prompt or few-shot prefix meet its
+ *                KV in that engine's prefix cache.  K defaults to 128
+ *                tokens: a chat's template header and system prompt,
+ *                or the whole of a shorter prompt.  The owner is
+ *                overloaded when its load
  *                exceeds the least-loaded candidate's by more than
  *                spill=N requests; then least_load decides, and the
  *                next request of the prefix goes back to the owner once
@@ -48,21 +50,13 @@
 
 #include "ngx_http_pagedllm_module.h"
 #include "ngx_http_pagedllm_channel.h"
+#include "ngx_http_pagedllm_pick.h"
 #include "ngx_http_pagedllm_prefix.h"
 
 
 #define NGX_HTTP_PAGEDLLM_MAX_WEIGHT        100
 #define NGX_HTTP_PAGEDLLM_PREFIX_TOKENS     128
 #define NGX_HTTP_PAGEDLLM_SPILL             8
-
-
-/* An engine a request may go to, with what routing weighs. */
-typedef struct {
-    ngx_http_pagedllm_channel_t        *ch;
-    ngx_uint_t                          weight;
-    ngx_uint_t                          load;
-    ngx_uint_t                          free;        /* KV blocks */
-} ngx_http_pagedllm_cand_t;
 
 
 static ngx_int_t ngx_http_pagedllm_engine_add(ngx_conf_t *cf,
@@ -75,17 +69,8 @@ static ngx_http_pagedllm_group_t *ngx_http_pagedllm_group_add(ngx_conf_t *cf,
 static ngx_int_t ngx_http_pagedllm_served_model(ngx_http_pagedllm_ctx_t *ctx,
     ngx_str_t *model);
 static ngx_uint_t ngx_http_pagedllm_candidates(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_group_t *group, ngx_http_pagedllm_cand_t *cand);
-static ngx_uint_t ngx_http_pagedllm_least_load(
-    ngx_http_pagedllm_group_t *group, ngx_http_pagedllm_cand_t *cand,
-    ngx_uint_t n);
-static ngx_uint_t ngx_http_pagedllm_round_robin(
-    ngx_http_pagedllm_group_t *group, ngx_http_pagedllm_cand_t *cand,
-    ngx_uint_t n);
-static ngx_uint_t ngx_http_pagedllm_prefix(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_route_conf_t *rc, ngx_http_pagedllm_group_t *group,
-    ngx_http_pagedllm_cand_t *cand, ngx_uint_t n);
-static uint64_t ngx_http_pagedllm_mix(uint64_t x);
+    ngx_http_pagedllm_group_t *group, ngx_http_pagedllm_channel_t **chs,
+    ngx_http_pagedllm_cand_t *cand);
 static ngx_int_t ngx_http_pagedllm_same_model(ngx_http_pagedllm_channel_t *ch,
     ngx_str_t *model);
 
@@ -156,7 +141,8 @@ ngx_http_pagedllm_engine_add(ngx_conf_t *cf,
 
     /* the engine's identity in rendezvous hashing: the same in every
        worker and every nginx that names the same path */
-    ec->id = ngx_http_pagedllm_mix(ngx_crc32_short(ec->path.data, len));
+    ec->id = ngx_http_pagedllm_pick_mix(ngx_crc32_short(ec->path.data,
+                                                        len));
 
     ec->labeled = labeled;
     *index = pmcf->engines.nelts - 1;
@@ -561,8 +547,11 @@ ngx_http_pagedllm_route_model(ngx_http_request_t *r, ngx_str_t *model)
 ngx_http_pagedllm_channel_t *
 ngx_http_pagedllm_route_pick(ngx_http_pagedllm_ctx_t *ctx)
 {
-    ngx_uint_t                      n, i;
+    size_t                          i;
+    uint64_t                        hash;
+    ngx_uint_t                      n;
     ngx_http_pagedllm_cand_t        cand[NGX_HTTP_PAGEDLLM_MAX_ENGINES];
+    ngx_http_pagedllm_channel_t    *chs[NGX_HTTP_PAGEDLLM_MAX_ENGINES];
     ngx_http_pagedllm_group_t      *group;
     ngx_http_pagedllm_loc_conf_t   *plcf;
 
@@ -574,7 +563,7 @@ ngx_http_pagedllm_route_pick(ngx_http_pagedllm_ctx_t *ctx)
         return NULL;
     }
 
-    n = ngx_http_pagedllm_candidates(ctx, group, cand);
+    n = ngx_http_pagedllm_candidates(ctx, group, chs, cand);
 
     if (n == 0) {
         return NULL;
@@ -583,18 +572,22 @@ ngx_http_pagedllm_route_pick(ngx_http_pagedllm_ctx_t *ctx)
     switch (plcf->route.policy) {
 
     case NGX_HTTP_PAGEDLLM_ROUTE_ROUND_ROBIN:
-        i = ngx_http_pagedllm_round_robin(group, cand, n);
+        i = ngx_http_pagedllm_pick_round_robin(cand, n, group->rr);
         break;
 
     case NGX_HTTP_PAGEDLLM_ROUTE_PREFIX:
-        i = ngx_http_pagedllm_prefix(ctx, &plcf->route, group, cand, n);
+        hash = ngx_http_pagedllm_prefix_hash(ctx->params.prompt,
+                                             ctx->params.n_prompt,
+                                             plcf->route.tokens);
+        i = ngx_http_pagedllm_pick_prefix(cand, n, group->rr, hash,
+                                          (uint32_t) plcf->route.spill);
         break;
 
     default:
-        i = ngx_http_pagedllm_least_load(group, cand, n);
+        i = ngx_http_pagedllm_pick_least_load(cand, n, group->rr);
     }
 
-    return cand[i].ch;
+    return chs[i];
 }
 
 
@@ -698,10 +691,12 @@ ngx_http_pagedllm_served_model(ngx_http_pagedllm_ctx_t *ctx,
 
 static ngx_uint_t
 ngx_http_pagedllm_candidates(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_group_t *group, ngx_http_pagedllm_cand_t *cand)
+    ngx_http_pagedllm_group_t *group, ngx_http_pagedllm_channel_t **chs,
+    ngx_http_pagedllm_cand_t *cand)
 {
+    uint32_t                      published;
     ngx_str_t                     model;
-    ngx_uint_t                    i, n, published;
+    ngx_uint_t                    i, n;
     pl_stats_t                    st;
     ngx_http_pagedllm_channel_t  *ch;
     ngx_http_pagedllm_member_t   *member;
@@ -731,111 +726,14 @@ ngx_http_pagedllm_candidates(ngx_http_pagedllm_ctx_t *ctx,
             cand[n].free = st.kv_blocks_free;
         }
 
-        cand[n].ch = ch;
-        cand[n].weight = member[i].weight;
-        cand[n].load = ngx_max(published, ch->inflight);
+        chs[n] = ch;
+        cand[n].id = ch->ec->id;
+        cand[n].weight = (uint32_t) member[i].weight;
+        cand[n].load = ngx_max(published, (uint32_t) ch->inflight);
         n++;
     }
 
     return n;
-}
-
-
-static ngx_uint_t
-ngx_http_pagedllm_least_load(ngx_http_pagedllm_group_t *group,
-    ngx_http_pagedllm_cand_t *cand, ngx_uint_t n)
-{
-    ngx_uint_t                 i, j, best;
-    uint64_t                   a, b;
-    ngx_http_pagedllm_cand_t  *c, *x;
-
-    /* scanned from a position that turns with each submit, so that equal
-       engines take turns */
-
-    best = group->rr % n;
-
-    for (j = 1; j < n; j++) {
-        i = (group->rr + j) % n;
-        c = &cand[i];
-        x = &cand[best];
-
-        a = (uint64_t) c->load * x->weight;
-        b = (uint64_t) x->load * c->weight;
-
-        if (a < b || (a == b && c->free > x->free)) {
-            best = i;
-        }
-    }
-
-    return best;
-}
-
-
-static ngx_uint_t
-ngx_http_pagedllm_round_robin(ngx_http_pagedllm_group_t *group,
-    ngx_http_pagedllm_cand_t *cand, ngx_uint_t n)
-{
-    ngx_uint_t  i, total, pos;
-
-    total = 0;
-
-    for (i = 0; i < n; i++) {
-        total += cand[i].weight;
-    }
-
-    pos = group->rr % total;
-
-    for (i = 0; pos >= cand[i].weight; i++) {
-        pos -= cand[i].weight;
-    }
-
-    return i;
-}
-
-
-static ngx_uint_t
-ngx_http_pagedllm_prefix(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_route_conf_t *rc, ngx_http_pagedllm_group_t *group,
-    ngx_http_pagedllm_cand_t *cand, ngx_uint_t n)
-{
-    uint64_t    h, score, best_score;
-    ngx_uint_t  i, v, owner, least;
-
-    h = ngx_http_pagedllm_prefix_hash(ctx->params.prompt,
-                                      ctx->params.n_prompt, rc->tokens);
-
-    owner = 0;
-    best_score = 0;
-
-    for (i = 0; i < n; i++) {
-        for (v = 0; v < cand[i].weight; v++) {
-            score = ngx_http_pagedllm_mix(h
-                        ^ ngx_http_pagedllm_mix(cand[i].ch->ec->id + v));
-
-            if (score >= best_score) {
-                best_score = score;
-                owner = i;
-            }
-        }
-    }
-
-    least = ngx_http_pagedllm_least_load(group, cand, n);
-
-    return cand[owner].load > cand[least].load + rc->spill ? least : owner;
-}
-
-
-/* splitmix64's finalizer: every input bit moves every output bit */
-static uint64_t
-ngx_http_pagedllm_mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-
-    return x;
 }
 
 
