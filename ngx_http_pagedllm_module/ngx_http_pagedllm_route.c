@@ -9,7 +9,7 @@
  *     }
  *     location /v1/ {
  *         pagedllm gpu;
- *         pagedllm_route prefix tokens=128 spill=8;
+ *         pagedllm_route prefix tokens=64 spill=8;
  *     }
  *
  * Every worker attaches to every engine of every group (one channel
@@ -37,14 +37,15 @@
  *                ownership is proportional to weight and only the keys
  *                of an engine that leaves or joins move; requests
  *                sharing a system prompt or few-shot prefix meet its
- *                KV in that engine's prefix cache.  K defaults to 128
- *                tokens: a chat's template header and system prompt,
- *                or the whole of a shorter prompt.  The owner is
- *                overloaded when its load
- *                exceeds the least-loaded candidate's by more than
- *                spill=N requests; then least_load decides, and the
- *                next request of the prefix goes back to the owner once
- *                it has caught up.
+ *                KV in that engine's prefix cache.  K defaults to 64
+ *                tokens, as pagedllm_prefix_hash_tokens does: a chat's
+ *                template header and the start of its system prompt,
+ *                where prompts that share no prefix already differ.
+ *                The owner is overloaded when its load exceeds the
+ *                least-loaded candidate's by more than spill=N
+ *                requests; then least_load decides, and the next
+ *                request of the prefix goes back to the owner once it
+ *                has caught up.
  */
 
 
@@ -55,7 +56,7 @@
 
 
 #define NGX_HTTP_PAGEDLLM_MAX_WEIGHT        100
-#define NGX_HTTP_PAGEDLLM_PREFIX_TOKENS     128
+#define NGX_HTTP_PAGEDLLM_PREFIX_TOKENS     64
 #define NGX_HTTP_PAGEDLLM_SPILL             8
 
 

@@ -111,21 +111,29 @@ sub running {
 
 sub start_engine {
     my ($self) = @_;
-    my $b = $self->{build};
+    $self->spawn_engine('engine', $self->{sock}, $self->{model},
+                        @{ $self->{engine_args} });
+}
 
-    unlink $self->{sock};
-    $self->spawn(engine => "$self->{dir}/engine.log",
-                 "$b/pagedllm-engine", '--model', $self->{model},
-                 '--device', 'cpu', '--listen', $self->{sock},
-                 '--threads', '1', '--kv-cache-memory', '16',
-                 @{ $self->{engine_args} });
+# A CPU engine named $name (log $name.log) on $sock; returns once it
+# listens.
+sub spawn_engine {
+    my ($self, $name, $sock, $model, @args) = @_;
+
+    unlink $sock;
+    $self->spawn($name => "$self->{dir}/$name.log",
+                 "$self->{build}/pagedllm-engine", '--model', $model,
+                 '--device', 'cpu', '--listen', $sock,
+                 '--threads', '1', '--kv-cache-memory', '16', @args);
 
     my $deadline = time + 30;
-    until (-S $self->{sock}) {
-        $self->running('engine')
-            or $self->fail_start("pagedllm-engine exited before listening");
+    until (-S $sock) {
+        $self->running($name)
+            or $self->fail_start("pagedllm-engine ($name) exited before "
+                                 . "listening");
         time < $deadline
-            or $self->fail_start("pagedllm-engine did not listen in 30 s");
+            or $self->fail_start("pagedllm-engine ($name) did not listen in "
+                                 . "30 s");
         sleep 0.05;
     }
 }
@@ -281,23 +289,8 @@ sub engine_sock { "$_[0]{dir}/engine$_[1].sock" }
 # its own model and arguments when given; returns once it listens.
 sub start_engine_n {
     my ($self, $n, %o) = @_;
-    my $sock = $self->engine_sock($n);
-
-    unlink $sock;
-    $self->spawn("engine$n" => "$self->{dir}/engine$n.log",
-                 "$self->{build}/pagedllm-engine",
-                 '--model', $o{model} // $self->{model},
-                 '--device', 'cpu', '--listen', $sock, '--threads', '1',
-                 '--kv-cache-memory', '16', @{ $o{args} // [] });
-
-    my $deadline = time + 30;
-    until (-S $sock) {
-        $self->running("engine$n")
-            or $self->fail_start("pagedllm-engine $n exited before listening");
-        time < $deadline
-            or $self->fail_start("pagedllm-engine $n did not listen in 30 s");
-        sleep 0.05;
-    }
+    $self->spawn_engine("engine$n", $self->engine_sock($n),
+                        $o{model} // $self->{model}, @{ $o{args} // [] });
 }
 
 sub stop_engine_n {
