@@ -382,10 +382,11 @@ ngx_http_pagedllm_identity(ngx_http_pagedllm_channel_t *ch)
 
 /*
  * The engine's tokenizer: the one held if it is the same file, or the
- * one another channel holds for it (engines of one model share one
- * tokenizer per worker, which routing relies on: a request tokenized for
- * one goes to any of them), else one loaded on the thread pool, the
- * attach going on once it is there.
+ * one another channel holds for it or, for the same model name, for a
+ * file of the same content (engines of one model share one tokenizer
+ * per worker, which routing relies on: a request tokenized for one goes
+ * to any of them), else one loaded on the thread pool, the attach going
+ * on once it is there.
  */
 static void
 ngx_http_pagedllm_load_model(ngx_http_pagedllm_channel_t *ch)
@@ -395,7 +396,8 @@ ngx_http_pagedllm_load_model(ngx_http_pagedllm_channel_t *ch)
     ngx_http_pagedllm_tok_t   *tok;
     ngx_http_pagedllm_load_t  *load;
 
-    tok = ngx_http_pagedllm_shared_tok(h->tokenizer_path, h->tokenizer_hash);
+    tok = ngx_http_pagedllm_shared_tok(ch, h->tokenizer_path,
+                                       h->tokenizer_hash);
 
     if (tok) {
         ngx_http_pagedllm_tok_hold(tok);
@@ -492,7 +494,7 @@ ngx_http_pagedllm_load_done(void *data)
 
     /* another channel may have loaded the same file meanwhile */
 
-    shared = ngx_http_pagedllm_shared_tok(tok->path, tok->hash);
+    shared = ngx_http_pagedllm_shared_tok(ch, tok->path, tok->hash);
 
     if (shared) {
         ngx_http_pagedllm_tok_release(tok);

@@ -414,18 +414,33 @@ ngx_http_pagedllm_channel_stats(ngx_uint_t i,
 }
 
 
-/* The tokenizer another channel holds for this file, to share it. */
+/*
+ * The tokenizer a channel holds for ch's engine, to share it: one loaded
+ * from the same file, or from a file of the same content (hash) for an
+ * engine serving the same model name (a model copied to each GPU's
+ * folder).  Engines sharing a tokenizer are routed to as one model.
+ */
 ngx_http_pagedllm_tok_t *
-ngx_http_pagedllm_shared_tok(const char *path, uint64_t hash)
+ngx_http_pagedllm_shared_tok(ngx_http_pagedllm_channel_t *ch,
+    const char *path, uint64_t hash)
 {
-    ngx_uint_t                i;
-    ngx_http_pagedllm_tok_t  *tok;
+    ngx_uint_t                    i;
+    ngx_http_pagedllm_tok_t      *tok;
+    ngx_http_pagedllm_channel_t  *other;
 
     for (i = 0; i < ngx_http_pagedllm_nchannels; i++) {
-        tok = ngx_http_pagedllm_channels[i].engine.tok;
+        other = &ngx_http_pagedllm_channels[i];
+        tok = other->engine.tok;
 
-        if (tok && tok->hash == hash
-            && ngx_strncmp(tok->path, path, PL_PATH_LEN) == 0)
+        if (tok == NULL || tok->hash != hash) {
+            continue;
+        }
+
+        if (ngx_strncmp(tok->path, path, PL_PATH_LEN) == 0
+            || (other->engine.model.len == ch->engine.model.len
+                && ngx_strncmp(other->engine.model.data,
+                               ch->engine.model.data,
+                               ch->engine.model.len) == 0))
         {
             return tok;
         }

@@ -69,8 +69,8 @@ ngx_http_pagedllm_channel_t *ngx_http_pagedllm_channel_get(ngx_uint_t i);
 void ngx_http_pagedllm_flush_aborts(ngx_http_pagedllm_channel_t *ch);
 void ngx_http_pagedllm_untrack(ngx_http_pagedllm_channel_t *ch,
     ngx_http_pagedllm_ctx_t *ctx);
-ngx_http_pagedllm_tok_t *ngx_http_pagedllm_shared_tok(const char *path,
-    uint64_t hash);
+ngx_http_pagedllm_tok_t *ngx_http_pagedllm_shared_tok(
+    ngx_http_pagedllm_channel_t *ch, const char *path, uint64_t hash);
 
 /* attach */
 ngx_int_t ngx_http_pagedllm_connect(ngx_http_pagedllm_channel_t *ch);

@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # Routing by model: one group of three CPU engines serving two different
-# tiny models ("tiny" on engines 0 and 2; "tiny2", a vocabulary padded to
-# 640 and a context of 1024, on engine 1).  A request goes to an engine
+# tiny models ("tiny" on engines 0 and 2, from two copies of its folder;
+# "tiny2", a vocabulary padded to 640 and a context of 1024, on engine 1).  A request goes to an engine
 # serving its "model", parsed and checked against that engine (its
 # context, its tokenizer); one without "model" goes to the group's first
 # model; /v1/models lists the union; an unknown model is a 404, a known
@@ -25,8 +25,14 @@ my $tmp = PagedLLM::Test->new->dir;
 system("$build/mktinymodel", '--vocab-size', '640', "$tmp/tiny2") == 0
     or die "mktinymodel failed\n";
 
+# engine 2 loads tiny from a copy of its folder: another tokenizer path,
+# the same content and model name, so one tokenizer serves both
+mkdir "$tmp/copy";
+system('cp', '-r', "$build/models/tiny", "$tmp/copy/tiny") == 0
+    or die "cp failed\n";
+
 my $t = PagedLLM::Engines::start(3,
-    models => [ undef, "$tmp/tiny2", undef ],
+    models => [ undef, "$tmp/tiny2", "$tmp/copy/tiny" ],
     args => [ [], [ '--max-model-len', '1024' ], [] ]);
 
 sub requests { PagedLLM::Engines::counter($t, 'pagedllm_requests_total') }
@@ -57,7 +63,8 @@ is_deeply(\@d, [ 0, 6, 0 ], 'model tiny2: every request on engine 1');
 ($ok, @d) = served(6, model => 'tiny');
 ok($ok, 'model tiny: served');
 ok($d[1] == 0 && $d[0] > 0 && $d[2] > 0,
-   "model tiny: on engines 0 and 2 only, both used (@d)");
+   "model tiny: on engines 0 and 2 only, both used, though they load "
+   . "it from two folders (@d)");
 
 ($ok, @d) = served(4);
 ok($ok && $d[1] == 0, "no model: the group's first model, tiny (@d)");
