@@ -10,8 +10,8 @@
  * for each engine of the group, its stats read from its region under the
  * seqlock (pl_stats_read), its model name compared, its candidate entry
  * filled; then the policy: least_load, round_robin, or prefix (the hash
- * of the first 128 token ids, rendezvous ownership, the spill bound),
- * compiled here from the module's own sources.  The regions are real
+ * of the first 64 token ids, the default K; rendezvous ownership; the
+ * spill bound), compiled here from the module's own sources.  The regions are real
  * pl_region_hdr_t in this process's memory with stats published by
  * pl_stats_publish, so the reads cost what a worker's cost when the
  * engines' stats lines are in its cache; a stats line the engine just
@@ -32,7 +32,7 @@
 #include "../ngx_http_pagedllm_module/ngx_http_pagedllm_prefix.c"
 
 #define ROUNDS          5
-#define PREFIX_TOKENS   128
+#define PREFIX_TOKENS   64
 #define SPILL           8
 #define MAX_IDS         8192
 
