@@ -11,12 +11,12 @@
  * seqlock (pl_stats_read), its model name compared, its candidate entry
  * filled; then the policy: least_load, round_robin, or prefix (the hash
  * of the first 64 token ids, the default K; rendezvous ownership; the
- * spill bound), compiled here from the module's own sources.  The regions are real
- * pl_region_hdr_t in this process's memory with stats published by
- * pl_stats_publish, so the reads cost what a worker's cost when the
- * engines' stats lines are in its cache; a stats line the engine just
- * wrote costs a cache miss more.  Prints the best of 5 rounds, each the
- * mean over many requests, in microseconds.
+ * spill bound), compiled here from the module's own sources.  The
+ * regions are real pl_region_hdr_t in this process's memory with stats
+ * published by pl_stats_publish, so the reads cost what a worker's cost
+ * when the engines' stats lines are in its cache; a stats line the
+ * engine just wrote costs a cache miss more.  Prints the best of 5
+ * rounds, each the mean over many requests, in microseconds.
  */
 
 #include <stdio.h>

@@ -8,15 +8,15 @@
  * 200 with an empty body while this worker is attached to an engine (of
  * any group) whose last stats publication is at most MAX_AGE old
  * (default 5s); 503 otherwise, with an OpenAI-style error body and
- * Retry-After.  The engine publishes its stats into every worker's region after each
- * pass of its loop, and an idle loop wakes every PL_HEARTBEAT_MS (200
- * ms), so the publication's monotonic time is a heartbeat: fresh means
- * the engine's loop ran within MAX_AGE, not merely that its socket is
- * open.  A stopped or wedged engine keeps its socket open and its region
- * mapped, and only the heartbeat's age shows it; a dead one closes the
- * socket, the worker detaches, and the answer is 503 at once.  MAX_AGE
- * must exceed the longest iteration the engine runs, since the loop
- * publishes between iterations.
+ * Retry-After.  The engine publishes its stats into every worker's
+ * region after each pass of its loop, and an idle loop wakes every
+ * PL_HEARTBEAT_MS (200 ms), so the publication's monotonic time is a
+ * heartbeat: fresh means the engine's loop ran within MAX_AGE, not
+ * merely that its socket is open.  A stopped or wedged engine keeps its
+ * socket open and its region mapped, and only the heartbeat's age shows
+ * it; a dead one closes the socket, the worker detaches, and the answer
+ * is 503 at once.  MAX_AGE must exceed the longest iteration the engine
+ * runs, since the loop publishes between iterations.
  */
 
 
