@@ -47,7 +47,10 @@ static const char  usage_text[] =
 "\n"
 "Times the module's routing decision per request (for groups of ENGINES\n"
 "engines each, default 1 3 8 64) next to tokenizing a chat prompt with a\n"
-"500-token system prompt.\n";
+"500-token system prompt.\n"
+"\n"
+"  --help                         this text\n"
+"  --version                      the version\n";
 
 static const char  *words[] = {
     "the", "server", "reads", "its", "configuration", "and", "listens",
@@ -202,6 +205,11 @@ main(int argc, char **argv)
     pl_cli_standard(argc, argv, "route", usage_text);
     if (argc < 2) {
         return pl_cli_error("route", "a tokenizer.json is required");
+    }
+    for (i = 1; i < (size_t) argc; i++) {
+        if (argv[i][0] == '-') {
+            return pl_cli_error("route", "unknown option '%s'", argv[i]);
+        }
     }
 
     n_engines = argc > 2 ? (size_t) (argc - 2) : 4;
