@@ -518,8 +518,6 @@ ngx_buf_t *ngx_http_pagedllm_tokenize_json(ngx_pool_t *pool,
 ngx_buf_t *ngx_http_pagedllm_detokenize_json(ngx_pool_t *pool, u_char *text,
     size_t len);
 ngx_buf_t *ngx_http_pagedllm_version_json(ngx_pool_t *pool);
-ngx_buf_t *ngx_http_pagedllm_status_json(ngx_pool_t *pool,
-    ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats);
 json_t *ngx_http_pagedllm_status_object(ngx_pool_t *pool,
     ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats);
 ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);

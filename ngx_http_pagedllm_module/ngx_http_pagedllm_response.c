@@ -749,15 +749,6 @@ ngx_http_pagedllm_version_json(ngx_pool_t *pool)
 }
 
 
-ngx_buf_t *
-ngx_http_pagedllm_status_json(ngx_pool_t *pool,
-    ngx_http_pagedllm_engine_t *engine, pl_stats_t *s)
-{
-    return ngx_http_pagedllm_json_buf(pool,
-               ngx_http_pagedllm_status_object(pool, engine, s));
-}
-
-
 /* One engine's status, the pool's: {"engine": "detached"} while it is
    detached (engine NULL). */
 json_t *
