@@ -320,6 +320,8 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
     ctx->node.key = (ngx_rbtree_key_t) rec.req_id;
     ngx_rbtree_insert(&ch->tree, &ctx->node);
     ch->inflight++;
+    ch->recent[ch->nsubmits++ % NGX_HTTP_PAGEDLLM_RECENT] =
+                                                ngx_http_pagedllm_now_us();
     ctx->state = NGX_HTTP_PAGEDLLM_RUNNING;
     ctx->generation = ch->generation;
     ctx->channel = ch;

@@ -16,6 +16,11 @@
 #include "ngx_http_pagedllm_module.h"
 
 
+/* submits remembered per channel to count those the engine's stats do
+   not show yet (ngx_http_pagedllm_route.c) */
+#define NGX_HTTP_PAGEDLLM_RECENT            64
+
+
 typedef enum {
     NGX_HTTP_PAGEDLLM_DETACHED = 0,
     NGX_HTTP_PAGEDLLM_CONNECTING,
@@ -54,6 +59,9 @@ struct ngx_http_pagedllm_channel_s {
     ngx_queue_t                         dirty;
     uint64_t                            next_id;
     ngx_uint_t                          inflight;    /* in tree */
+    uint64_t                            recent[NGX_HTTP_PAGEDLLM_RECENT];
+                                                     /* submit times, us */
+    ngx_uint_t                          nsubmits;
 
     ngx_event_t                         timer;
     uint64_t                           *aborts;

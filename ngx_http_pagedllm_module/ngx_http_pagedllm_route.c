@@ -24,9 +24,12 @@
  * candidate again once it re-attaches.
  *
  * An engine's load is the larger of its published running + waiting +
- * swapped requests (all workers', as of its last loop pass) and this
- * worker's requests in flight on it (exact, with no lag: a burst the
- * worker submits between two publications still spreads).
+ * swapped requests (all workers', as of its last loop pass) plus this
+ * worker's submits to it since that publication, and this worker's
+ * requests in flight on it (exact, with no lag: a burst the worker
+ * submits between two publications still spreads, and several workers
+ * bursting at once each count what the others had submitted by the
+ * engine's last pass).
  *
  *   least_load   the least load / weight; ties (an idle group) go to
  *                the engine with more free KV blocks, then in turn
@@ -72,6 +75,8 @@ static ngx_int_t ngx_http_pagedllm_served_model(ngx_http_pagedllm_ctx_t *ctx,
 static ngx_uint_t ngx_http_pagedllm_candidates(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_group_t *group, ngx_http_pagedllm_channel_t **chs,
     ngx_http_pagedllm_cand_t *cand);
+static uint32_t ngx_http_pagedllm_unpublished(
+    ngx_http_pagedllm_channel_t *ch, uint64_t heartbeat);
 static ngx_int_t ngx_http_pagedllm_same_model(ngx_http_pagedllm_channel_t *ch,
     ngx_str_t *model);
 
@@ -723,7 +728,8 @@ ngx_http_pagedllm_candidates(ngx_http_pagedllm_ctx_t *ctx,
         cand[n].free = 0;
 
         if (pl_stats_read(ch->hdr, &st) == 0) {
-            published = st.running + st.waiting + st.swapped;
+            published = st.running + st.waiting + st.swapped
+                        + ngx_http_pagedllm_unpublished(ch, st.heartbeat_us);
             cand[n].free = st.kv_blocks_free;
         }
 
@@ -735,6 +741,29 @@ ngx_http_pagedllm_candidates(ngx_http_pagedllm_ctx_t *ctx,
     }
 
     return n;
+}
+
+
+/* This worker's submits to ch after the engine published its stats at
+   heartbeat (at most NGX_HTTP_PAGEDLLM_RECENT): what the stats do not
+   count yet.  The newest first, until one the stats came after. */
+static uint32_t
+ngx_http_pagedllm_unpublished(ngx_http_pagedllm_channel_t *ch,
+    uint64_t heartbeat)
+{
+    ngx_uint_t  k, n;
+
+    n = ngx_min(ch->nsubmits, NGX_HTTP_PAGEDLLM_RECENT);
+
+    for (k = 0; k < n; k++) {
+        if (ch->recent[(ch->nsubmits - 1 - k) % NGX_HTTP_PAGEDLLM_RECENT]
+            <= heartbeat)
+        {
+            break;
+        }
+    }
+
+    return (uint32_t) k;
 }
 
 

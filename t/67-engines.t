@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # Three CPU engines behind one nginx (pagedllm_engines): least_load spreads
-# a burst evenly, weights are honoured by round_robin and least_load,
+# a burst evenly (with one worker and with two), weights are honoured by round_robin and least_load,
 # prefix affinity keeps every request of a shared 500-token system prompt
 # on one engine and beats round robin's prefix-cache hit rate on the same
 # trace by 3x or more, status and /metrics show each engine, and bad group
@@ -198,6 +198,21 @@ ok($px_rate >= 3 * $rr_rate && $px_rate > 0.5,
    sprintf('prefix-cache hit rate: prefix %.3f >= 3x round robin %.3f',
            $px_rate, $rr_rate));
 
+$t->finish;
+
+# ---- two workers: each counts what the other had submitted ------------
+
+# Each worker sees its own requests in flight exactly and the other's as
+# the engines last published them (plus its own submits since).  Bound,
+# as measured on the 2-core machine (0 to 2): a burst of 30 split over
+# two workers lands within 4 of even.
+$t = PagedLLM::Engines::start(3, workers => 2);
+for my $round (1 .. 2) {
+    @d = burst('/v1/completions', 30);
+    is(sum(@d), 30, "two workers, burst $round: every request accepted");
+    ok(max(@d) - min(@d) <= 4,
+       "two workers, burst $round of 30: within 4 of even (@d)");
+}
 $t->finish;
 
 # ---- configuration errors -------------------------------------------
