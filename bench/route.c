@@ -8,8 +8,9 @@
  * question, encoded as the worker encodes it (BOS template, special
  * tokens parsed).  The routing decision is the module's, per request:
  * for each engine of the group, its stats read from its region under the
- * seqlock (pl_stats_read), its model name compared, its candidate entry
- * filled; then the policy: least_load, round_robin, or prefix (the hash
+ * seqlock (pl_stats_read), its model name compared, the worker's submits
+ * since the stats' heartbeat counted (3 of them here), its candidate
+ * entry filled; then the policy: least_load, round_robin, or prefix (the hash
  * of the first 64 token ids, the default K; rendezvous ownership; the
  * spill bound), compiled here from the module's own sources.  The
  * regions are real pl_region_hdr_t in this process's memory with stats
@@ -35,6 +36,8 @@
 #define PREFIX_TOKENS   64
 #define SPILL           8
 #define MAX_IDS         8192
+#define RECENT          64      /* NGX_HTTP_PAGEDLLM_RECENT */
+#define UNPUBLISHED     3       /* submits since the last publication */
 
 enum { LEAST_LOAD, ROUND_ROBIN, PREFIX, N_POLICIES };
 
@@ -88,6 +91,23 @@ make_prompt(size_t system_words)
 }
 
 
+/* a channel's ring of submit times: the last UNPUBLISHED after the
+   heartbeat of make_regions' stats */
+static uint64_t  recent[RECENT];
+static uint64_t  nsubmits = 5 * RECENT + 7;
+
+
+static void
+make_recent(void)
+{
+    uint64_t  k;
+
+    for (k = 0; k < RECENT; k++) {
+        recent[(nsubmits - 1 - k) % RECENT] = k < UNPUBLISHED ? 2000 : 500;
+    }
+}
+
+
 /* n regions with stats as a busy group's: loads and free blocks vary */
 static pl_region_hdr_t *
 make_regions(size_t n)
@@ -108,6 +128,7 @@ make_regions(size_t n)
         st.running = (uint32_t) (20 + (i * 37) % 50);
         st.waiting = (uint32_t) ((i * 11) % 7);
         st.kv_blocks_free = (uint32_t) (1000 + (i * 997) % 9000);
+        st.heartbeat_us = 1000;
         pl_stats_publish(&h[i], &st);
     }
     return h;
@@ -133,7 +154,9 @@ route(pl_region_hdr_t *h, size_t n, ngx_http_pagedllm_cand_t *cand,
         published = 0;
         cand[k].free = 0;
         if (pl_stats_read(&h[i], &st) == 0) {
-            published = st.running + st.waiting + st.swapped;
+            published = st.running + st.waiting + st.swapped
+                        + ngx_http_pagedllm_pick_unpublished(recent, RECENT,
+                              nsubmits, st.heartbeat_us);
             cand[k].free = st.kv_blocks_free;
         }
         cand[k].id = ngx_http_pagedllm_pick_mix(i + 1);
@@ -221,6 +244,8 @@ main(int argc, char **argv)
             return pl_cli_error("route", "ENGINES must be 1 to 64");
         }
     }
+
+    make_recent();
 
     tk = pl_tokenizer_load(argv[1], err, sizeof(err));
     if (tk == NULL) {

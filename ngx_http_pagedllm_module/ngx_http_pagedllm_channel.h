@@ -61,7 +61,7 @@ struct ngx_http_pagedllm_channel_s {
     ngx_uint_t                          inflight;    /* in tree */
     uint64_t                            recent[NGX_HTTP_PAGEDLLM_RECENT];
                                                      /* submit times, us */
-    ngx_uint_t                          nsubmits;
+    uint64_t                            nsubmits;
 
     ngx_event_t                         timer;
     uint64_t                           *aborts;

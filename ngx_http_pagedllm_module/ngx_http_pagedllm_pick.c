@@ -121,3 +121,22 @@ ngx_http_pagedllm_pick_mix(uint64_t x)
 
     return x;
 }
+
+
+/* the newest first, until one the heartbeat came after */
+uint32_t
+ngx_http_pagedllm_pick_unpublished(const uint64_t *recent, size_t cap,
+    uint64_t n, uint64_t heartbeat)
+{
+    uint64_t  k, last;
+
+    last = n < cap ? n : cap;
+
+    for (k = 0; k < last; k++) {
+        if (recent[(n - 1 - k) % cap] <= heartbeat) {
+            break;
+        }
+    }
+
+    return (uint32_t) k;
+}

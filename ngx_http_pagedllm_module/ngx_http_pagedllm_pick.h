@@ -37,4 +37,9 @@ size_t ngx_http_pagedllm_pick_prefix(const ngx_http_pagedllm_cand_t *c,
     size_t n, uint64_t turn, uint64_t hash, uint32_t spill);
 uint64_t ngx_http_pagedllm_pick_mix(uint64_t x);
 
+/* of the last min(n, cap) submit times in the ring recent (the newest at
+   (n - 1) % cap), how many came after heartbeat */
+uint32_t ngx_http_pagedllm_pick_unpublished(const uint64_t *recent,
+    size_t cap, uint64_t n, uint64_t heartbeat);
+
 #endif /* _NGX_HTTP_PAGEDLLM_PICK_H_INCLUDED_ */

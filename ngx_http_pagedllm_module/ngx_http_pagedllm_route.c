@@ -75,8 +75,6 @@ static ngx_int_t ngx_http_pagedllm_served_model(ngx_http_pagedllm_ctx_t *ctx,
 static ngx_uint_t ngx_http_pagedllm_candidates(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_group_t *group, ngx_http_pagedllm_channel_t **chs,
     ngx_http_pagedllm_cand_t *cand);
-static uint32_t ngx_http_pagedllm_unpublished(
-    ngx_http_pagedllm_channel_t *ch, uint64_t heartbeat);
 static ngx_int_t ngx_http_pagedllm_same_model(ngx_http_pagedllm_channel_t *ch,
     ngx_str_t *model);
 
@@ -729,7 +727,9 @@ ngx_http_pagedllm_candidates(ngx_http_pagedllm_ctx_t *ctx,
 
         if (pl_stats_read(ch->hdr, &st) == 0) {
             published = st.running + st.waiting + st.swapped
-                        + ngx_http_pagedllm_unpublished(ch, st.heartbeat_us);
+                        + ngx_http_pagedllm_pick_unpublished(ch->recent,
+                              NGX_HTTP_PAGEDLLM_RECENT, ch->nsubmits,
+                              st.heartbeat_us);
             cand[n].free = st.kv_blocks_free;
         }
 
@@ -741,29 +741,6 @@ ngx_http_pagedllm_candidates(ngx_http_pagedllm_ctx_t *ctx,
     }
 
     return n;
-}
-
-
-/* This worker's submits to ch after the engine published its stats at
-   heartbeat (at most NGX_HTTP_PAGEDLLM_RECENT): what the stats do not
-   count yet.  The newest first, until one the stats came after. */
-static uint32_t
-ngx_http_pagedllm_unpublished(ngx_http_pagedllm_channel_t *ch,
-    uint64_t heartbeat)
-{
-    ngx_uint_t  k, n;
-
-    n = ngx_min(ch->nsubmits, NGX_HTTP_PAGEDLLM_RECENT);
-
-    for (k = 0; k < n; k++) {
-        if (ch->recent[(ch->nsubmits - 1 - k) % NGX_HTTP_PAGEDLLM_RECENT]
-            <= heartbeat)
-        {
-            break;
-        }
-    }
-
-    return (uint32_t) k;
 }
 
 

@@ -2,7 +2,8 @@
  * The routing policies' arithmetic (ngx_http_pagedllm_pick.c): least
  * load by weight with its tie-breaks, weighted round robin, rendezvous
  * ownership (shares proportional to weight; an engine leaving moves only
- * the hashes it owned) and the prefix policy's spill bound.  Plain C,
+ * the hashes it owned), the prefix policy's spill bound and the count of
+ * submits the engine's stats do not show yet.  Plain C,
  * compiled here from the module's source.
  */
 
@@ -158,6 +159,28 @@ test_prefix(void)
 }
 
 
+static void
+test_unpublished(void)
+{
+    uint64_t  recent[4] = { 0, 0, 0, 0 }, n = 0, t;
+
+    is_int(ngx_http_pagedllm_pick_unpublished(recent, 4, n, 100), 0,
+           "unpublished: no submit yet");
+
+    for (t = 10; t <= 60; t += 10) {
+        recent[n++ % 4] = t;
+    }
+
+    /* the ring holds 30, 40, 50, 60 */
+    is_int(ngx_http_pagedllm_pick_unpublished(recent, 4, n, 45), 2,
+           "unpublished: the submits after the heartbeat");
+    is_int(ngx_http_pagedllm_pick_unpublished(recent, 4, n, 60), 0,
+           "unpublished: none after the last");
+    is_int(ngx_http_pagedllm_pick_unpublished(recent, 4, n, 5), 4,
+           "unpublished: at most what the ring holds");
+}
+
+
 int
 main(void)
 {
@@ -165,6 +188,7 @@ main(void)
     test_round_robin();
     test_owner();
     test_prefix();
+    test_unpublished();
 
     return done_testing();
 }
