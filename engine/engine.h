@@ -25,6 +25,8 @@ typedef struct {
     const char  *model_dir;
     const char  *listen_path;
     const char  *device;                /* "auto", "cpu" or "cuda" */
+    int          cuda_device;           /* --device cuda:N: N; -1: none
+                                           given, the first visible */
     const char  *served_model_name;     /* NULL: the model folder's name */
     int          threads;               /* 0: every core */
     int          block_size;

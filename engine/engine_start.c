@@ -27,6 +27,7 @@ pl_engine_config_defaults(pl_engine_config_t *cfg)
 {
     *cfg = (pl_engine_config_t) {
         .device = "auto",
+        .cuda_device = -1,
         .block_size = 16,
         .kv_cache_mb = 512,
         .gpu_memory_utilization = 0.90,
@@ -59,17 +60,33 @@ pl_engine_open_backend(pl_engine_t *e)
         dev = pl_cuda_available() ? "cuda" : "cpu";
     }
 
+    /* cuda:N counts the devices CUDA_VISIBLE_DEVICES leaves visible, as
+       the CUDA runtime numbers them */
+
     e->be = strcmp(dev, "cuda") == 0
-            ? pl_backend_cuda_create(0, err, sizeof(err))
+            ? pl_backend_cuda_create(e->cfg.cuda_device < 0 ? 0
+                                     : e->cfg.cuda_device, err,
+                                     sizeof(err))
             : pl_backend_cpu_create(e->cfg.threads, err, sizeof(err));
 
     if (e->be == NULL) {
-        pl_log(PL_LOG_ERROR, "device %s: %s", dev, err);
+        if (e->cfg.cuda_device >= 0) {
+            pl_log(PL_LOG_ERROR, "device cuda:%d: %s", e->cfg.cuda_device,
+                   err);
+        } else {
+            pl_log(PL_LOG_ERROR, "device %s: %s", dev, err);
+        }
         return -1;
     }
 
-    snprintf(e->totals.device, sizeof(e->totals.device), "%s", e->be->name);
-    pl_log(PL_LOG_INFO, "device: %s%s", e->be->name,
+    if (e->cfg.cuda_device >= 0) {
+        snprintf(e->totals.device, sizeof(e->totals.device), "%s:%d",
+                 e->be->name, e->cfg.cuda_device);
+    } else {
+        snprintf(e->totals.device, sizeof(e->totals.device), "%s",
+                 e->be->name);
+    }
+    pl_log(PL_LOG_INFO, "device: %s%s", e->totals.device,
            strcmp(e->cfg.device, "auto") == 0 ? " (auto)" : "");
 
     return 0;

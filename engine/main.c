@@ -26,8 +26,10 @@ static const char  usage_text[] =
 "  --model DIR                    model folder (config.json, safetensors,\n"
 "                                 tokenizer.json)\n"
 "  --listen PATH                  unix socket the workers attach to\n"
-"  --device auto|cpu|cuda         backend (default auto: cuda when a GPU\n"
-"                                 is visible)\n"
+"  --device auto|cpu|cuda|cuda:N  backend (default auto: cuda when a GPU\n"
+"                                 is visible); cuda:N pins the engine to\n"
+"                                 the Nth device CUDA_VISIBLE_DEVICES\n"
+"                                 leaves visible (cuda: the first)\n"
 "  --served-model-name NAME       model name for the API (default: the\n"
 "                                 model folder's name)\n"
 "  --threads N                    CPU threads, 0 = every core (default 0)\n"
@@ -262,6 +264,12 @@ apply_option(pl_engine_config_t *cfg, int opt, const char *arg)
     case OPT_NAME:        cfg->served_model_name = arg; break;
     case OPT_DEVICE:
         cfg->device = arg;
+        cfg->cuda_device = -1;
+        if (strncmp(arg, "cuda:", 5) == 0) {
+            cfg->device = "cuda";
+            bad = parse_int(arg + 5, 10, 0, 1023, &cfg->cuda_device);
+            break;
+        }
         bad = strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda");
         break;
     case OPT_THREADS:
@@ -403,6 +411,12 @@ main(int argc, char **argv)
     if (cfg.model_dir == NULL || cfg.listen_path == NULL) {
         return pl_cli_error(PL_ENGINE_NAME,
                             "--model and --listen are required");
+    }
+    if (cfg.cuda_device > 0 && model_options.tensor_parallel_size > 1) {
+        return pl_cli_error(PL_ENGINE_NAME, "--device cuda:%d pins one "
+                            "device; tensor parallel ranks take devices 0.."
+                            "N-1: choose them with CUDA_VISIBLE_DEVICES",
+                            cfg.cuda_device);
     }
     rc = check_block_size(&cfg);
     if (rc != 0) {

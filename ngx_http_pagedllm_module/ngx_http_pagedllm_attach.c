@@ -75,14 +75,14 @@ ngx_http_pagedllm_connect(ngx_http_pagedllm_channel_t *ch)
 
     ngx_memzero(&sun, sizeof(struct sockaddr_un));
     sun.sun_family = AF_UNIX;
-    ngx_memcpy(sun.sun_path, ch->conf->engine.data, ch->conf->engine.len);
+    ngx_memcpy(sun.sun_path, ch->ec->path.data, ch->ec->path.len);
 
     if (connect(fd, (struct sockaddr *) &sun, sizeof(struct sockaddr_un))
         == -1)
     {
         ngx_log_error(level, ch->log, ngx_socket_errno,
                       "pagedllm: cannot connect to engine at \"%V\"",
-                      &ch->conf->engine);
+                      &ch->ec->path);
         ch->logged_down = 1;
         close(fd);
         return NGX_ERROR;
@@ -98,7 +98,7 @@ ngx_http_pagedllm_connect(ngx_http_pagedllm_channel_t *ch)
     {
         ngx_log_error(level, ch->log, ngx_socket_errno,
                       "pagedllm: cannot send attach to engine at \"%V\"",
-                      &ch->conf->engine);
+                      &ch->ec->path);
         ch->logged_down = 1;
         close(fd);
         return NGX_ERROR;
@@ -159,7 +159,7 @@ ngx_http_pagedllm_sock_handler(ngx_event_t *ev)
 
         ngx_log_error(NGX_LOG_ERR, ch->log, n == 0 ? 0 : ngx_socket_errno,
                       "pagedllm: engine at \"%V\" went away",
-                      &ch->conf->engine);
+                      &ch->ec->path);
         ngx_http_pagedllm_lost(ch);
         return;
     }
@@ -213,7 +213,7 @@ ngx_http_pagedllm_hello(ngx_http_pagedllm_channel_t *ch)
     {
         ngx_log_error(NGX_LOG_ERR, ch->log, n == -1 ? ngx_socket_errno : 0,
                       "pagedllm: engine at \"%V\" sent a bad hello "
-                      "(%z bytes, %d descriptors)", &ch->conf->engine,
+                      "(%z bytes, %d descriptors)", &ch->ec->path,
                       n, nfds);
         goto failed;
     }
@@ -380,19 +380,30 @@ ngx_http_pagedllm_identity(ngx_http_pagedllm_channel_t *ch)
 }
 
 
-/* The engine's tokenizer: the one held if it is the same file, else one
-   loaded on the thread pool, the attach going on once it is there. */
+/*
+ * The engine's tokenizer: the one held if it is the same file, or the
+ * one another channel holds for it or, for the same model name, for a
+ * file of the same content (engines of one model share one tokenizer
+ * per worker, which routing relies on: a request tokenized for one goes
+ * to any of them), else one loaded on the thread pool, the attach going
+ * on once it is there.
+ */
 static void
 ngx_http_pagedllm_load_model(ngx_http_pagedllm_channel_t *ch)
 {
     ngx_pool_t                *pool;
     pl_region_hdr_t           *h = ch->hdr;
-    ngx_http_pagedllm_tok_t   *tok = ch->engine.tok;
+    ngx_http_pagedllm_tok_t   *tok;
     ngx_http_pagedllm_load_t  *load;
 
-    if (tok && tok->hash == h->tokenizer_hash
-        && ngx_strncmp(tok->path, h->tokenizer_path, PL_PATH_LEN) == 0)
-    {
+    tok = ngx_http_pagedllm_shared_tok(ch, h->tokenizer_path,
+                                       h->tokenizer_hash);
+
+    if (tok) {
+        ngx_http_pagedllm_tok_hold(tok);
+        ngx_http_pagedllm_tok_release(ch->engine.tok);
+        ch->engine.tok = tok;
+
         if (ngx_http_pagedllm_vocab_fits(ch, tok) != NGX_OK
             || ngx_http_pagedllm_start(ch) != NGX_OK)
         {
@@ -460,7 +471,7 @@ ngx_http_pagedllm_load_done(void *data)
 {
     ngx_http_pagedllm_load_t  *load = data;
 
-    ngx_http_pagedllm_tok_t      *tok = load->tok;
+    ngx_http_pagedllm_tok_t      *tok = load->tok, *shared;
     ngx_http_pagedllm_channel_t  *ch = load->ch;
 
     if (ch->state != NGX_HTTP_PAGEDLLM_LOADING
@@ -480,6 +491,16 @@ ngx_http_pagedllm_load_done(void *data)
     }
 
     ngx_destroy_pool(load->pool);
+
+    /* another channel may have loaded the same file meanwhile */
+
+    shared = ngx_http_pagedllm_shared_tok(ch, tok->path, tok->hash);
+
+    if (shared) {
+        ngx_http_pagedllm_tok_release(tok);
+        ngx_http_pagedllm_tok_hold(shared);
+        tok = shared;
+    }
 
     if (ngx_http_pagedllm_vocab_fits(ch, tok) != NGX_OK) {
         ngx_http_pagedllm_tok_release(tok);
@@ -599,7 +620,7 @@ ngx_http_pagedllm_start(ngx_http_pagedllm_channel_t *ch)
     ngx_log_error(NGX_LOG_NOTICE, ch->log, 0,
                   "pagedllm: attached to engine at \"%V\" as worker %uD, "
                   "model \"%V\", vocabulary %uD, context %uD",
-                  &ch->conf->engine, h->worker_id, &ch->engine.model,
+                  &ch->ec->path, h->worker_id, &ch->engine.model,
                   ch->engine.vocab_size, ch->engine.max_model_len);
 
     ngx_http_pagedllm_resume_parked(ch);
@@ -620,9 +641,9 @@ ngx_http_pagedllm_lost(ngx_http_pagedllm_channel_t *ch)
 
     while (ch->tree.root != ch->tree.sentinel) {
         node = ngx_rbtree_min(ch->tree.root, ch->tree.sentinel);
-        ngx_rbtree_delete(&ch->tree, node);
-
         ctx = (ngx_http_pagedllm_ctx_t *) node;
+        ngx_http_pagedllm_untrack(ch, ctx);
+
         ctx->state = NGX_HTTP_PAGEDLLM_DONE;
         ctx->finished = 1;
         ctx->finish_reason = PL_FINISH_ERROR;
@@ -710,7 +731,7 @@ ngx_http_pagedllm_timer_handler(ngx_event_t *ev)
     case NGX_HTTP_PAGEDLLM_CONNECTING:
         ngx_log_error(NGX_LOG_ERR, ch->log, 0,
                       "pagedllm: engine at \"%V\" did not answer the attach "
-                      "within %M ms", &ch->conf->engine,
+                      "within %M ms", &ch->ec->path,
                       ch->conf->attach_timeout);
         ngx_http_pagedllm_lost(ch);
         break;

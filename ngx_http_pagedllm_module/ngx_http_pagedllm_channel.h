@@ -1,10 +1,11 @@
 
 /*
- * ngx_http_pagedllm_channel.h: the worker's engine connection as the
- * files of the channel share it: ngx_http_pagedllm_channel.c (what the
- * rest of the module calls; submit and abort records),
- * ngx_http_pagedllm_attach.c (attach and re-attach) and
- * ngx_http_pagedllm_drain.c (the completion ring drained and dispatched).
+ * ngx_http_pagedllm_channel.h: the worker's engine connections (one
+ * channel per configured engine) as the files of the channel share them:
+ * ngx_http_pagedllm_channel.c (what the rest of the module calls; submit
+ * and abort records), ngx_http_pagedllm_attach.c (attach and re-attach),
+ * ngx_http_pagedllm_drain.c (the completion ring drained and dispatched)
+ * and ngx_http_pagedllm_route.c (which channel a request goes to).
  */
 
 
@@ -15,6 +16,11 @@
 #include "ngx_http_pagedllm_module.h"
 
 
+/* submits remembered per channel to count those the engine's stats do
+   not show yet (ngx_http_pagedllm_route.c) */
+#define NGX_HTTP_PAGEDLLM_RECENT            64
+
+
 typedef enum {
     NGX_HTTP_PAGEDLLM_DETACHED = 0,
     NGX_HTTP_PAGEDLLM_CONNECTING,
@@ -23,8 +29,9 @@ typedef enum {
 } ngx_http_pagedllm_channel_state_e;
 
 
-typedef struct {
+struct ngx_http_pagedllm_channel_s {
     ngx_http_pagedllm_main_conf_t      *conf;
+    ngx_http_pagedllm_engine_conf_t    *ec;          /* its engine */
     ngx_log_t                          *log;
     ngx_http_pagedllm_channel_state_e   state;
     ngx_uint_t                          generation;
@@ -51,6 +58,10 @@ typedef struct {
     ngx_queue_t                         parked;
     ngx_queue_t                         dirty;
     uint64_t                            next_id;
+    ngx_uint_t                          inflight;    /* in tree */
+    uint64_t                            recent[NGX_HTTP_PAGEDLLM_RECENT];
+                                                     /* submit times, us */
+    uint64_t                            nsubmits;
 
     ngx_event_t                         timer;
     uint64_t                           *aborts;
@@ -58,11 +69,16 @@ typedef struct {
     ngx_uint_t                          aborts_cap;
 
     unsigned                            logged_down:1;
-} ngx_http_pagedllm_channel_t;
+};
 
 
 /* channel */
+ngx_http_pagedllm_channel_t *ngx_http_pagedllm_channel_get(ngx_uint_t i);
 void ngx_http_pagedllm_flush_aborts(ngx_http_pagedllm_channel_t *ch);
+void ngx_http_pagedllm_untrack(ngx_http_pagedllm_channel_t *ch,
+    ngx_http_pagedllm_ctx_t *ctx);
+ngx_http_pagedllm_tok_t *ngx_http_pagedllm_shared_tok(
+    ngx_http_pagedllm_channel_t *ch, const char *path, uint64_t hash);
 
 /* attach */
 ngx_int_t ngx_http_pagedllm_connect(ngx_http_pagedllm_channel_t *ch);
@@ -76,5 +92,12 @@ void ngx_http_pagedllm_drain(ngx_http_pagedllm_channel_t *ch);
 void ngx_http_pagedllm_mark(ngx_http_pagedllm_channel_t *ch,
     ngx_http_pagedllm_ctx_t *ctx);
 void ngx_http_pagedllm_flush_dirty(ngx_http_pagedllm_channel_t *ch);
+
+/* route */
+ngx_http_pagedllm_channel_t *ngx_http_pagedllm_route_model(
+    ngx_http_request_t *r, ngx_str_t *model);
+ngx_http_pagedllm_channel_t *ngx_http_pagedllm_route_pick(
+    ngx_http_pagedllm_ctx_t *ctx);
+void ngx_http_pagedllm_route_commit(ngx_http_pagedllm_ctx_t *ctx);
 
 #endif /* _NGX_HTTP_PAGEDLLM_CHANNEL_H_INCLUDED_ */

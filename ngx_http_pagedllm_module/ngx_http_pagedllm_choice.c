@@ -39,7 +39,7 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
     ngx_http_pagedllm_engine_t   *engine;
     ngx_http_pagedllm_choice_t   *ch;
 
-    engine = ngx_http_pagedllm_channel_engine();
+    engine = ngx_http_pagedllm_channel_engine(ctx);
 
     if (ctx->finished) {
         return NGX_OK;

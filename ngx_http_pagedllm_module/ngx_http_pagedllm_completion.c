@@ -70,7 +70,7 @@ ngx_http_pagedllm_completions(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_pagedllm_module);
 
-    if (ngx_http_pagedllm_channel_engine() == NULL) {
+    if (ngx_http_pagedllm_channel_engine(ctx) == NULL) {
         ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
                                   "the engine is not attached"));
         return;
@@ -191,7 +191,7 @@ ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
     ngx_http_pagedllm_error_t    err;
     ngx_http_pagedllm_engine_t  *engine;
 
-    engine = ngx_http_pagedllm_channel_engine();
+    engine = ngx_http_pagedllm_channel_engine(ctx);
 
     if (engine == NULL) {
         ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
@@ -392,7 +392,7 @@ ngx_http_pagedllm_same_engine(ngx_http_request_t *r,
 {
     ngx_http_pagedllm_engine_t  *engine;
 
-    engine = ngx_http_pagedllm_channel_engine();
+    engine = ngx_http_pagedllm_channel_engine(ctx);
 
     if (engine == NULL || engine->tok != ctx->tok) {
         ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,

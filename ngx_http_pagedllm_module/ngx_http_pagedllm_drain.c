@@ -74,7 +74,7 @@ ngx_http_pagedllm_drain(ngx_http_pagedllm_channel_t *ch)
         if (rc != 1 || ngx_http_pagedllm_dispatch(ch, type, len) != NGX_OK) {
             ngx_log_error(NGX_LOG_ALERT, ch->log, 0,
                           "pagedllm: completion ring from engine at \"%V\" "
-                          "is corrupt, detaching", &ch->conf->engine);
+                          "is corrupt, detaching", &ch->ec->path);
             ngx_http_pagedllm_lost(ch);
             return;
         }
@@ -203,7 +203,7 @@ ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
     {
         /* one choice ended; the request, once all have (or it was cut) */
         if (ctx->finished && ctx->state == NGX_HTTP_PAGEDLLM_RUNNING) {
-            ngx_rbtree_delete(&ch->tree, &ctx->node);
+            ngx_http_pagedllm_untrack(ch, ctx);
             ctx->state = NGX_HTTP_PAGEDLLM_DONE;
         }
 
@@ -211,7 +211,7 @@ ngx_http_pagedllm_finish(ngx_http_pagedllm_channel_t *ch, uint32_t len)
         return NGX_OK;
     }
 
-    ngx_rbtree_delete(&ch->tree, &ctx->node);
+    ngx_http_pagedllm_untrack(ch, ctx);
     ctx->state = NGX_HTTP_PAGEDLLM_DONE;
     ctx->finished = 1;
 

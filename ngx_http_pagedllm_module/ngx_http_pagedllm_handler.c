@@ -40,8 +40,7 @@ static ngx_http_pagedllm_ctx_t *ngx_http_pagedllm_create_ctx(
 static void ngx_http_pagedllm_cleanup(void *data);
 static ngx_int_t ngx_http_pagedllm_get(ngx_http_request_t *r,
     ngx_http_pagedllm_resume_pt resume, ngx_uint_t need_engine);
-static ngx_int_t ngx_http_pagedllm_models_answer(ngx_http_request_t *r,
-    ngx_http_pagedllm_engine_t *engine);
+static ngx_int_t ngx_http_pagedllm_models_answer(ngx_http_request_t *r);
 static void ngx_http_pagedllm_models_resume(ngx_http_request_t *r);
 static void ngx_http_pagedllm_status_resume(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pagedllm_send_status(ngx_http_request_t *r);
@@ -269,7 +268,7 @@ ngx_http_pagedllm_cleanup(void *data)
 }
 
 
-/* A GET that needs the engine's identity: answer now, or park once. */
+/* A GET that needs an engine's identity: answer now, or park once. */
 static ngx_int_t
 ngx_http_pagedllm_get(ngx_http_request_t *r,
     ngx_http_pagedllm_resume_pt resume, ngx_uint_t need_engine)
@@ -280,70 +279,70 @@ ngx_http_pagedllm_get(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (ngx_http_pagedllm_channel_engine() == NULL) {
-        ctx = ngx_http_pagedllm_create_ctx(r, resume);
-        if (ctx == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        if (ngx_http_pagedllm_channel_park(ctx) == NGX_OK) {
-            r->main->count++;
-            r->read_event_handler = ngx_http_test_reading;
-            return NGX_DONE;
-        }
+    ctx = ngx_http_pagedllm_create_ctx(r, resume);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (need_engine && ngx_http_pagedllm_channel_engine() == NULL) {
-        return ngx_http_pagedllm_unavailable(r, "the engine is not attached");
+    if (ngx_http_pagedllm_channel_engine(ctx) == NULL
+        && ngx_http_pagedllm_channel_park(ctx) == NGX_OK)
+    {
+        r->main->count++;
+        r->read_event_handler = ngx_http_test_reading;
+        return NGX_DONE;
     }
 
-    return need_engine
-           ? ngx_http_pagedllm_models_answer(r,
-                                          ngx_http_pagedllm_channel_engine())
-           : ngx_http_pagedllm_send_status(r);
+    return need_engine ? ngx_http_pagedllm_models_answer(r)
+                       : ngx_http_pagedllm_send_status(r);
 }
 
 
-/* GET models (the list) or models/ID (the engine's model; any other ID is
-   a 404, as OpenAI answers an unknown model) */
+/* GET models (the list of the models the location's engines serve) or
+   models/ID (that model; any other ID is a 404, as OpenAI answers an
+   unknown model) */
 static ngx_int_t
-ngx_http_pagedllm_models_answer(ngx_http_request_t *r,
-    ngx_http_pagedllm_engine_t *engine)
+ngx_http_pagedllm_models_answer(ngx_http_request_t *r)
 {
-    ngx_str_t                  id;
-    ngx_http_pagedllm_error_t  err;
+    ngx_str_t                    id;
+    ngx_uint_t                   i, n;
+    ngx_http_pagedllm_error_t    err;
+    ngx_http_pagedllm_engine_t  *engines[NGX_HTTP_PAGEDLLM_MAX_ENGINES];
+
+    n = ngx_http_pagedllm_channel_models(r, engines);
+
+    if (n == 0) {
+        return ngx_http_pagedllm_unavailable(r, "the engine is not attached");
+    }
 
     (void) ngx_http_pagedllm_route(r, &id);
 
-    if (id.len != 0
-        && (id.len != engine->model.len
-            || ngx_strncmp(id.data, engine->model.data, id.len) != 0))
-    {
-        ngx_http_pagedllm_error_set(&err, NGX_HTTP_NOT_FOUND, "model",
-                                    "The model `%V` does not exist", &id);
-        err.code = "model_not_found";
-        return ngx_http_pagedllm_send_error(r, &err);
+    if (id.len == 0) {
+        return ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
+                   ngx_http_pagedllm_models_json(r->pool, engines, n, 0));
     }
 
-    return ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
-               ngx_http_pagedllm_models_json(r->pool, engine, id.len != 0));
+    for (i = 0; i < n; i++) {
+        if (id.len == engines[i]->model.len
+            && ngx_strncmp(id.data, engines[i]->model.data, id.len) == 0)
+        {
+            return ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
+                       ngx_http_pagedllm_models_json(r->pool, &engines[i], 1,
+                                                     1));
+        }
+    }
+
+    ngx_http_pagedllm_error_set(&err, NGX_HTTP_NOT_FOUND, "model",
+                                "The model `%V` does not exist", &id);
+    err.code = "model_not_found";
+
+    return ngx_http_pagedllm_send_error(r, &err);
 }
 
 
 static void
 ngx_http_pagedllm_models_resume(ngx_http_request_t *r)
 {
-    ngx_http_pagedllm_engine_t  *engine;
-
-    engine = ngx_http_pagedllm_channel_engine();
-
-    if (engine == NULL) {
-        ngx_http_finalize_request(r, ngx_http_pagedllm_unavailable(r,
-                                  "the engine is not attached"));
-        return;
-    }
-
-    ngx_http_finalize_request(r, ngx_http_pagedllm_models_answer(r, engine));
+    ngx_http_finalize_request(r, ngx_http_pagedllm_models_answer(r));
 }
 
 
@@ -354,22 +353,69 @@ ngx_http_pagedllm_status_resume(ngx_http_request_t *r)
 }
 
 
+/*
+ * The status of the engine of pagedllm_engine alone, as one object; with
+ * pagedllm_engines groups, {"engines": [...]}, one object per engine
+ * with its "name" (the socket path).  503 with Retry-After while none is
+ * attached.
+ */
 static ngx_int_t
 ngx_http_pagedllm_send_status(ngx_http_request_t *r)
 {
-    ngx_int_t   rc;
-    pl_stats_t  stats;
+    json_t                           *list, *j;
+    ngx_int_t                         rc;
+    ngx_uint_t                        i, n, attached;
+    pl_stats_t                        stats;
+    ngx_http_pagedllm_engine_t       *engine;
+    ngx_http_pagedllm_engine_conf_t  *ec;
 
-    rc = ngx_http_pagedllm_channel_stats(&stats);
+    n = ngx_http_pagedllm_channel_count();
 
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_SERVICE_UNAVAILABLE;
+    list = ngx_http_pagedllm_json_pool(r->pool, json_array());
+    if (list == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (rc == NGX_OK) {
+    j = NULL;
+    ec = NULL;
+    attached = 0;
+
+    for (i = 0; i < n; i++) {
+        rc = ngx_http_pagedllm_channel_stats(i, &ec, &engine, &stats);
+
+        if (rc == NGX_ERROR) {
+            return NGX_HTTP_SERVICE_UNAVAILABLE;
+        }
+
+        attached += (rc == NGX_OK);
+
+        j = ngx_http_pagedllm_status_object(r->pool, engine, &stats);
+
+        if (j == NULL
+            || json_object_set_new(j, "name",
+                   json_stringn((char *) ec->path.data, ec->path.len))
+               != 0
+            || json_array_append(list, j) != 0)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    if (n == 1 && !ec->labeled) {
+        json_object_del(j, "name");
+
+    } else {
+        j = ngx_http_pagedllm_json_pool(r->pool,
+                                        json_pack("{s:O}", "engines", list));
+    }
+
+    if (j == NULL) {
+        j = ngx_http_pagedllm_status_object(r->pool, NULL, NULL);
+    }
+
+    if (attached) {
         return ngx_http_pagedllm_send_json(r, NGX_HTTP_OK,
-                   ngx_http_pagedllm_status_json(r->pool,
-                       ngx_http_pagedllm_channel_engine(), &stats));
+                   ngx_http_pagedllm_json_buf(r->pool, j));
     }
 
     if (ngx_http_pagedllm_retry_after(r) != NGX_OK) {
@@ -377,7 +423,7 @@ ngx_http_pagedllm_send_status(ngx_http_request_t *r)
     }
 
     return ngx_http_pagedllm_send_json(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-               ngx_http_pagedllm_status_json(r->pool, NULL, NULL));
+               ngx_http_pagedllm_json_buf(r->pool, j));
 }
 
 
@@ -388,7 +434,7 @@ ngx_http_pagedllm_body_handler(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_pagedllm_module);
 
-    if (ngx_http_pagedllm_channel_engine() == NULL
+    if (ngx_http_pagedllm_channel_engine(ctx) == NULL
         && ngx_http_pagedllm_channel_park(ctx) == NGX_OK)
     {
         r->read_event_handler = ngx_http_test_reading;

@@ -5,18 +5,18 @@
  *
  *     location = /health { pagedllm_health [MAX_AGE]; }
  *
- * 200 with an empty body while this worker is attached to the engine and
- * the engine's last stats publication is at most MAX_AGE old (default
- * 5s); 503 otherwise, with an OpenAI-style error body and Retry-After.
- * The engine publishes its stats into every worker's region after each
- * pass of its loop, and an idle loop wakes every PL_HEARTBEAT_MS (200
- * ms), so the publication's monotonic time is a heartbeat: fresh means
- * the engine's loop ran within MAX_AGE, not merely that its socket is
- * open.  A stopped or wedged engine keeps its socket open and its region
- * mapped, and only the heartbeat's age shows it; a dead one closes the
- * socket, the worker detaches, and the answer is 503 at once.  MAX_AGE
- * must exceed the longest iteration the engine runs, since the loop
- * publishes between iterations.
+ * 200 with an empty body while this worker is attached to an engine (of
+ * any group) whose last stats publication is at most MAX_AGE old
+ * (default 5s); 503 otherwise, with an OpenAI-style error body and
+ * Retry-After.  The engine publishes its stats into every worker's
+ * region after each pass of its loop, and an idle loop wakes every
+ * PL_HEARTBEAT_MS (200 ms), so the publication's monotonic time is a
+ * heartbeat: fresh means the engine's loop ran within MAX_AGE, not
+ * merely that its socket is open.  A stopped or wedged engine keeps its
+ * socket open and its region mapped, and only the heartbeat's age shows
+ * it; a dead one closes the socket, the worker detaches, and the answer
+ * is 503 at once.  MAX_AGE must exceed the longest iteration the engine
+ * runs, since the loop publishes between iterations.
  */
 
 
@@ -62,14 +62,22 @@ ngx_http_pagedllm_health_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * Healthy while one engine at least is attached with a fresh heartbeat:
+ * with several engines behind it, this nginx still serves (routing skips
+ * the others) while one of them does.
+ */
 ngx_int_t
 ngx_http_pagedllm_health_handler(ngx_http_request_t *r)
 {
-    u_char                         reason[NGX_HTTP_PAGEDLLM_ERR_LEN];
-    uint64_t                       now, age;
-    ngx_int_t                      rc;
-    pl_stats_t                     stats;
-    ngx_http_pagedllm_loc_conf_t  *plcf;
+    u_char                            reason[NGX_HTTP_PAGEDLLM_ERR_LEN];
+    uint64_t                          now, age, youngest;
+    ngx_int_t                         rc;
+    ngx_uint_t                        i, attached, unread;
+    pl_stats_t                        stats;
+    ngx_http_pagedllm_engine_t       *engine;
+    ngx_http_pagedllm_loc_conf_t     *plcf;
+    ngx_http_pagedllm_engine_conf_t  *ec;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -79,27 +87,45 @@ ngx_http_pagedllm_health_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_pagedllm_channel_stats(&stats);
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
 
-    if (rc == NGX_DECLINED) {
+    now = ngx_http_pagedllm_now_us();
+    youngest = (uint64_t) -1;
+    attached = 0;
+    unread = 0;
+
+    for (i = 0; i < ngx_http_pagedllm_channel_count(); i++) {
+        rc = ngx_http_pagedllm_channel_stats(i, &ec, &engine, &stats);
+
+        if (rc == NGX_DECLINED) {
+            continue;
+        }
+
+        attached++;
+
+        if (rc != NGX_OK) {
+            unread++;
+            continue;
+        }
+
+        age = now > stats.heartbeat_us ? now - stats.heartbeat_us : 0;
+        youngest = ngx_min(youngest, age);
+    }
+
+    if (attached == 0) {
         return ngx_http_pagedllm_unavailable(r,
                    "this worker is not attached to the engine");
     }
 
-    if (rc != NGX_OK) {
+    if (attached == unread) {
         return ngx_http_pagedllm_unavailable(r,
                    "the engine's state could not be read");
     }
 
-    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pagedllm_module);
-
-    now = ngx_http_pagedllm_now_us();
-    age = now > stats.heartbeat_us ? now - stats.heartbeat_us : 0;
-
-    if (age > (uint64_t) plcf->health_max_age * 1000) {
+    if (youngest > (uint64_t) plcf->health_max_age * 1000) {
         ngx_snprintf(reason, sizeof(reason) - 1,
                      "the engine has not run its loop for %uL ms%Z",
-                     age / 1000);
+                     youngest / 1000);
         return ngx_http_pagedllm_unavailable(r, (char *) reason);
     }
 

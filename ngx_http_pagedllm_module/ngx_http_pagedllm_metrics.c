@@ -5,10 +5,13 @@
  *
  *     location = /metrics { pagedllm_metrics; }
  *
- * Engine series come from the pl_stats_t the engine publishes into this
- * worker's region; they are left out while the worker is detached, and
- * pagedllm_engine_attached says which it is (the answer is 200 either
- * way, so a scrape of a detached worker still succeeds).  HTTP responses
+ * Engine series come from the pl_stats_t each engine publishes into this
+ * worker's region; an engine's are left out while the worker is detached
+ * from it, and pagedllm_engine_attached says which it is (the answer is
+ * 200 either way, so a scrape of a detached worker still succeeds).  The
+ * engines of pagedllm_engines groups carry an engine="PATH" label (the
+ * socket path) in every sample; the one engine of pagedllm_engine keeps
+ * its series unlabelled.  HTTP responses
  * by status class and client aborts are counted by a log phase handler
  * for every request served by a "pagedllm" location, in a small shared
  * memory zone: every worker adds to the same counters, so any worker's
@@ -34,6 +37,7 @@
    new layout of ngx_http_pagedllm_counters_t comes with a new size */
 #define NGX_HTTP_PAGEDLLM_METRICS_ZONE   16
 #define NGX_HTTP_PAGEDLLM_METRICS_SIZE   65536
+#define NGX_HTTP_PAGEDLLM_ENGINE_SIZE    8192     /* each engine's series */
 #define NGX_HTTP_PAGEDLLM_MAX_BUCKETS    24
 
 
@@ -79,6 +83,14 @@ typedef struct {
 } ngx_http_pagedllm_histogram_t;
 
 
+/* One engine as a scrape sees it: engine NULL while it is detached. */
+typedef struct {
+    ngx_http_pagedllm_engine_conf_t  *ec;
+    ngx_http_pagedllm_engine_t       *engine;
+    pl_stats_t                        stats;
+} ngx_http_pagedllm_scrape_t;
+
+
 /* One sample of pl_stats_t; a family is a run of entries with one name. */
 typedef struct {
     const char                   *name;
@@ -95,8 +107,11 @@ static ngx_int_t ngx_http_pagedllm_metrics_zone_init(ngx_shm_zone_t *zone,
 static ngx_int_t ngx_http_pagedllm_metrics_log(ngx_http_request_t *r);
 static ngx_http_pagedllm_counters_t *ngx_http_pagedllm_counters(
     ngx_http_request_t *r);
-static u_char *ngx_http_pagedllm_metrics_engine(u_char *p, u_char *last,
-    ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats);
+static u_char *ngx_http_pagedllm_metrics_engines(u_char *p, u_char *last,
+    ngx_http_pagedllm_scrape_t *e, ngx_uint_t n);
+static u_char *ngx_http_pagedllm_sample(u_char *p, u_char *last,
+    const char *name, ngx_http_pagedllm_engine_conf_t *ec,
+    const char *labels);
 static u_char *ngx_http_pagedllm_metrics_http(u_char *p, u_char *last,
     ngx_http_pagedllm_counters_t *c);
 static u_char *ngx_http_pagedllm_metric_head(u_char *p, u_char *last,
@@ -108,7 +123,7 @@ static void ngx_http_pagedllm_observe_request(ngx_http_request_t *r,
 static void ngx_http_pagedllm_observe(ngx_http_pagedllm_counters_t *c,
     ngx_http_pagedllm_hist_e h, uint64_t v);
 static u_char *ngx_http_pagedllm_metrics_ratios(u_char *p, u_char *last,
-    pl_stats_t *stats);
+    ngx_http_pagedllm_scrape_t *e, ngx_uint_t n);
 static u_char *ngx_http_pagedllm_metrics_histograms(u_char *p,
     u_char *last, ngx_http_pagedllm_counters_t *c);
 static u_char *ngx_http_pagedllm_value(u_char *p, u_char *last, uint64_t v,
@@ -448,7 +463,8 @@ ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r)
 {
     ngx_int_t                      rc;
     ngx_buf_t                     *b;
-    pl_stats_t                     stats;
+    ngx_uint_t                     i, n;
+    ngx_http_pagedllm_scrape_t    *e;
     ngx_http_pagedllm_counters_t  *c;
 
     static ngx_str_t  type =
@@ -462,24 +478,28 @@ ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_pagedllm_channel_stats(&stats);
+    n = ngx_http_pagedllm_channel_count();
 
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_SERVICE_UNAVAILABLE;
+    e = ngx_palloc(r->pool, (n + 1) * sizeof(ngx_http_pagedllm_scrape_t));
+    if (e == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    b = ngx_create_temp_buf(r->pool, NGX_HTTP_PAGEDLLM_METRICS_SIZE);
+    for (i = 0; i < n; i++) {
+        rc = ngx_http_pagedllm_channel_stats(i, &e[i].ec, &e[i].engine,
+                                             &e[i].stats);
+        if (rc == NGX_ERROR) {
+            return NGX_HTTP_SERVICE_UNAVAILABLE;
+        }
+    }
+
+    b = ngx_create_temp_buf(r->pool, NGX_HTTP_PAGEDLLM_METRICS_SIZE
+                                     + n * NGX_HTTP_PAGEDLLM_ENGINE_SIZE);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    b->last = ngx_http_pagedllm_metrics_engine(b->last, b->end,
-                  rc == NGX_OK ? ngx_http_pagedllm_channel_engine() : NULL,
-                  &stats);
-
-    if (rc == NGX_OK) {
-        b->last = ngx_http_pagedllm_metrics_ratios(b->last, b->end, &stats);
-    }
+    b->last = ngx_http_pagedllm_metrics_engines(b->last, b->end, e, n);
 
     c = ngx_http_pagedllm_counters(r);
 
@@ -492,53 +512,117 @@ ngx_http_pagedllm_metrics_handler(ngx_http_request_t *r)
 }
 
 
+/*
+ * Every engine's series, family by family.  An engine of a
+ * pagedllm_engines group carries engine="PATH" in each of its samples;
+ * the engine of pagedllm_engine alone keeps its samples unlabelled.
+ */
 static u_char *
-ngx_http_pagedllm_metrics_engine(u_char *p, u_char *last,
-    ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats)
+ngx_http_pagedllm_metrics_engines(u_char *p, u_char *last,
+    ngx_http_pagedllm_scrape_t *e, ngx_uint_t n)
 {
     u_char                      *field;
     uint64_t                     v;
-    ngx_uint_t                   i;
+    ngx_uint_t                   i, k, attached;
     ngx_http_pagedllm_metric_t  *m;
 
     p = ngx_http_pagedllm_metric_head(p, last, "pagedllm_engine_attached",
             "gauge", "1 when this worker is attached to pagedllm-engine.");
-    p = ngx_slprintf(p, last, "pagedllm_engine_attached %d\n",
-                     engine ? 1 : 0);
 
-    if (engine == NULL) {
+    attached = 0;
+
+    for (k = 0; k < n; k++) {
+        attached += (e[k].engine != NULL);
+        p = ngx_http_pagedllm_sample(p, last, "pagedllm_engine_attached",
+                                     e[k].ec, NULL);
+        p = ngx_slprintf(p, last, " %d\n", e[k].engine ? 1 : 0);
+    }
+
+    if (n == 0) {
+        p = ngx_slprintf(p, last, "pagedllm_engine_attached 0\n");
+    }
+
+    if (attached == 0) {
         return p;
     }
 
     p = ngx_http_pagedllm_metric_head(p, last, "pagedllm_model_info",
             "gauge", "The model the engine serves, on which device.");
-    p = ngx_slprintf(p, last, "pagedllm_model_info{model=\"");
-    p = ngx_http_pagedllm_label_value(p, last, engine->model.data,
-                                      engine->model.len);
-    p = ngx_slprintf(p, last, "\",device=\"");
-    p = ngx_http_pagedllm_label_value(p, last, (u_char *) stats->device,
-                                      ngx_strlen(stats->device));
-    p = ngx_slprintf(p, last, "\"} 1\n");
+
+    for (k = 0; k < n; k++) {
+        if (e[k].engine == NULL) {
+            continue;
+        }
+
+        p = ngx_http_pagedllm_sample(p, last, "pagedllm_model_info",
+                                     e[k].ec, "");
+        p = ngx_slprintf(p, last, "model=\"");
+        p = ngx_http_pagedllm_label_value(p, last, e[k].engine->model.data,
+                                          e[k].engine->model.len);
+        p = ngx_slprintf(p, last, "\",device=\"");
+        p = ngx_http_pagedllm_label_value(p, last,
+                                          (u_char *) e[k].stats.device,
+                                          ngx_strlen(e[k].stats.device));
+        p = ngx_slprintf(p, last, "\"} 1\n");
+    }
 
     for (i = 0; i < sizeof(ngx_http_pagedllm_metrics)
                     / sizeof(ngx_http_pagedllm_metric_t); i++)
     {
         m = &ngx_http_pagedllm_metrics[i];
-        field = (u_char *) stats + m->offset;
 
         if (m->type) {
             p = ngx_http_pagedllm_metric_head(p, last, m->name, m->type,
                                               m->help);
         }
 
-        v = m->wide ? *(uint64_t *) field : *(uint32_t *) field;
+        for (k = 0; k < n; k++) {
+            if (e[k].engine == NULL) {
+                continue;
+            }
 
-        p = m->labels
-            ? ngx_slprintf(p, last, "%s{%s} %uL\n", m->name, m->labels, v)
-            : ngx_slprintf(p, last, "%s %uL\n", m->name, v);
+            field = (u_char *) &e[k].stats + m->offset;
+            v = m->wide ? *(uint64_t *) field : *(uint32_t *) field;
+
+            p = ngx_http_pagedllm_sample(p, last, m->name, e[k].ec,
+                                         m->labels);
+            p = ngx_slprintf(p, last, " %uL\n", v);
+        }
     }
 
-    return p;
+    return ngx_http_pagedllm_metrics_ratios(p, last, e, n);
+}
+
+
+/*
+ * A sample's name and labels: engine="PATH" for an engine of a group,
+ * then labels; labels "" leaves the set open for the caller's (which
+ * closes it).
+ */
+static u_char *
+ngx_http_pagedllm_sample(u_char *p, u_char *last, const char *name,
+    ngx_http_pagedllm_engine_conf_t *ec, const char *labels)
+{
+    p = ngx_slprintf(p, last, "%s", name);
+
+    if (!ec->labeled) {
+        if (labels == NULL) {
+            return p;
+        }
+
+        return *labels ? ngx_slprintf(p, last, "{%s}", labels)
+                       : ngx_slprintf(p, last, "{");
+    }
+
+    p = ngx_slprintf(p, last, "{engine=\"");
+    p = ngx_http_pagedllm_label_value(p, last, ec->path.data, ec->path.len);
+
+    if (labels == NULL) {
+        return ngx_slprintf(p, last, "\"}");
+    }
+
+    return *labels ? ngx_slprintf(p, last, "\",%s}", labels)
+                   : ngx_slprintf(p, last, "\",");
 }
 
 
@@ -546,31 +630,55 @@ ngx_http_pagedllm_metrics_engine(u_char *p, u_char *last,
    hits per full block looked up since the engine started (0 before the
    first lookup). */
 static u_char *
-ngx_http_pagedllm_metrics_ratios(u_char *p, u_char *last, pl_stats_t *stats)
+ngx_http_pagedllm_metrics_ratios(u_char *p, u_char *last,
+    ngx_http_pagedllm_scrape_t *e, ngx_uint_t n)
 {
-    uint64_t  used, hits;
-
-    used = stats->kv_blocks_total
-           ? (uint64_t) stats->kv_blocks_used * 1000000
-             / stats->kv_blocks_total
-           : 0;
-    hits = stats->prefix_cache_queries
-           ? stats->prefix_cache_hits * 1000000
-             / stats->prefix_cache_queries
-           : 0;
+    uint64_t     used, hits;
+    ngx_uint_t   k;
+    pl_stats_t  *st;
 
     p = ngx_http_pagedllm_metric_head(p, last, "pagedllm_kv_cache_usage_ratio",
             "gauge", "Share of the device's KV cache blocks in use, 0 to 1.");
-    p = ngx_slprintf(p, last, "pagedllm_kv_cache_usage_ratio ");
-    p = ngx_http_pagedllm_value(p, last, used, 1);
+
+    for (k = 0; k < n; k++) {
+        if (e[k].engine == NULL) {
+            continue;
+        }
+
+        st = &e[k].stats;
+        used = st->kv_blocks_total
+               ? (uint64_t) st->kv_blocks_used * 1000000 / st->kv_blocks_total
+               : 0;
+
+        p = ngx_http_pagedllm_sample(p, last, "pagedllm_kv_cache_usage_ratio",
+                                     e[k].ec, NULL);
+        p = ngx_slprintf(p, last, " ");
+        p = ngx_http_pagedllm_value(p, last, used, 1);
+    }
 
     p = ngx_http_pagedllm_metric_head(p, last,
             "pagedllm_prefix_cache_hit_ratio", "gauge",
             "Share of the full prompt blocks looked up in the prefix cache "
             "that were found, since the engine started, 0 to 1.");
-    p = ngx_slprintf(p, last, "pagedllm_prefix_cache_hit_ratio ");
 
-    return ngx_http_pagedllm_value(p, last, hits, 1);
+    for (k = 0; k < n; k++) {
+        if (e[k].engine == NULL) {
+            continue;
+        }
+
+        st = &e[k].stats;
+        hits = st->prefix_cache_queries
+               ? st->prefix_cache_hits * 1000000 / st->prefix_cache_queries
+               : 0;
+
+        p = ngx_http_pagedllm_sample(p, last,
+                                     "pagedllm_prefix_cache_hit_ratio",
+                                     e[k].ec, NULL);
+        p = ngx_slprintf(p, last, " ");
+        p = ngx_http_pagedllm_value(p, last, hits, 1);
+    }
+
+    return p;
 }
 
 

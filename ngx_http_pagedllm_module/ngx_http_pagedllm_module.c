@@ -35,7 +35,7 @@
 #include "ngx_http_pagedllm_module.h"
 
 
-static char *ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd,
+static char *ngx_http_pagedllm_api_set(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pagedllm_set_handler(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
@@ -85,8 +85,22 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
 
     { ngx_string("pagedllm_engine"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_http_pagedllm_engine,
+      ngx_http_pagedllm_engine_set,
       NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pagedllm_engines"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_BLOCK|NGX_CONF_TAKE1,
+      ngx_http_pagedllm_engines_block,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pagedllm_route"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_pagedllm_route_set,
+      NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
 
@@ -112,8 +126,8 @@ static ngx_command_t  ngx_http_pagedllm_commands[] = {
       NULL },
 
     { ngx_string("pagedllm"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
-      ngx_http_pagedllm_set_handler,
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
+      ngx_http_pagedllm_api_set,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       &ngx_http_pagedllm_api },
@@ -238,49 +252,29 @@ ngx_module_t  ngx_http_pagedllm_module = {
 };
 
 
+/* pagedllm [GROUP]: the API handler, serving from GROUP (resolved once the
+   http block is read: ngx_http_pagedllm_group_find()) */
 static char *
-ngx_http_pagedllm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_pagedllm_api_set(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_pagedllm_main_conf_t *pmcf = conf;
+    ngx_http_pagedllm_loc_conf_t *plcf = conf;
 
-    ngx_str_t           *value;
-    ngx_url_t            u;
-    struct sockaddr_un  *sun;
+    ngx_str_t  *value;
 
-    if (pmcf->engine.data) {
+    if (plcf->group_name.data) {
         return "is duplicate";
     }
 
     value = cf->args->elts;
 
-    ngx_memzero(&u, sizeof(ngx_url_t));
-    u.url = value[1];
-    u.no_resolve = 1;
+    if (cf->args->nelts == 2) {
+        plcf->group_name = value[1];
 
-    if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s in \"%V\"",
-                           u.err ? u.err : "invalid address", &value[1]);
-        return NGX_CONF_ERROR;
+    } else {
+        ngx_str_set(&plcf->group_name, "");
     }
 
-    if (u.family != AF_UNIX || u.naddrs != 1) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"%V\" must be \"unix:PATH\"", &value[1]);
-        return NGX_CONF_ERROR;
-    }
-
-    sun = (struct sockaddr_un *) u.addrs[0].sockaddr;
-
-    pmcf->engine.len = ngx_strlen(sun->sun_path);
-    pmcf->engine.data = ngx_pnalloc(cf->pool, pmcf->engine.len + 1);
-    if (pmcf->engine.data == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    ngx_cpystrn(pmcf->engine.data, (u_char *) sun->sun_path,
-                pmcf->engine.len + 1);
-
-    return NGX_CONF_OK;
+    return ngx_http_pagedllm_set_handler(cf, cmd, conf);
 }
 
 
@@ -378,11 +372,20 @@ ngx_http_pagedllm_create_main_conf(ngx_conf_t *cf)
     /*
      * set by ngx_pcalloc():
      *
-     *     pmcf->engine = { 0, NULL };
      *     pmcf->metrics = NULL;
      *     pmcf->thread_pool_name = { 0, NULL };
      *     pmcf->route_only = NULL;
      */
+
+    if (ngx_array_init(&pmcf->engines, cf->pool, 4,
+                       sizeof(ngx_http_pagedllm_engine_conf_t))
+        != NGX_OK
+        || ngx_array_init(&pmcf->groups, cf->pool, 2,
+                          sizeof(ngx_http_pagedllm_group_t))
+           != NGX_OK)
+    {
+        return NULL;
+    }
 
     pmcf->attach_timeout = NGX_CONF_UNSET_MSEC;
     pmcf->reattach_interval = NGX_CONF_UNSET_MSEC;
@@ -399,15 +402,15 @@ ngx_http_pagedllm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(pmcf->attach_timeout, 1000);
     ngx_conf_init_msec_value(pmcf->reattach_interval, 1000);
 
-    if (pmcf->engine.data && pmcf->route_only) {
+    if (pmcf->engines.nelts && pmcf->route_only) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"pagedllm_route_only\" is for an nginx that "
                            "attaches to no engine: drop \"pagedllm_engine\" "
-                           "or it");
+                           "(and \"pagedllm_engines\") or it");
         return NGX_CONF_ERROR;
     }
 
-    if (pmcf->engine.data == NULL) {
+    if (pmcf->engines.nelts == 0) {
         return NGX_CONF_OK;
     }
 
@@ -455,6 +458,11 @@ ngx_http_pagedllm_create_loc_conf(ngx_conf_t *cf)
     plcf->health_max_age = NGX_CONF_UNSET_MSEC;
     plcf->limits = NGX_CONF_UNSET_PTR;
     plcf->prefix_hash_tokens = NGX_CONF_UNSET;
+    ngx_str_null(&plcf->group_name);
+    plcf->group = NULL;
+    plcf->route.policy = NGX_CONF_UNSET_UINT;
+    plcf->route.tokens = NGX_CONF_UNSET_SIZE;
+    plcf->route.spill = NGX_CONF_UNSET_UINT;
 
     return plcf;
 }
@@ -482,6 +490,12 @@ ngx_http_pagedllm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->prefix_hash_tokens, prev->prefix_hash_tokens,
                          64);
 
+    ngx_http_pagedllm_route_merge(&conf->route, &prev->route);
+
+    if (conf->group_name.data) {
+        return ngx_http_pagedllm_group_find(cf, conf);
+    }
+
     return NGX_CONF_OK;
 }
 
@@ -493,7 +507,7 @@ ngx_http_pagedllm_init_process(ngx_cycle_t *cycle)
 
     pmcf = ngx_http_cycle_get_module_main_conf(cycle,
                                                ngx_http_pagedllm_module);
-    if (pmcf == NULL || pmcf->engine.data == NULL) {
+    if (pmcf == NULL || pmcf->engines.nelts == 0) {
         return NGX_OK;
     }
 

@@ -80,9 +80,54 @@
 #define NGX_HTTP_PAGEDLLM_CORS_ANY     1     /* pagedllm_cors on */
 #define NGX_HTTP_PAGEDLLM_CORS_LIST    2     /* the origins listed */
 
+#define NGX_HTTP_PAGEDLLM_MAX_ENGINES  64    /* of a group */
+
+
+/* An engine the workers attach to; one channel each in every worker. */
+typedef struct {
+    ngx_str_t                     path;          /* socket path, NUL-ended */
+    uint64_t                      id;            /* hash of path: affinity */
+    unsigned                      labeled:1;     /* in a pagedllm_engines
+                                                    group: its series carry
+                                                    engine="path" */
+} ngx_http_pagedllm_engine_conf_t;
+
 
 typedef struct {
-    ngx_str_t                     engine;        /* socket path, NUL-ended */
+    ngx_uint_t                    engine;        /* index in engines */
+    ngx_uint_t                    weight;
+} ngx_http_pagedllm_member_t;
+
+
+/*
+ * A group of engines a "pagedllm" location serves from: pagedllm_engines
+ * NAME { ... }, or the one-engine group of pagedllm_engine (its name
+ * empty).  rr is the worker's own round-robin position (conf memory is
+ * each worker's after fork).
+ */
+typedef struct {
+    ngx_str_t                     name;
+    ngx_array_t                   members;       /* of _member_t */
+    ngx_uint_t                    rr;
+} ngx_http_pagedllm_group_t;
+
+
+/* pagedllm_route */
+#define NGX_HTTP_PAGEDLLM_ROUTE_LEAST_LOAD   0
+#define NGX_HTTP_PAGEDLLM_ROUTE_ROUND_ROBIN  1
+#define NGX_HTTP_PAGEDLLM_ROUTE_PREFIX       2
+
+
+typedef struct {
+    ngx_uint_t                    policy;
+    size_t                        tokens;        /* prefix: K, hashed */
+    ngx_uint_t                    spill;         /* prefix: the bound */
+} ngx_http_pagedllm_route_conf_t;
+
+
+typedef struct {
+    ngx_array_t                   engines;       /* of _engine_conf_t */
+    ngx_array_t                   groups;        /* of _group_t */
     ngx_msec_t                    attach_timeout;
     ngx_msec_t                    reattach_interval;
     ngx_shm_zone_t               *metrics;       /* HTTP outcome counters */
@@ -106,6 +151,9 @@ typedef struct {
                                                     pagedllm_limit_tokens */
     ngx_int_t                     prefix_hash_tokens;  /* K of
                                                     $pagedllm_prefix_hash */
+    ngx_str_t                     group_name;    /* pagedllm [NAME] */
+    ngx_http_pagedllm_group_t    *group;         /* NULL: no engine */
+    ngx_http_pagedllm_route_conf_t  route;       /* pagedllm_route */
 } ngx_http_pagedllm_loc_conf_t;
 
 
@@ -250,6 +298,7 @@ typedef enum {
 typedef void (*ngx_http_pagedllm_resume_pt)(ngx_http_request_t *r);
 
 typedef struct ngx_http_pagedllm_ctx_s  ngx_http_pagedllm_ctx_t;
+typedef struct ngx_http_pagedllm_channel_s  ngx_http_pagedllm_channel_t;
 typedef struct ngx_http_pagedllm_limit_req_s  ngx_http_pagedllm_limit_req_t;
 
 
@@ -335,6 +384,8 @@ struct ngx_http_pagedllm_ctx_s {
     /* the engine's, from a FINISH that ended a choice (engine_timed) */
     ngx_uint_t                    cached_tokens; /* prefix-cache hits */
     uint64_t                      queue_time_us;
+    ngx_http_pagedllm_channel_t  *channel;       /* submitted to */
+    ngx_http_pagedllm_channel_t  *routed;        /* picked to submit to */
 
     ngx_chain_t                  *free;
     ngx_chain_t                  *busy;
@@ -372,13 +423,31 @@ ngx_int_t ngx_http_pagedllm_tok_hold_pool(ngx_pool_t *pool,
 ngx_int_t ngx_http_pagedllm_channel_init(ngx_cycle_t *cycle,
     ngx_http_pagedllm_main_conf_t *pmcf);
 void ngx_http_pagedllm_channel_exit(ngx_cycle_t *cycle);
-ngx_http_pagedllm_engine_t *ngx_http_pagedllm_channel_engine(void);
+ngx_http_pagedllm_engine_t *ngx_http_pagedllm_channel_engine(
+    ngx_http_pagedllm_ctx_t *ctx);
 ngx_int_t ngx_http_pagedllm_channel_park(ngx_http_pagedllm_ctx_t *ctx);
 ngx_int_t ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx);
 void ngx_http_pagedllm_channel_cancel(ngx_http_pagedllm_ctx_t *ctx);
-ngx_int_t ngx_http_pagedllm_channel_stats(pl_stats_t *stats);
+ngx_uint_t ngx_http_pagedllm_channel_count(void);
+ngx_int_t ngx_http_pagedllm_channel_stats(ngx_uint_t i,
+    ngx_http_pagedllm_engine_conf_t **ec, ngx_http_pagedllm_engine_t **engine,
+    pl_stats_t *stats);
 ngx_int_t ngx_http_pagedllm_channel_block_map(ngx_pool_t *pool,
     pl_bmap_hdr_t **map);
+ngx_uint_t ngx_http_pagedllm_channel_models(ngx_http_request_t *r,
+    ngx_http_pagedllm_engine_t **engines);
+
+/* route */
+char *ngx_http_pagedllm_route_set(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+void ngx_http_pagedllm_route_merge(ngx_http_pagedllm_route_conf_t *conf,
+    ngx_http_pagedllm_route_conf_t *prev);
+char *ngx_http_pagedllm_engine_set(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_pagedllm_engines_block(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_pagedllm_group_find(ngx_conf_t *cf,
+    ngx_http_pagedllm_loc_conf_t *plcf);
 
 /* handler */
 ngx_int_t ngx_http_pagedllm_handler(ngx_http_request_t *r);
@@ -460,13 +529,14 @@ u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 ngx_uint_t ngx_http_pagedllm_completion_tokens(ngx_http_pagedllm_ctx_t *ctx);
 ngx_buf_t *ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx);
 ngx_buf_t *ngx_http_pagedllm_models_json(ngx_pool_t *pool,
-    ngx_http_pagedllm_engine_t *engine, ngx_uint_t one);
+    ngx_http_pagedllm_engine_t **engines, ngx_uint_t n, ngx_uint_t one);
 ngx_buf_t *ngx_http_pagedllm_tokenize_json(ngx_pool_t *pool,
     ngx_http_pagedllm_engine_t *engine, int32_t *ids, ngx_uint_t n);
 ngx_buf_t *ngx_http_pagedllm_detokenize_json(ngx_pool_t *pool, u_char *text,
     size_t len);
 ngx_buf_t *ngx_http_pagedllm_version_json(ngx_pool_t *pool);
-ngx_buf_t *ngx_http_pagedllm_status_json(ngx_pool_t *pool,
+json_t *ngx_http_pagedllm_status_object(ngx_pool_t *pool,
     ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats);
+ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);
 
 #endif /* _NGX_HTTP_PAGEDLLM_MODULE_H_INCLUDED_ */

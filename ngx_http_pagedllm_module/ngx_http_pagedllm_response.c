@@ -53,7 +53,6 @@ static json_t *ngx_http_pagedllm_choice_text(ngx_pool_t *pool,
 static json_t *ngx_http_pagedllm_choice_json(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
 
-static ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);
 static u_char *ngx_http_pagedllm_sse_head(u_char *p,
     ngx_http_pagedllm_ctx_t *ctx);
 static const char *ngx_http_pagedllm_reason(uint32_t reason);
@@ -655,24 +654,40 @@ ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
 }
 
 
-/* GET models: the list of the one model; one: that model's object alone
-   (GET models/ID) */
+/* GET models: the list of the models served (n engines, one each); one:
+   the first's object alone (GET models/ID) */
 ngx_buf_t *
 ngx_http_pagedllm_models_json(ngx_pool_t *pool,
-    ngx_http_pagedllm_engine_t *engine, ngx_uint_t one)
+    ngx_http_pagedllm_engine_t **engines, ngx_uint_t n, ngx_uint_t one)
 {
-    json_t  *j;
+    json_t      *j, *list;
+    ngx_uint_t   i;
 
-    j = json_pack("{s:s%,s:s,s:I,s:s,s:I}",
-                  "id", engine->model.data, engine->model.len,
-                  "object", "model",
-                  "created", (json_int_t) ngx_time(),
-                  "owned_by", "pagedllm",
-                  "max_model_len", (json_int_t) engine->max_model_len);
-
-    if (!one) {
-        j = json_pack("{s:s,s:[o]}", "object", "list", "data", j);
+    list = ngx_http_pagedllm_json_pool(pool, json_array());
+    if (list == NULL) {
+        return NULL;
     }
+
+    for (i = 0; i < n; i++) {
+        j = json_pack("{s:s%,s:s,s:I,s:s,s:I}",
+                      "id", engines[i]->model.data, engines[i]->model.len,
+                      "object", "model",
+                      "created", (json_int_t) ngx_time(),
+                      "owned_by", "pagedllm",
+                      "max_model_len",
+                      (json_int_t) engines[i]->max_model_len);
+
+        if (one) {
+            return ngx_http_pagedllm_json_buf(pool,
+                                      ngx_http_pagedllm_json_pool(pool, j));
+        }
+
+        if (json_array_append_new(list, j) != 0) {
+            return NULL;
+        }
+    }
+
+    j = json_pack("{s:s,s:O}", "object", "list", "data", list);
 
     return ngx_http_pagedllm_json_buf(pool,
                                       ngx_http_pagedllm_json_pool(pool, j));
@@ -734,16 +749,17 @@ ngx_http_pagedllm_version_json(ngx_pool_t *pool)
 }
 
 
-ngx_buf_t *
-ngx_http_pagedllm_status_json(ngx_pool_t *pool,
+/* One engine's status, the pool's: {"engine": "detached"} while it is
+   detached (engine NULL). */
+json_t *
+ngx_http_pagedllm_status_object(ngx_pool_t *pool,
     ngx_http_pagedllm_engine_t *engine, pl_stats_t *s)
 {
     json_t  *j;
 
     if (engine == NULL) {
         j = json_pack("{s:s}", "engine", "detached");
-        return ngx_http_pagedllm_json_buf(pool,
-                                          ngx_http_pagedllm_json_pool(pool, j));
+        return ngx_http_pagedllm_json_pool(pool, j);
     }
 
     j = json_pack("{s:s,s:s%,s:s,s:I,s:{s:I,s:I,s:I},"
@@ -796,12 +812,12 @@ ngx_http_pagedllm_status_json(ngx_pool_t *pool,
         return NULL;
     }
 
-    return ngx_http_pagedllm_json_buf(pool, j);
+    return j;
 }
 
 
 /* j's text and a newline in a buffer of the pool; j stays its owner's */
-static ngx_buf_t *
+ngx_buf_t *
 ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j)
 {
     char       *s;

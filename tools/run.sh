@@ -2,27 +2,91 @@
 # Runs pagedllm on this machine: pagedllm-engine with the tiny model in the
 # background and the stock nginx, loading our module, in the foreground.
 # Ctrl-C (or TERM) stops both.
-#   tools/run.sh BUILD_DIR
+#   tools/run.sh [--engines N | --per-gpu] BUILD_DIR
 #   PAGEDLLM_PORT (default 8080), PAGEDLLM_MODEL (default BUILD/models/tiny),
 #   PAGEDLLM_DEVICE (default auto), PAGEDLLM_ENGINE_ARGS (more engine flags),
 #   PAGEDLLM_RUN_DIR (default BUILD/run): the run folder, holding the
-#   engine's socket, both pid files, nginx's configuration and logs.
+#   engine's socket, the pid files, nginx's configuration and logs.
+# --engines N starts N engines of the model (sockets engine0.sock ..,
+# pid files engine0.pid ..) behind one nginx, in one pagedllm_engines
+# group routed by PAGEDLLM_ROUTE (default least_load); --per-gpu starts
+# one per visible GPU (CUDA_VISIBLE_DEVICES' entries when it is set, else
+# nvidia-smi's), engine i with --device cuda:i.  Without either, one
+# engine on engine.sock, served by pagedllm_engine.
 # One run folder serves one server at a time: a folder whose engine or
 # nginx is alive (by its pid file) is refused, and no socket is ever
 # removed here (the engine replaces a stale one and refuses a live one).
 set -eu
 
-if [ $# -ne 1 ]; then
-    echo "usage: tools/run.sh BUILD_DIR" >&2
+usage() {
+    echo "usage: tools/run.sh [--engines N | --per-gpu] BUILD_DIR" >&2
     exit 2
+}
+
+engines=0
+per_gpu=0
+
+while [ $# -gt 1 ]; do
+    case "$1" in
+    --engines)
+        engines=$2
+        shift 2
+        case "$engines" in
+        ''|*[!0-9]*|0) usage ;;
+        esac
+        ;;
+    --per-gpu)
+        per_gpu=1
+        shift
+        ;;
+    *)
+        usage
+        ;;
+    esac
+done
+
+if [ $# -ne 1 ]; then
+    usage
 fi
 
 build=$(cd "$1" && pwd)
 port=${PAGEDLLM_PORT:-8080}
 model=${PAGEDLLM_MODEL:-$build/models/tiny}
 device=${PAGEDLLM_DEVICE:-auto}
+route=${PAGEDLLM_ROUTE:-least_load}
 run=${PAGEDLLM_RUN_DIR:-$build/run}
-sock=$run/engine.sock
+
+# the GPUs the CUDA runtime will number 0.. for the engines (set and
+# empty, CUDA_VISIBLE_DEVICES hides them all)
+visible_gpus() {
+    if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+        echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c . || true
+    elif command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
+    else
+        echo 0
+    fi
+}
+
+if [ $per_gpu -eq 1 ]; then
+    engines=$(visible_gpus)
+    if [ "$engines" -eq 0 ]; then
+        echo "pagedllm: --per-gpu: no GPU is visible" >&2
+        exit 1
+    fi
+fi
+
+# engine i's socket and pid file; one engine alone keeps engine.sock
+names=""
+if [ "$engines" -eq 0 ]; then
+    names="engine"
+else
+    i=0
+    while [ $i -lt "$engines" ]; do
+        names="$names engine$i"
+        i=$((i + 1))
+    done
+fi
 
 for f in "$build/pagedllm-engine" "$build/ngx_http_pagedllm_module.so" \
          "$model/config.json"
@@ -43,7 +107,8 @@ live_pid() {
     fi
 }
 
-for f in "$run/engine.pid" "$run/nginx.pid"; do
+for f in $(for n in $names; do echo "$run/$n.pid"; done) "$run/nginx.pid"
+do
     pid=$(live_pid "$f")
     if [ -n "$pid" ]; then
         echo "pagedllm: $run is in use by a running server (pid $pid in" \
@@ -52,24 +117,42 @@ for f in "$run/engine.pid" "$run/nginx.pid"; do
     fi
 done
 
-# whether an engine accepts connections on the socket
+# whether an engine accepts connections on socket $1
 listening() {
     perl -MIO::Socket::UNIX -e \
         'exit !IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => $ARGV[0])' \
-        "$sock" 2>/dev/null
+        "$1" 2>/dev/null
 }
 
-if listening; then
-    echo "pagedllm: an engine already listens on $sock; stop it, or give" \
-         "this one PAGEDLLM_RUN_DIR" >&2
-    exit 1
-fi
+for n in $names; do
+    if listening "$run/$n.sock"; then
+        echo "pagedllm: an engine already listens on $run/$n.sock; stop it," \
+             "or give this one PAGEDLLM_RUN_DIR" >&2
+        exit 1
+    fi
+done
 
 mkdir -p "$run/conf" "$run/logs" "$run/tmp"
 
 user=""
 if [ "$(id -u)" -eq 0 ]; then
     user="user root;"
+fi
+
+# the engines' directive, and the API location's
+if [ "$engines" -eq 0 ]; then
+    engines_conf="pagedllm_engine unix:$run/engine.sock;"
+    api="pagedllm;"
+else
+    engines_conf="pagedllm_engines local {"
+    for n in $names; do
+        engines_conf="$engines_conf
+        engine unix:$run/$n.sock;"
+    done
+    engines_conf="$engines_conf
+    }"
+    api="pagedllm local;
+            pagedllm_route $route;"
 fi
 
 cat >"$run/conf/nginx.conf" <<EOF
@@ -93,13 +176,13 @@ http {
     uwsgi_temp_path $run/tmp/uwsgi;
     scgi_temp_path $run/tmp/scgi;
 
-    pagedllm_engine unix:$sock;
+    $engines_conf
 
     server {
         listen 127.0.0.1:$port;
 
         location /v1/ {
-            pagedllm;
+            $api
         }
 
         location = /pagedllm/status {
@@ -121,7 +204,7 @@ http {
 }
 EOF
 
-engine_pid=""
+engine_pids=""
 nginx_pid=""
 
 stop() {
@@ -130,10 +213,16 @@ stop() {
         kill -TERM "$nginx_pid" 2>/dev/null || true
         wait "$nginx_pid" 2>/dev/null || true
     fi
-    if [ -n "$engine_pid" ]; then
-        kill -TERM "$engine_pid" 2>/dev/null || true
-        wait "$engine_pid" 2>/dev/null || true
-        rm -f "$run/engine.pid"
+    for pid in $engine_pids; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in $engine_pids; do
+        wait "$pid" 2>/dev/null || true
+    done
+    if [ -n "$engine_pids" ]; then
+        for n in $names; do
+            rm -f "$run/$n.pid"
+        done
     fi
 }
 
@@ -141,24 +230,36 @@ trap stop EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-"$build/pagedllm-engine" --model "$model" --listen "$sock" \
-    --device "$device" ${PAGEDLLM_ENGINE_ARGS:-} &
-engine_pid=$!
-echo "$engine_pid" >"$run/engine.pid"
-
+# engine $1 on its socket; engine i of --per-gpu on GPU i
 i=0
-until listening; do
-    if ! kill -0 "$engine_pid" 2>/dev/null; then
-        echo "pagedllm: the engine exited before listening" >&2
-        engine_pid=""
-        exit 1
+for n in $names; do
+    dev=$device
+    if [ $per_gpu -eq 1 ]; then
+        dev=cuda:$i
     fi
+    "$build/pagedllm-engine" --model "$model" --listen "$run/$n.sock" \
+        --device "$dev" ${PAGEDLLM_ENGINE_ARGS:-} &
+    engine_pids="$engine_pids $!"
+    echo "$!" >"$run/$n.pid"
     i=$((i + 1))
-    if [ $i -gt 600 ]; then
-        echo "pagedllm: the engine did not listen on $sock in 60 s" >&2
-        exit 1
-    fi
-    sleep 0.1
+done
+
+for n in $names; do
+    pid=$(cat "$run/$n.pid")
+    i=0
+    until listening "$run/$n.sock"; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "pagedllm: the engine $n exited before listening" >&2
+            exit 1
+        fi
+        i=$((i + 1))
+        if [ $i -gt 600 ]; then
+            echo "pagedllm: the engine did not listen on $run/$n.sock in" \
+                 "60 s" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
 done
 
 cat <<EOF

@@ -53,6 +53,9 @@ sub new {
 
     $self->{port} = free_port();
     $self->{sock} = "$self->{dir}/engine.sock";
+    # the engines nginx attaches to (t/67-engines*: pagedllm_engines groups)
+    $self->{engines_conf} = $opt{engines_conf}
+                            // "pagedllm_engine unix:$self->{sock};";
 
     for my $f ("$build/pagedllm-engine", "$build/ngx_http_pagedllm_module.so",
                "$build/models/tiny/config.json")
@@ -108,21 +111,29 @@ sub running {
 
 sub start_engine {
     my ($self) = @_;
-    my $b = $self->{build};
+    $self->spawn_engine('engine', $self->{sock}, $self->{model},
+                        @{ $self->{engine_args} });
+}
 
-    unlink $self->{sock};
-    $self->spawn(engine => "$self->{dir}/engine.log",
-                 "$b/pagedllm-engine", '--model', $self->{model},
-                 '--device', 'cpu', '--listen', $self->{sock},
-                 '--threads', '1', '--kv-cache-memory', '16',
-                 @{ $self->{engine_args} });
+# A CPU engine named $name (log $name.log) on $sock; returns once it
+# listens.
+sub spawn_engine {
+    my ($self, $name, $sock, $model, @args) = @_;
+
+    unlink $sock;
+    $self->spawn($name => "$self->{dir}/$name.log",
+                 "$self->{build}/pagedllm-engine", '--model', $model,
+                 '--device', 'cpu', '--listen', $sock,
+                 '--threads', '1', '--kv-cache-memory', '16', @args);
 
     my $deadline = time + 30;
-    until (-S $self->{sock}) {
-        $self->running('engine')
-            or $self->fail_start("pagedllm-engine exited before listening");
+    until (-S $sock) {
+        $self->running($name)
+            or $self->fail_start("pagedllm-engine ($name) exited before "
+                                 . "listening");
         time < $deadline
-            or $self->fail_start("pagedllm-engine did not listen in 30 s");
+            or $self->fail_start("pagedllm-engine ($name) did not listen in "
+                                 . "30 s");
         sleep 0.05;
     }
 }
@@ -160,7 +171,7 @@ http {
     uwsgi_temp_path $d/uwsgi;
     scgi_temp_path $d/scgi;
 
-    pagedllm_engine unix:$self->{sock};
+    $self->{engines_conf}
     pagedllm_reattach_interval 200ms;
 $self->{http}
 
@@ -231,11 +242,13 @@ sub stop_all {
     my ($self) = @_;
     $self->stop('nginx', 'TERM');
     $self->stop('engine', 'TERM');
+    $self->stop($_, 'TERM') for grep { /^engine\d+$/ } keys %{ $self->{pids} };
 }
 
 sub dump_logs {
     my ($self) = @_;
-    for my $f (qw(engine.log nginx.stderr error.log)) {
+    my @engines = map { "engine$_.log" } 0 .. 7;
+    for my $f (qw(engine.log nginx.stderr error.log), @engines) {
         my $p = "$self->{dir}/$f";
         next unless -s $p;
         open my $fh, '<', $p or next;
@@ -266,6 +279,24 @@ sub DESTROY {
     $self->dump_logs
         if !$self->{logs_dumped} && !Test::More->builder->is_passing;
     $self->stop_all;
+}
+
+# ---- several engines (t/67-engines*) ----------------------------------------
+
+sub engine_sock { "$_[0]{dir}/engine$_[1].sock" }
+
+# Starts engine N (named engineN, log engineN.log) on engine_sock(N), with
+# its own model and arguments when given; returns once it listens.
+sub start_engine_n {
+    my ($self, $n, %o) = @_;
+    $self->spawn_engine("engine$n", $self->engine_sock($n),
+                        $o{model} // $self->{model}, @{ $o{args} // [] });
+}
+
+sub stop_engine_n {
+    my ($self, $n, $signal) = @_;
+    $self->stop("engine$n", $signal // 'TERM');
+    unlink $self->engine_sock($n);
 }
 
 # ---- HTTP ----------------------------------------------------------------
