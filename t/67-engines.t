@@ -204,14 +204,15 @@ $t->finish;
 
 # Each worker sees its own requests in flight exactly and the other's as
 # the engines last published them (plus its own submits since).  Bound,
-# as measured on the 2-core machine (0 to 2): a burst of 30 split over
-# two workers lands within 4 of even.
+# as measured on the 2-core machine: a spread of 0 to 2 when it is idle,
+# 5 (8, 9, 13) at a load average of 20, where the engines publish late;
+# a burst of 30 split over two workers lands within 6 of even.
 $t = PagedLLM::Engines::start(3, workers => 2);
 for my $round (1 .. 2) {
     @d = burst('/v1/completions', 30);
     is(sum(@d), 30, "two workers, burst $round: every request accepted");
-    ok(max(@d) - min(@d) <= 4,
-       "two workers, burst $round of 30: within 4 of even (@d)");
+    ok(max(@d) - min(@d) <= 6,
+       "two workers, burst $round of 30: within 6 of even (@d)");
 }
 $t->finish;
 
