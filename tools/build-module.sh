@@ -65,4 +65,5 @@ then
     make -s -C "$tree" -f objs/Makefile modules >/dev/null \
         || { cat "$out/module-build.err" >&2; exit 1; }
 fi
-cp "$tree/objs/ngx_http_pagedllm_module.so" "$out/ngx_http_pagedllm_module.so"
+"$top/tools/replace-file.sh" "$tree/objs/ngx_http_pagedllm_module.so" \
+    "$out/ngx_http_pagedllm_module.so"
