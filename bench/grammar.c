@@ -199,7 +199,7 @@ time_apply(pl_sampler_t *sm, const pl_sampling_params_t *sp,
     pl_sampler_restrict(sm, i, m);
     t1 = bench_now_us();
     pl_sample_host(&t, row, sm->vocab_size, sm->reqs, 1, sm->adjust,
-                   sm->n_adjust);
+                   sm->n_adjust, sm->masks, sm->n_masks);
     *draw_us = bench_now_us() - t1;
     *restrict_us = t1 - t0;
 
@@ -207,7 +207,7 @@ time_apply(pl_sampler_t *sm, const pl_sampling_params_t *sp,
     pl_sampler_reset(sm);
     pl_sampler_add(sm, 0, sp, NULL, 1, step);
     pl_sample_host(&t, row, sm->vocab_size, sm->reqs, 1, sm->adjust,
-                   sm->n_adjust);
+                   sm->n_adjust, sm->masks, sm->n_masks);
     *free_us = bench_now_us() - t0;
 }
 

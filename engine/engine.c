@@ -719,11 +719,12 @@ pl_engine_draw(pl_engine_t *e, const pl_logits_t *logits)
 
     if (logits->on_host) {
         pl_sample_host(e->tokens, logits->data, e->mc->vocab_size, sm->reqs,
-                       sm->n_reqs, sm->adjust, sm->n_adjust);
+                       sm->n_reqs, sm->adjust, sm->n_adjust, sm->masks,
+                       sm->n_masks);
     } else {
         e->be->sample(e->be, e->tokens, logits->data, logits->dtype,
                       e->mc->vocab_size, sm->reqs, sm->n_reqs, sm->adjust,
-                      sm->n_adjust);
+                      sm->n_adjust, sm->masks, sm->n_masks);
     }
 }
 

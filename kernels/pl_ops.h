@@ -94,6 +94,9 @@ typedef struct {
  *      adjust entries for id i (at most one per id):
  *          v = v + bias;  if (repeat) v = v > 0 ? v / rp : v * rp;
  *          v = v + penalty        (rp: repetition_penalty; NaN -> -inf)
+ *      then, for a masked request, v[i] = -inf for every id whose bit is
+ *      clear in its row of the masks (structured outputs: one bit per id,
+ *      bit i % 64 of 64-bit word i / 64, (vocab + 63) / 64 words a row);
  *   2. greedy (temperature <= 0, top_k == 1, or max v not finite):
  *      the highest v, lowest id on ties.
  *   3. otherwise, with z[i] = (v[i] - max v) / temperature, the kept ids
@@ -119,6 +122,8 @@ typedef struct {
     float     repetition_penalty;   /* for entries with repeat set */
     int32_t   adjust_start;         /* this request's adjust entries */
     int32_t   adjust_count;
+    int32_t   masked;               /* 1: masks row mask_row restricts */
+    int32_t   mask_row;             /* the ids it may draw */
     uint64_t  seed;                 /* the sequence's random stream */
     uint64_t  step;                 /* the position drawn */
 } pl_sample_req_t;
@@ -227,10 +232,12 @@ struct pl_backend_s {
     /* tokens[i] (host memory) = the draw for reqs[i] (host memory) from
        logits [rows][vocab] of dtype in backend memory, as defined above
        pl_sample_req_t; adjust (host memory) holds every request's
-       entries.  Waits for the result. */
+       entries, masks (host memory) n_masks rows of (vocab + 63) / 64
+       words.  Waits for the result. */
     void (*sample)(pl_backend_t *be, int32_t *tokens, const void *logits,
                    pl_dtype_t dtype, int vocab, const pl_sample_req_t *reqs,
-                   int n, const pl_logit_adjust_t *adjust, int n_adjust);
+                   int n, const pl_logit_adjust_t *adjust, int n_adjust,
+                   const uint64_t *masks, int n_masks);
 
     /* Optional operations, NULL where a backend lacks them: a model that
        needs one refuses to load on that backend.  OPT uses them. */
@@ -297,7 +304,14 @@ struct pl_backend_s {
    sample operation, and what samples logits gathered on the host. */
 void pl_sample_host(int32_t *tokens, const float *logits, int vocab,
     const pl_sample_req_t *reqs, int n, const pl_logit_adjust_t *adjust,
-    int n_adjust);
+    int n_adjust, const uint64_t *masks, int n_masks);
+
+/* The 64-bit words of one row of sampling masks. */
+static inline int
+pl_sample_mask_words(int vocab)
+{
+    return (vocab + 63) / 64;
+}
 
 /* Backend constructors; NULL (with a reason in err) when unavailable. */
 pl_backend_t *pl_backend_cpu_create(int threads, char *err, size_t errlen);
