@@ -979,7 +979,7 @@ pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
     int       want_lp = s->logprobs != NULL;
     uint32_t  n_top = want_lp ? (uint32_t) s->sampling.logprobs - 1 : 0;
     uint32_t  max = pl_ipc_max_tokens_per_record(c, want_lp, n_top), n;
-    uint32_t  index = (uint32_t) s->out_index;
+    uint32_t  index = (uint32_t) (s->leader->index_base + s->out_index);
 
     while (s->n_prompt + s->n_sent < s->n_tokens) {
         n = (uint32_t) (s->n_tokens - s->n_prompt - s->n_sent);
@@ -1020,6 +1020,10 @@ static int
 pl_engine_flush_group(pl_conn_t *c, pl_seq_t *l)
 {
     int  i, all = l->n_finished == l->n_members;
+
+    if (l->silent) {
+        return all;
+    }
 
     if (l->error && !l->error_sent) {
         if (pl_ipc_send_error(c, l->req_id, l->error_status, l->error) != 0) {

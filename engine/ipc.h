@@ -92,6 +92,7 @@ typedef struct {
     uint32_t           type;            /* PL_REC_SUBMIT or PL_REC_ABORT */
     pl_rec_submit_t    submit;
     const int32_t     *prompt;          /* these point into the read */
+    const uint32_t    *prompt_lens;     /* n_prompts > 1: each prompt's */
     const pl_bias_pair_t  *bias;        /* buffer: n_logit_bias pairs */
     const int32_t     *stop_ids;        /* n_stop_ids */
     const char        *grammar;         /* n_grammar bytes */

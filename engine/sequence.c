@@ -177,6 +177,19 @@ pl_seq_index_find(const pl_seq_index_t *ix, uint64_t req_id)
 }
 
 
+pl_seq_t *
+pl_seq_index_next(const pl_seq_t *s)
+{
+    pl_seq_t  *n = s->hash_next;
+
+    while (n && n->req_id != s->req_id) {
+        n = n->hash_next;
+    }
+
+    return n;
+}
+
+
 static int
 pl_seq_index_grow(pl_seq_index_t *ix)
 {

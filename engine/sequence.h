@@ -78,6 +78,11 @@ struct pl_seq_s {
     int                    fail_sent;
     uint64_t               seed;          /* member i draws from (seed, i) */
     pl_beam_t             *beam;          /* beam search state, or NULL */
+    int                    index_base;    /* batched prompts: the first
+                                             index its choices go as */
+    int                    silent;        /* ended with its batch, whose
+                                             failed prompt tells the
+                                             worker: sends nothing */
     /* the request's timing and cache use, for its FINISH and the log;
        times are pl_now_us(), 0 until they happen */
     uint64_t               t_arrival;     /* SUBMIT taken */
@@ -145,6 +150,9 @@ typedef struct {
 int       pl_seq_index_init(pl_seq_index_t *ix);
 void      pl_seq_index_destroy(pl_seq_index_t *ix);
 pl_seq_t *pl_seq_index_find(const pl_seq_index_t *ix, uint64_t req_id);
+/* The next live sequence with s's req_id after s (the prompts of a
+   batched request share one), or NULL. */
+pl_seq_t *pl_seq_index_next(const pl_seq_t *s);
 int       pl_seq_index_add(pl_seq_index_t *ix, pl_seq_t *s);
 void      pl_seq_index_remove(pl_seq_index_t *ix, pl_seq_t *s);
 

@@ -18,6 +18,8 @@
 
 static void ngx_http_pagedllm_choice_end(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch);
+static void ngx_http_pagedllm_batch_cached(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index);
 static ngx_int_t ngx_http_pagedllm_pieces_reserve(
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t n);
@@ -122,6 +124,10 @@ ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
 
     ch = &ctx->choices[index];
 
+    if (ctx->params.n_parts > 1) {
+        ngx_http_pagedllm_batch_cached(ctx, index);
+    }
+
     if (ctx->finished || ch->engine_done) {
         return ch->engine_done ? NGX_ERROR : NGX_OK;
     }
@@ -168,6 +174,44 @@ ngx_http_pagedllm_choice_end(ngx_http_pagedllm_ctx_t *ctx,
 
     ctx->finished = 1;
     ctx->finish_reason = PL_FINISH_STOP;
+}
+
+
+/*
+ * Batched prompts: the cached_tokens of a FINISH are its prompt's, so the
+ * request's are the sum over the prompts, each counted once.
+ */
+static void
+ngx_http_pagedllm_batch_cached(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index)
+{
+    ngx_uint_t                   i, sum;
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    p->parts[index / (p->n / p->n_parts)].cached_tokens = ctx->cached_tokens;
+
+    sum = 0;
+
+    for (i = 0; i < p->n_parts; i++) {
+        sum += p->parts[i].cached_tokens;
+    }
+
+    ctx->cached_tokens = sum;
+}
+
+
+/* The prompt text choice index begins with (echo): its own prompt's when
+   the prompts were batched, the one prompt's otherwise; empty without
+   echo. */
+ngx_str_t *
+ngx_http_pagedllm_choice_echo(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index)
+{
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    if (p->n_parts > 1) {
+        return &p->parts[index / (p->n / p->n_parts)].echo;
+    }
+
+    return &p->echo;
 }
 
 

@@ -557,7 +557,7 @@ ngx_http_pagedllm_choice_text(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
     u_char     *all;
     ngx_str_t  *echo;
 
-    echo = &ctx->params.echo;
+    echo = ngx_http_pagedllm_choice_echo(ctx, ch->index);
 
     if (echo->len == 0) {
         return json_stringn((char *) ch->text, ch->text_len);

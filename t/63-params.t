@@ -3,7 +3,7 @@
 # and vLLM's extra parameters (issue 24 item 3), one case or more per row
 # of README's table that t/53-fields.t does not already cover: echo
 # (whole, streamed, with n, with a prompt of token ids, refused with
-# logprobs), batched prompts refused, max_completion_tokens, user,
+# logprobs), a list of one prompt, max_completion_tokens, user,
 # add_special_tokens, and each parameter refused with its reason or
 # accepted with its neutral value.
 
@@ -92,12 +92,8 @@ refused(post(0, echo => 'true', logprobs => 1), 'echo',
         'echo with logprobs', qr/prompt's logprobs/);
 accepted(post(0, echo => 'true', logprobs => 'null'), 'echo, logprobs null');
 
-# ---- batched prompts -----------------------------------------------------
+# ---- a list of one prompt (batches of more: t/69-batch-echo.t) ----------
 
-refused(post(0, prompt => '["a","b"]'), 'prompt', 'a list of prompts',
-        qr/Batched prompts are not supported/);
-refused(post(0, prompt => '[[1,2],[3,4]]'), 'prompt', 'a list of id lists',
-        qr/Batched prompts are not supported/);
 is(scalar @{ texts(accepted(post(0, prompt => '["Hi"]'),
                             'a list of one prompt')) }, 1,
    'a list of one prompt: one choice');
