@@ -493,12 +493,23 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
         return buf;
     }
     if (r->flags & ~(PL_SUBMIT_IGNORE_EOS | PL_SUBMIT_HAS_SEED
-                     | PL_SUBMIT_LOGPROBS | PL_SUBMIT_BEAM_SEARCH))
+                     | PL_SUBMIT_LOGPROBS | PL_SUBMIT_BEAM_SEARCH
+                     | PL_SUBMIT_PROMPT_LOGPROBS))
     {
         snprintf(buf, len, "unknown flags 0x%x", r->flags);
         return buf;
     }
 
+    if ((r->flags & PL_SUBMIT_PROMPT_LOGPROBS)
+        && r->prompt_logprobs > PL_MAX_LOGPROBS)
+    {
+        return "prompt_logprobs must be at most 20";
+    }
+    if ((r->flags & PL_SUBMIT_PROMPT_LOGPROBS)
+        && (r->flags & PL_SUBMIT_BEAM_SEARCH))
+    {
+        return "prompt logprobs are not supported with beam search";
+    }
     if (r->n_grammar && (r->flags & PL_SUBMIT_BEAM_SEARCH)) {
         return "a grammar (structured output) is not supported with beam "
                "search";
@@ -614,6 +625,31 @@ pl_engine_reject(pl_conn_t *c, uint64_t req_id, uint32_t status,
 }
 
 
+/* s owes its prompt's logprobs, top entries each: position 0 has none.
+   0, or -1 when out of memory. */
+static int
+pl_engine_prompt_lp_init(pl_seq_t *s, uint32_t top)
+{
+    int  j;
+
+    s->prompt_lp = calloc((size_t) s->n_prompt, sizeof(pl_logprobs_t));
+    if (s->prompt_lp == NULL) {
+        return -1;
+    }
+
+    s->prompt_lp[0].logprob = NAN;
+    s->prompt_lp[0].n_top = (int32_t) top;
+    for (j = 0; j < (int) top; j++) {
+        s->prompt_lp[0].top_ids[j] = -1;
+        s->prompt_lp[0].top_logprobs[j] = NAN;
+    }
+    s->prompt_lp_top = (int) top;
+    s->prompt_lp_next = 1;
+
+    return 0;
+}
+
+
 /*
  * Prompt k of SUBMIT m as a sequence group in the scheduler: 0, or -1
  * with the status and the reason.
@@ -637,6 +673,14 @@ pl_engine_submit_prompt(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
         if (s) {
             pl_seq_free(s);
         }
+        return -1;
+    }
+
+    if ((r->flags & PL_SUBMIT_PROMPT_LOGPROBS)
+        && pl_engine_prompt_lp_init(s, r->prompt_logprobs) != 0)
+    {
+        pl_seq_index_remove(&c->live, s);
+        pl_seq_free(s);
         return -1;
     }
 

@@ -649,9 +649,10 @@ pl_ipc_pack_logprobs(uint8_t *out, const int32_t *ids, uint32_t n,
 
 int
 pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
-    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top)
+    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top,
+    uint16_t flags)
 {
-    pl_rec_tokens_t  r = { req_id, n, 0, 0, index, 0 };
+    pl_rec_tokens_t  r = { req_id, n, flags, 0, index, 0 };
     uint32_t         size;
     uint8_t         *buf;
     int              rc;
@@ -661,7 +662,7 @@ pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
                             n * (uint32_t) sizeof(int32_t));
     }
 
-    r.flags = PL_TOKENS_LOGPROBS;
+    r.flags |= PL_TOKENS_LOGPROBS;
     r.n_top = (uint16_t) n_top;
     size = n * pl_ipc_token_bytes(1, n_top);
 

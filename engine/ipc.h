@@ -151,7 +151,8 @@ int        pl_ipc_next(pl_conn_t *c, void *buf, uint32_t cap,
    n tokens' log-probabilities with n_top best each; FINISH carries the
    sequence's cumulative log-probability (beam search; 0 otherwise). */
 int        pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
-    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top);
+    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top,
+    uint16_t flags);
 int        pl_ipc_send_finish(pl_conn_t *c, const pl_rec_finish_t *r);
 int        pl_ipc_send_error(pl_conn_t *c, uint64_t req_id, uint32_t status,
     const char *msg);

@@ -128,6 +128,7 @@ pl_seq_free(pl_seq_t *s)
     free(s->sampling.bias);
     free(s->sampling.stop_ids);
     free(s->logprobs);
+    free(s->prompt_lp);
     pl_beam_free(s->beam);
     pl_grammar_unref(s->grammar);
     free(s);

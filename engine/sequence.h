@@ -83,6 +83,13 @@ struct pl_seq_s {
     int                    silent;        /* ended with its batch, whose
                                              failed prompt tells the
                                              worker: sends nothing */
+    /* prompt logprobs (echo with logprobs), on the leader: prompt_lp[j]
+       for prompt position j >= 1, from the logits of position j - 1;
+       positions from prompt_lp_next on are still owed */
+    pl_logprobs_t         *prompt_lp;     /* [n_prompt], or NULL */
+    int                    prompt_lp_top; /* top entries each */
+    int                    prompt_lp_next;
+    int                    prompt_sent;   /* of them sent, per member */
     /* the request's timing and cache use, for its FINISH and the log;
        times are pl_now_us(), 0 until they happen */
     uint64_t               t_arrival;     /* SUBMIT taken */
@@ -119,6 +126,38 @@ pl_seq_uncomputed(const pl_seq_t *s)
 {
     return s->n_tokens - s->n_computed;
 }
+
+/* Whether s still owes prompt logprobs. */
+static inline int
+pl_seq_owes_prompt_lp(const pl_seq_t *s)
+{
+    return s->prompt_lp != NULL && s->prompt_lp_next < s->n_prompt;
+}
+
+
+/*
+ * The extra logits rows a chunk of n_query tokens of s needs for its
+ * prompt logprobs: its query rows but the last (whose row is the
+ * sequence's own) at positions p with prompt_lp_next - 1 <= p <=
+ * n_prompt - 2; *first the first such p.
+ */
+static inline int
+pl_seq_prompt_rows(const pl_seq_t *s, int n_query, int *first)
+{
+    int  lo, hi;
+
+    if (!pl_seq_owes_prompt_lp(s)) {
+        return 0;
+    }
+    lo = s->prompt_lp_next - 1 > s->n_computed ? s->prompt_lp_next - 1
+                                               : s->n_computed;
+    hi = s->n_computed + n_query - 2 < s->n_prompt - 2
+         ? s->n_computed + n_query - 2 : s->n_prompt - 2;
+    *first = lo;
+
+    return hi >= lo ? hi - lo + 1 : 0;
+}
+
 
 /* Append a sampled token; the caller checks room (n_tokens < cap). */
 static inline void

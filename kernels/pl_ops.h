@@ -64,8 +64,13 @@ typedef struct {
  * [query_start[s], query_start[s + 1]); its new tokens sit at positions
  * context_lens[s] - qlen .. context_lens[s] - 1 and have already been
  * written to the cache (qkv_rope_store) before attention runs.  Attention
- * for those rows is causal over the sequence's whole context.
+ * for those rows is causal over the sequence's whole context.  Logits are
+ * projected for one row per sequence, then for num_extra_logits more rows
+ * (any of the batch's, for the prompt logprobs of the requests that ask),
+ * at most PL_EXTRA_LOGITS: the model's buffers hold num_seqs + that many.
  */
+#define PL_EXTRA_LOGITS  128
+
 typedef struct {
     int             num_tokens;
     int             num_seqs;
@@ -75,12 +80,23 @@ typedef struct {
     const int32_t  *query_start;     /* [num_seqs + 1] */
     const int32_t  *context_lens;    /* [num_seqs] */
     const int32_t  *block_tables;    /* [num_seqs][max_blocks_per_seq] */
-    const int32_t  *logits_rows;     /* [num_seqs]: row to project, usually
-                                        query_start[s + 1] - 1 */
+    const int32_t  *logits_rows;     /* [num_seqs + num_extra_logits]: row
+                                        to project, usually query_start[s
+                                        + 1] - 1; then the extra rows */
     int             max_blocks_per_seq;
     int             max_query_len;
     int             max_context_len;
+    int             num_extra_logits;   /* rows projected after the
+                                           sequences'; 0: none */
 } pl_batch_t;
+
+
+/* The rows of logits a batch projects. */
+static inline int
+pl_batch_logits(const pl_batch_t *b)
+{
+    return b->num_seqs + b->num_extra_logits;
+}
 
 /*
  * Sampling on the backend.  One request draws one token from one row of

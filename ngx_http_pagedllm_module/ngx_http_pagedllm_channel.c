@@ -181,6 +181,7 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
     rec.n_stop_ids = (uint32_t) p->n_stop_ids;
     rec.n = p->n / (p->n_parts > 1 ? p->n_parts : 1);
     rec.n_prompts = (uint32_t) p->n_parts;
+    rec.prompt_logprobs = p->prompt_logprobs;
     rec.best_of = p->best_of;
     rec.length_penalty = p->length_penalty;
     rec.early_stopping = p->early_stopping;

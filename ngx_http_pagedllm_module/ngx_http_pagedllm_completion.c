@@ -54,6 +54,9 @@ static void ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
 static ngx_http_pagedllm_engine_t *ngx_http_pagedllm_same_engine(
     ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx);
 static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx);
+static ngx_uint_t ngx_http_pagedllm_echo_text(ngx_http_pagedllm_params_t *p);
+static void ngx_http_pagedllm_prompt_expected(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch);
 static void ngx_http_pagedllm_batch_next(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_batch_tokenized(ngx_http_request_t *r,
@@ -334,9 +337,11 @@ ngx_http_pagedllm_echo(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 {
     ngx_http_pagedllm_params_t  *p = &ctx->params;
 
-    if (!p->want_echo || p->text != NULL) {
+    if (!p->want_echo || p->text != NULL
+        || (p->flags & PL_SUBMIT_PROMPT_LOGPROBS))
+    {
         p->echo.data = p->text;
-        p->echo.len = p->want_echo ? p->text_len : 0;
+        p->echo.len = ngx_http_pagedllm_echo_text(p) ? p->text_len : 0;
         ngx_http_pagedllm_submit(r, ctx);
         return;
     }
@@ -534,7 +539,7 @@ ngx_http_pagedllm_batch_next(ngx_http_request_t *r,
             return;
         }
 
-        if (p->want_echo && part->echo.data == NULL) {
+        if (ngx_http_pagedllm_echo_text(p) && part->echo.data == NULL) {
             p->prompt = part->ids;
             p->n_prompt = part->n_ids;
             ngx_http_pagedllm_step(r, ctx, ngx_http_pagedllm_detokenize_work,
@@ -573,7 +578,7 @@ ngx_http_pagedllm_batch_tokenized(ngx_http_request_t *r,
         return;
     }
 
-    if (ctx->params.want_echo) {
+    if (ngx_http_pagedllm_echo_text(&ctx->params)) {
         part->echo.data = part->text;
         part->echo.len = part->text_len;
     }
@@ -722,6 +727,34 @@ ngx_http_pagedllm_prompt_lens(ngx_http_pagedllm_params_t *p, u_char *dst)
 }
 
 
+/* Whether echo sends the prompt as text ahead of each choice's: yes,
+   unless the prompt comes back as tokens with their logprobs. */
+static ngx_uint_t
+ngx_http_pagedllm_echo_text(ngx_http_pagedllm_params_t *p)
+{
+    return p->want_echo && !(p->flags & PL_SUBMIT_PROMPT_LOGPROBS);
+}
+
+
+/* Echo with logprobs: the prompt tokens choice ch receives first, its
+   own prompt's when the prompts were batched. */
+static void
+ngx_http_pagedllm_prompt_expected(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
+{
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    if (!(p->flags & PL_SUBMIT_PROMPT_LOGPROBS)) {
+        return;
+    }
+
+    ch->prompt_left = p->n_parts > 1
+                      ? p->parts[ch->index / (p->n / p->n_parts)].n_ids
+                      : p->n_prompt;
+    ch->prompt_first = 1;
+}
+
+
 /* One output state per choice, each with its own detokenizer. */
 static ngx_int_t
 ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx)
@@ -738,6 +771,7 @@ ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx)
         ctx->choices[i].index = i;
         pl_detok_init(&ctx->choices[i].detok, ctx->tok->tokenizer,
                       !ctx->params.keep_specials);
+        ngx_http_pagedllm_prompt_expected(ctx, &ctx->choices[i]);
     }
 
     ctx->n_top = (ctx->params.flags & PL_SUBMIT_LOGPROBS)

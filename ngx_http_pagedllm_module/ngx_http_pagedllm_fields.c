@@ -135,7 +135,8 @@ static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_allowed_ids =
       "the sampler takes no list of allowed tokens" };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_prompt_logprobs =
     { NGX_HTTP_PAGEDLLM_J(JSON_INTEGER), "an integer", "[]",
-      "the engine does not compute the prompt's logprobs" };
+      "vLLM's prompt_logprobs list is not returned; 'echo' with "
+      "'logprobs' gives the prompt's logprobs" };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_bad_words =
     { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[[]]",
       "bad word lists are not implemented" };

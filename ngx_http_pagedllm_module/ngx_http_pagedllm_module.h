@@ -175,6 +175,8 @@ typedef struct {
     float                         frequency_penalty;
     uint32_t                      min_tokens;
     uint32_t                      logprobs;      /* top-N, with the flag */
+    uint32_t                      prompt_logprobs;  /* top-N, with the
+                                                       prompt flag */
     float                         length_penalty;   /* beam search */
     uint32_t                      early_stopping;   /* PL_EARLY_STOPPING_* */
     pl_bias_pair_t               *bias;
@@ -307,6 +309,11 @@ typedef struct {
     unsigned                      final_sent:1;  /* its finish_reason */
     unsigned                      role_sent:1;   /* chat: first delta */
     unsigned                      echo_sent:1;   /* echo: the prompt */
+    /* echo with logprobs: the prompt's tokens come first, as pieces */
+    ngx_uint_t                    prompt_left;   /* still to come */
+    ngx_uint_t                    prompt_pieces; /* of the pieces kept */
+    unsigned                      prompt_first:1;   /* piece 0 is the
+                                                       prompt's first */
 } ngx_http_pagedllm_choice_t;
 
 

@@ -262,6 +262,8 @@ ngx_http_pagedllm_consume(ngx_http_pagedllm_choice_t *ch, ngx_uint_t n,
     }
 
     ch->npieces = rest;
+    ch->prompt_pieces -= ngx_min(n, ch->prompt_pieces);
+    ch->prompt_first = ch->prompt_first && n == 0;
 }
 
 

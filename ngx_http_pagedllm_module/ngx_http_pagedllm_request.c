@@ -488,12 +488,10 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
+    /* echo with logprobs: the prompt's tokens come back with theirs */
     if (p->want_echo && (p->flags & PL_SUBMIT_LOGPROBS)) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "echo",
-                                    "'echo' with 'logprobs' is not "
-                                    "supported: the engine does not compute "
-                                    "the prompt's logprobs");
-        return NGX_ERROR;
+        p->flags |= PL_SUBMIT_PROMPT_LOGPROBS;
+        p->prompt_logprobs = p->logprobs;
     }
 
     if (ngx_http_pagedllm_given(root, "stream_options") && !p->stream) {

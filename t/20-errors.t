@@ -73,8 +73,6 @@ my @cases = (
     [ { prompt => 'x', stream => JSON::PP::true,
         stream_options => { include_usage => 1 } },
       'stream_options', 'include_usage not boolean' ],
-    [ { prompt => 'x', echo => JSON::PP::true, logprobs => 1 }, 'echo',
-      'echo true with logprobs' ],
     [ { prompt => 'x', logprobs => 21 }, 'logprobs', 'logprobs above 20' ],
     [ { prompt => 'x', logprobs => JSON::PP::true }, 'logprobs',
       'logprobs as a boolean on completions' ],
