@@ -57,6 +57,8 @@ static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx);
 static ngx_uint_t ngx_http_pagedllm_echo_text(ngx_http_pagedllm_params_t *p);
 static void ngx_http_pagedllm_prompt_expected(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch);
+static ngx_uint_t ngx_http_pagedllm_job_failed(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_batch_next(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_batch_tokenized(ngx_http_request_t *r,
@@ -308,10 +310,7 @@ ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
         return;
     }
 
-    if (ctx->job.rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_pagedllm_send_error(r,
-                                                               &ctx->job.err));
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
         return;
     }
 
@@ -364,10 +363,7 @@ static void
 ngx_http_pagedllm_echo_decoded(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx)
 {
-    if (ctx->job.rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_pagedllm_send_error(r,
-                                                               &ctx->job.err));
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
         return;
     }
 
@@ -396,10 +392,7 @@ ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
     ngx_buf_t                   *b;
     ngx_http_pagedllm_engine_t  *engine;
 
-    if (ctx->job.rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_pagedllm_send_error(r,
-                                                               &ctx->job.err));
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
         return;
     }
 
@@ -512,6 +505,21 @@ ngx_http_pagedllm_submit(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 }
 
 
+/* Whether the tokenizing job failed: then its error is the answer. */
+static ngx_uint_t
+ngx_http_pagedllm_job_failed(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    if (ctx->job.rc == NGX_OK) {
+        return 0;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_pagedllm_send_error(r,
+                                                              &ctx->job.err));
+    return 1;
+}
+
+
 /*
  * The next step of batched prompts: part ctx->part tokenized when it came
  * as text (truncate_prompt_tokens as for one prompt), truncated when it
@@ -563,10 +571,7 @@ ngx_http_pagedllm_batch_tokenized(ngx_http_request_t *r,
 {
     ngx_http_pagedllm_part_t  *part = &ctx->params.parts[ctx->part];
 
-    if (ctx->job.rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_pagedllm_send_error(r,
-                                                               &ctx->job.err));
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
         return;
     }
 
@@ -594,10 +599,7 @@ ngx_http_pagedllm_batch_decoded(ngx_http_request_t *r,
 {
     ngx_http_pagedllm_part_t  *part = &ctx->params.parts[ctx->part];
 
-    if (ctx->job.rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_pagedllm_send_error(r,
-                                                               &ctx->job.err));
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
         return;
     }
 
