@@ -14,7 +14,15 @@
  * in that window over its length — the steady decode throughput, without
  * the prefill iterations.
  *
+ * With -g FILE (a grammar in the engine's EBNF subset, e.g. a JSON
+ * Schema's from pagedllm-grammar --schema S --print) each batch runs twice
+ * in the same run: unconstrained, then with every request constrained to
+ * the grammar (structured output; min_tokens G keeps eos out, so only the
+ * grammar's own end stops one early, and the tokens column says how many
+ * came): the cost of the grammar masks at that batch size.
+ *
  *   engine-bench -s SOCKET [-b 1,16,64] [-P prompt] [-G gen] [-V vocab]
+ *                [-g grammar]
  */
 
 #include <errno.h>
@@ -35,6 +43,13 @@
 
 #define BENCH_MAX_BATCH  1024
 #define BENCH_RECBUF     (1 << 20)
+#define BENCH_MAX_PROMPT 8192
+
+/* a grammar every request of a constrained batch carries */
+typedef struct {
+    char      *text;
+    uint32_t   len;
+} bench_grammar_t;
 
 typedef struct {
     int        fd;
@@ -104,15 +119,19 @@ bench_doorbell(bench_worker_t *w)
 }
 
 
+/* One greedy request; g: its grammar, or NULL. */
 static int
 bench_submit(bench_worker_t *w, uint64_t id, int prompt, int gen, int vocab,
-    uint32_t *seed)
+    uint32_t *seed, const bench_grammar_t *g)
 {
+    static uint8_t   body[BENCH_MAX_PROMPT * sizeof(int32_t)
+                          + PL_MAX_GRAMMAR];
     pl_rec_submit_t  r = { 0 };
-    int32_t          ids[8192];
+    int32_t          ids[BENCH_MAX_PROMPT];
+    uint32_t         len;
     int              i;
 
-    if (prompt > 8192) {
+    if (prompt > BENCH_MAX_PROMPT) {
         return -1;
     }
     for (i = 0; i < prompt; i++) {
@@ -121,12 +140,21 @@ bench_submit(bench_worker_t *w, uint64_t id, int prompt, int gen, int vocab,
     }
     r.req_id = id;
     r.max_tokens = (uint32_t) gen;
-    r.flags = PL_SUBMIT_IGNORE_EOS;
+    r.flags = g ? 0 : PL_SUBMIT_IGNORE_EOS;
+    r.min_tokens = g ? (uint32_t) gen : 0;
     r.top_p = 1.0f;
     r.n_prompt = (uint32_t) prompt;
+    r.n_grammar = g ? g->len : 0;
 
-    while (pl_ring_write(&w->sub, PL_REC_SUBMIT, &r, sizeof(r), ids,
-                         (uint32_t) (prompt * sizeof(int32_t))) != 0)
+    len = (uint32_t) (prompt * sizeof(int32_t));
+    memcpy(body, ids, len);
+    if (g) {
+        memcpy(body + len, g->text, g->len);
+        len += g->len;
+    }
+
+    while (pl_ring_write(&w->sub, PL_REC_SUBMIT, &r, sizeof(r), body, len)
+           != 0)
     {
         bench_doorbell(w);
         usleep(100);
@@ -212,7 +240,7 @@ bench_drain(bench_worker_t *w, bench_req_t *reqs, uint64_t base, int n,
 
 static int
 bench_batch(bench_worker_t *w, int batch, int prompt, int gen, int vocab,
-    uint64_t base)
+    uint64_t base, const bench_grammar_t *g)
 {
     bench_req_t    *reqs = calloc(batch, sizeof(*reqs));
     struct pollfd   pfd = { w->comp_efd, POLLIN, 0 };
@@ -233,7 +261,7 @@ bench_batch(bench_worker_t *w, int batch, int prompt, int gen, int vocab,
 
     t0 = bench_now_s();
     for (i = 0; i < batch; i++) {
-        if (bench_submit(w, base + i, prompt, gen, vocab, &seed) != 0) {
+        if (bench_submit(w, base + i, prompt, gen, vocab, &seed, g) != 0) {
             return -1;
         }
     }
@@ -262,17 +290,45 @@ bench_batch(bench_worker_t *w, int batch, int prompt, int gen, int vocab,
         from = reqs[i].t_first > from ? reqs[i].t_first : from;
         to = reqs[i].t_last < to ? reqs[i].t_last : to;
     }
-    printf("%-8d %-16.1f %-16.1f %-14.2f %-12.3f %ld\n", batch, tokens / wall,
+    printf("%-8d %-12s %-16.1f %-16.1f %-14.2f %-12.3f %ld\n", batch,
+           g ? "grammar" : "none", tokens / wall,
            bench_log_rate(&log, from, to), ttft / batch * 1e3,
            step / batch * 1e3, tokens);
     free(log.a);
     free(reqs);
-    return tokens == (long) batch * gen ? 0 : -1;
+    return g || tokens == (long) batch * gen ? 0 : -1;
+}
+
+
+/* The grammar file's text into g: 0, or -1 with a message. */
+static int
+bench_grammar_load(const char *path, bench_grammar_t *g)
+{
+    FILE  *f = fopen(path, "rb");
+    long   n;
+
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) <= 0
+        || n > PL_MAX_GRAMMAR || fseek(f, 0, SEEK_SET) != 0
+        || (g->text = malloc((size_t) n)) == NULL
+        || fread(g->text, 1, (size_t) n, f) != (size_t) n)
+    {
+        fprintf(stderr, "engine-bench: %s: unreadable, empty or over %d "
+                "bytes\n", path, PL_MAX_GRAMMAR);
+        if (f) {
+            fclose(f);
+        }
+        return -1;
+    }
+    fclose(f);
+    g->len = (uint32_t) n;
+
+    return 0;
 }
 
 
 static const char  usage_text[] =
 "usage: engine-bench -s SOCKET [-b 1,16,64] [-P PROMPT] [-G GEN] [-V VOCAB]\n"
+"                    [-g GRAMMAR]\n"
 "\n"
 "Attaches to a running pagedllm-engine as a worker would and measures\n"
 "greedy generation at each batch size, without nginx.\n"
@@ -282,6 +338,8 @@ static const char  usage_text[] =
 "  -P N         prompt tokens (default 128)\n"
 "  -G N         generated tokens, at least 2 (default 128)\n"
 "  -V N         the model's vocabulary, for random prompts (default 512)\n"
+"  -g FILE      also run each batch with every request constrained to\n"
+"               this grammar (the engine's EBNF subset)\n"
 "  --help       this text\n"
 "  --version    the name and version\n";
 
@@ -291,15 +349,17 @@ main(int argc, char **argv)
 {
     const char      *sock = NULL;
     char            *list = "1,16,64", *tok;
+    const char      *grammar = NULL;
     int              prompt = 128, gen = 128, vocab = 512, opt, b, rc = 0;
     uint64_t         base = 1;
     bench_worker_t   w;
+    bench_grammar_t  g = { 0 };
     static const struct option  no_long[] = { { NULL, 0, NULL, 0 } };
 
     pl_cli_standard(argc, argv, "engine-bench", usage_text);
     opterr = 0;
 
-    while ((opt = getopt_long(argc, argv, ":s:b:P:G:V:", no_long, NULL))
+    while ((opt = getopt_long(argc, argv, ":s:b:P:G:V:g:", no_long, NULL))
            != -1)
     {
         switch (opt) {
@@ -308,6 +368,7 @@ main(int argc, char **argv)
         case 'P': prompt = atoi(optarg); break;
         case 'G': gen = atoi(optarg); break;
         case 'V': vocab = atoi(optarg); break;
+        case 'g': grammar = optarg; break;
         case ':':
             return pl_cli_error("engine-bench", "-%c needs a value", optopt);
         default:
@@ -326,13 +387,16 @@ main(int argc, char **argv)
         return pl_cli_error("engine-bench", "-s SOCKET is required, -P and "
                             "-V at least 1, -G at least 2");
     }
-    if (bench_attach(&w, sock) != 0) {
+    if ((grammar && bench_grammar_load(grammar, &g) != 0)
+        || bench_attach(&w, sock) != 0)
+    {
         return 1;
     }
 
     printf("prompt %d, generated %d, greedy\n", prompt, gen);
-    printf("%-8s %-16s %-16s %-14s %-12s %s\n", "batch", "output tok/s",
-           "decode tok/s", "ttft mean ms", "step ms", "tokens");
+    printf("%-8s %-12s %-16s %-16s %-14s %-12s %s\n", "batch", "constraint",
+           "output tok/s", "decode tok/s", "ttft mean ms", "step ms",
+           "tokens");
 
     for (tok = strtok(list, ","); tok != NULL && rc == 0;
          tok = strtok(NULL, ","))
@@ -342,9 +406,15 @@ main(int argc, char **argv)
             return pl_cli_error("engine-bench", "batch %s out of 1..%d", tok,
                                 BENCH_MAX_BATCH);
         }
-        rc = bench_batch(&w, b, prompt, gen, vocab, base);
+        rc = bench_batch(&w, b, prompt, gen, vocab, base, NULL);
         base += (uint64_t) b;
+        if (rc == 0 && grammar) {
+            rc = bench_batch(&w, b, prompt, gen, vocab, base, &g);
+            base += (uint64_t) b;
+        }
     }
+
+    free(g.text);
 
     return rc == 0 ? 0 : 1;
 }

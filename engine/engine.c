@@ -719,11 +719,12 @@ pl_engine_draw(pl_engine_t *e, const pl_logits_t *logits)
 
     if (logits->on_host) {
         pl_sample_host(e->tokens, logits->data, e->mc->vocab_size, sm->reqs,
-                       sm->n_reqs, sm->adjust, sm->n_adjust);
+                       sm->n_reqs, sm->adjust, sm->n_adjust, sm->masks,
+                       sm->n_masks);
     } else {
         e->be->sample(e->be, e->tokens, logits->data, logits->dtype,
                       e->mc->vocab_size, sm->reqs, sm->n_reqs, sm->adjust,
-                      sm->n_adjust);
+                      sm->n_adjust, sm->masks, sm->n_masks);
     }
 }
 
@@ -871,6 +872,47 @@ pl_engine_mark_first_tokens(pl_seq_t *const *planned, int n)
 }
 
 
+/* The prompt logprob of s's token at position pos + 1, from row. */
+static void
+pl_engine_prompt_lp_at(pl_engine_t *e, pl_seq_t *s, int pos,
+    const pl_logits_t *logits, int row)
+{
+    const float  *host = pl_engine_host_row(e, logits, row);
+
+    pl_sampler_logprobs(&e->sampler, host, s->tokens[pos + 1],
+                        s->prompt_lp_top, &s->prompt_lp[pos + 1]);
+}
+
+
+/*
+ * The prompt logprobs s, entry i of the n just run, owed and this
+ * iteration's rows give: its extra rows (the runner's), then its own row
+ * when the chunk ended before the prompt's last token.  Its KV now covers
+ * positions up to n_computed - 1, whose rows predict the tokens up to
+ * n_computed: those are no longer owed.
+ */
+static void
+pl_engine_prompt_logprobs(pl_engine_t *e, pl_seq_t *s, int i, int n,
+    const pl_logits_t *logits)
+{
+    pl_runner_t  *r = &e->runner;
+    int           k, last = s->n_computed - 1;
+
+    for (k = 0; k < r->extra_count[i]; k++) {
+        pl_engine_prompt_lp_at(e, s, r->extra_pos[i] + k, logits,
+                               n + r->extra_start[i] + k);
+    }
+
+    if (last <= s->n_prompt - 2 && last + 1 >= s->prompt_lp_next) {
+        pl_engine_prompt_lp_at(e, s, last, logits, i);
+    }
+
+    k = s->n_computed < s->n_prompt - 1 ? s->n_computed : s->n_prompt - 1;
+    s->prompt_lp_next = k + 1 > s->prompt_lp_next ? k + 1
+                                                  : s->prompt_lp_next;
+}
+
+
 static void
 pl_engine_iterate(pl_engine_t *e)
 {
@@ -910,6 +952,13 @@ pl_engine_iterate(pl_engine_t *e)
     /* finishing a sequence voids the plan: walk a copy of it */
     for (i = 0; i < n; i++) {
         planned[i] = sc->entries[i].seq;
+    }
+
+    e->host_row = -1;
+    for (i = 0; i < n; i++) {
+        if (pl_seq_owes_prompt_lp(planned[i])) {
+            pl_engine_prompt_logprobs(e, planned[i], i, n, &logits);
+        }
     }
 
     /* one draw per sequence whose tokens are all computed, all drawn in
@@ -970,6 +1019,40 @@ pl_engine_send_finish(pl_conn_t *c, const pl_seq_t *s, uint32_t index,
 }
 
 
+/* Send member s's prompt with its logprobs, once the leader has them
+   all: 0 when sent (or none are asked), 1 while they are owed, -1 when
+   the ring filled up. */
+static int
+pl_engine_flush_prompt(pl_conn_t *c, pl_seq_t *s, uint32_t index)
+{
+    const pl_seq_t  *l = s->leader;
+    uint32_t         top = (uint32_t) l->prompt_lp_top, n;
+    uint32_t         max = pl_ipc_max_tokens_per_record(c, 1, top);
+
+    if (l->prompt_lp == NULL) {
+        return 0;
+    }
+    if (pl_seq_owes_prompt_lp(l)) {
+        return 1;
+    }
+
+    while (s->prompt_sent < s->n_prompt) {
+        n = (uint32_t) (s->n_prompt - s->prompt_sent);
+        n = n < max ? n : max;
+        if (pl_ipc_send_tokens(c, s->req_id, index,
+                               s->tokens + s->prompt_sent, n,
+                               l->prompt_lp + s->prompt_sent, top,
+                               PL_TOKENS_PROMPT) != 0)
+        {
+            return -1;
+        }
+        s->prompt_sent += (int) n;
+    }
+
+    return 0;
+}
+
+
 /* Send member s's pending tokens, and its FINISH once it stopped
    normally; -1 when the ring filled up. */
 static int
@@ -978,7 +1061,12 @@ pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
     int       want_lp = s->logprobs != NULL;
     uint32_t  n_top = want_lp ? (uint32_t) s->sampling.logprobs - 1 : 0;
     uint32_t  max = pl_ipc_max_tokens_per_record(c, want_lp, n_top), n;
-    uint32_t  index = (uint32_t) s->out_index;
+    uint32_t  index = (uint32_t) (s->leader->index_base + s->out_index);
+    int       rc = pl_engine_flush_prompt(c, s, index);
+
+    if (rc != 0) {
+        return rc < 0 ? -1 : 0;
+    }
 
     while (s->n_prompt + s->n_sent < s->n_tokens) {
         n = (uint32_t) (s->n_tokens - s->n_prompt - s->n_sent);
@@ -986,7 +1074,7 @@ pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
         if (pl_ipc_send_tokens(c, s->req_id, index,
                                s->tokens + s->n_prompt + s->n_sent, n,
                                want_lp ? s->logprobs + s->n_sent : NULL,
-                               n_top) != 0)
+                               n_top, 0) != 0)
         {
             return -1;
         }
@@ -1019,6 +1107,10 @@ static int
 pl_engine_flush_group(pl_conn_t *c, pl_seq_t *l)
 {
     int  i, all = l->n_finished == l->n_members;
+
+    if (l->silent) {
+        return all;
+    }
 
     if (l->error && !l->error_sent) {
         if (pl_ipc_send_error(c, l->req_id, l->error_status, l->error) != 0) {

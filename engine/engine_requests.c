@@ -164,6 +164,36 @@ pl_engine_end_group(pl_engine_t *e, pl_seq_t *s, int reason)
 }
 
 
+/*
+ * The other prompts of s's batched request (none for one prompt) end
+ * with ABORT; silent: they send nothing, as s's own FINISH ends the
+ * request for the worker.
+ */
+static void
+pl_engine_end_batch(pl_engine_t *e, pl_seq_t *s, int silent)
+{
+    pl_seq_t  *l = s->leader, *others[PL_MAX_PROMPTS], *o;
+    int        i, n = 0;
+
+    if (l->conn == NULL) {
+        return;
+    }
+
+    for (o = pl_seq_index_find(&l->conn->live, l->req_id);
+         o != NULL && n < PL_MAX_PROMPTS; o = pl_seq_index_next(o))
+    {
+        if (o != l) {
+            others[n++] = o;
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        others[i]->silent = others[i]->silent || silent;
+        pl_engine_end_group(e, others[i], PL_FINISH_ABORT);
+    }
+}
+
+
 void
 pl_engine_fail(pl_engine_t *e, pl_seq_t *s, uint32_t status, const char *msg)
 {
@@ -173,6 +203,7 @@ pl_engine_fail(pl_engine_t *e, pl_seq_t *s, uint32_t status, const char *msg)
         l->error = strdup(msg);
         l->error_status = status;
     }
+    pl_engine_end_batch(e, s, 1);
     pl_engine_end_group(e, s, PL_FINISH_ERROR);
 }
 
@@ -336,17 +367,66 @@ pl_engine_check_beam(const pl_rec_submit_t *r)
 }
 
 
-/* Whether the queue has room and req_id is free on c. */
+/* The SUBMIT's prompts (batched prompts: more than one). */
+static uint32_t
+pl_engine_prompts(const pl_rec_submit_t *r)
+{
+    return r->n_prompts > 1 ? r->n_prompts : 1;
+}
+
+
+/* Prompt k of the SUBMIT: its length, its tokens in *tokens. */
+static uint32_t
+pl_engine_prompt(const pl_ipc_msg_t *m, uint32_t k, const int32_t **tokens)
+{
+    uint32_t  i, at = 0;
+
+    if (m->submit.n_prompts <= 1) {
+        *tokens = m->prompt;
+        return m->submit.n_prompt;
+    }
+
+    for (i = 0; i < k; i++) {
+        at += m->prompt_lens[i];
+    }
+    *tokens = m->prompt + at;
+
+    return m->prompt_lens[k];
+}
+
+
+/* The SUBMIT's longest prompt, which the length checks hold to. */
+static uint32_t
+pl_engine_longest(const pl_ipc_msg_t *m)
+{
+    const int32_t  *t;
+    uint32_t        k, n, longest = 0;
+
+    for (k = 0; k < pl_engine_prompts(&m->submit); k++) {
+        n = pl_engine_prompt(m, k, &t);
+        longest = n > longest ? n : longest;
+    }
+
+    return longest;
+}
+
+
+/* Whether the queue has room for the SUBMIT's prompts and req_id is
+   free on c. */
 static const char *
-pl_engine_check_room(pl_engine_t *e, pl_conn_t *c, uint64_t req_id,
+pl_engine_check_room(pl_engine_t *e, pl_conn_t *c, const pl_rec_submit_t *r,
     char *buf, size_t len, uint32_t *status)
 {
+    uint64_t  req_id = r->req_id;
+
     if (pl_seq_index_find(&c->live, req_id)) {
         snprintf(buf, len, "request id %llu is already in flight",
                  (unsigned long long) req_id);
         return buf;
     }
-    if (e->sched.waiting.n >= e->cfg.max_waiting) {
+    if (e->sched.waiting.n + (int) pl_engine_prompts(r) - 1
+        >= e->cfg.max_waiting)
+    {
         *status = 429;
         snprintf(buf, len, "too many requests are waiting (%d, the "
                  "engine's --max-waiting), try again later",
@@ -362,12 +442,14 @@ pl_engine_check_room(pl_engine_t *e, pl_conn_t *c, uint64_t req_id,
    group, each member at its longest, within the KV cache (so the oldest
    group can always finish). */
 static const char *
-pl_engine_check_group(pl_engine_t *e, const pl_rec_submit_t *r, char *buf,
+pl_engine_check_group(pl_engine_t *e, const pl_ipc_msg_t *m, char *buf,
     size_t len)
 {
-    uint32_t  n = r->n ? r->n : 1;
-    uint32_t  best_of = r->best_of ? r->best_of : n;
-    int       blocks;
+    const pl_rec_submit_t  *r = &m->submit;
+    uint32_t                n = r->n ? r->n : 1;
+    uint32_t                best_of = r->best_of ? r->best_of : n;
+    uint32_t                longest = pl_engine_longest(m);
+    int                     blocks;
 
     if (best_of < n) {
         return "best_of must be at least n";
@@ -378,11 +460,11 @@ pl_engine_check_group(pl_engine_t *e, const pl_rec_submit_t *r, char *buf,
         return buf;
     }
 
-    blocks = pl_bm_blocks_for(&e->bm, (int) (r->n_prompt + r->max_tokens));
+    blocks = pl_bm_blocks_for(&e->bm, (int) (longest + r->max_tokens));
     if (best_of > 1 && (int64_t) blocks * best_of > e->num_blocks) {
         snprintf(buf, len, "%u sequences of %u tokens (prompt plus "
                  "max_tokens) do not fit the KV cache of %d blocks", best_of,
-                 r->n_prompt + r->max_tokens, e->num_blocks);
+                 longest + r->max_tokens, e->num_blocks);
         return buf;
     }
 
@@ -397,27 +479,37 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
 {
     const pl_rec_submit_t  *r = &m->submit;
     const char             *why;
+    uint32_t                longest = pl_engine_longest(m);
 
     *status = 400;
 
     if (r->n_prompt == 0) {
         return "the prompt is empty";
     }
-    if ((uint64_t) r->n_prompt + r->max_tokens
-        > (uint64_t) e->max_model_len)
-    {
+    if ((uint64_t) longest + r->max_tokens > (uint64_t) e->max_model_len) {
         snprintf(buf, len, "the prompt (%u tokens) plus max_tokens (%u) "
-                 "exceeds the model's context of %d tokens", r->n_prompt,
+                 "exceeds the model's context of %d tokens", longest,
                  r->max_tokens, e->max_model_len);
         return buf;
     }
     if (r->flags & ~(PL_SUBMIT_IGNORE_EOS | PL_SUBMIT_HAS_SEED
-                     | PL_SUBMIT_LOGPROBS | PL_SUBMIT_BEAM_SEARCH))
+                     | PL_SUBMIT_LOGPROBS | PL_SUBMIT_BEAM_SEARCH
+                     | PL_SUBMIT_PROMPT_LOGPROBS))
     {
         snprintf(buf, len, "unknown flags 0x%x", r->flags);
         return buf;
     }
 
+    if ((r->flags & PL_SUBMIT_PROMPT_LOGPROBS)
+        && r->prompt_logprobs > PL_MAX_LOGPROBS)
+    {
+        return "prompt_logprobs must be at most 20";
+    }
+    if ((r->flags & PL_SUBMIT_PROMPT_LOGPROBS)
+        && (r->flags & PL_SUBMIT_BEAM_SEARCH))
+    {
+        return "prompt logprobs are not supported with beam search";
+    }
     if (r->n_grammar && (r->flags & PL_SUBMIT_BEAM_SEARCH)) {
         return "a grammar (structured output) is not supported with beam "
                "search";
@@ -432,13 +524,13 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
         why = pl_engine_check_beam(r);
     }
     if (why == NULL) {
-        why = pl_engine_check_group(e, r, buf, len);
+        why = pl_engine_check_group(e, m, buf, len);
     }
     if (why) {
         return why;
     }
 
-    return pl_engine_check_room(e, c, r->req_id, buf, len, status);
+    return pl_engine_check_room(e, c, r, buf, len, status);
 }
 
 
@@ -533,38 +625,70 @@ pl_engine_reject(pl_conn_t *c, uint64_t req_id, uint32_t status,
 }
 
 
-static void
-pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
+/* s owes its prompt's logprobs, top entries each: position 0 has none.
+   0, or -1 when out of memory. */
+static int
+pl_engine_prompt_lp_init(pl_seq_t *s, uint32_t top)
 {
-    const pl_rec_submit_t  *r = &m->submit;
-    const char             *why;
-    char                    buf[256];
-    uint32_t                status;
-    pl_seq_t               *s;
+    int  j;
 
-    why = pl_engine_check_submit(e, c, m, buf, sizeof(buf), &status);
-    if (why) {
-        pl_engine_reject(c, r->req_id, status, why);
-        return;
+    s->prompt_lp = calloc((size_t) s->n_prompt, sizeof(pl_logprobs_t));
+    if (s->prompt_lp == NULL) {
+        return -1;
     }
 
-    s = pl_seq_create(r->req_id, m->prompt, (int) r->n_prompt,
-                      (int) r->max_tokens);
+    s->prompt_lp[0].logprob = NAN;
+    s->prompt_lp[0].n_top = (int32_t) top;
+    for (j = 0; j < (int) top; j++) {
+        s->prompt_lp[0].top_ids[j] = -1;
+        s->prompt_lp[0].top_logprobs[j] = NAN;
+    }
+    s->prompt_lp_top = (int) top;
+    s->prompt_lp_next = 1;
+
+    return 0;
+}
+
+
+/*
+ * Prompt k of SUBMIT m as a sequence group in the scheduler: 0, or -1
+ * with the status and the reason.
+ */
+static int
+pl_engine_submit_prompt(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
+    uint32_t k, uint32_t *status, char *why, size_t len)
+{
+    const pl_rec_submit_t  *r = &m->submit;
+    const int32_t          *prompt;
+    uint32_t                n_prompt = pl_engine_prompt(m, k, &prompt);
+    pl_seq_t               *s;
+
+    *status = 503;
+    snprintf(why, len, "the engine is out of memory");
+
+    s = pl_seq_create(r->req_id, prompt, (int) n_prompt, (int) r->max_tokens);
     if (s == NULL || pl_engine_sampling(s, m) != 0
         || pl_seq_index_add(&c->live, s) != 0)
     {
         if (s) {
             pl_seq_free(s);
         }
-        pl_engine_reject(c, r->req_id, 503, "the engine is out of memory");
-        return;
+        return -1;
     }
 
-    if (r->n_grammar && pl_engine_grammar(e, s, m, buf, sizeof(buf)) != 0) {
+    if ((r->flags & PL_SUBMIT_PROMPT_LOGPROBS)
+        && pl_engine_prompt_lp_init(s, r->prompt_logprobs) != 0)
+    {
         pl_seq_index_remove(&c->live, s);
         pl_seq_free(s);
-        pl_engine_reject(c, r->req_id, 400, buf);
-        return;
+        return -1;
+    }
+
+    if (r->n_grammar && pl_engine_grammar(e, s, m, why, len) != 0) {
+        *status = 400;
+        pl_seq_index_remove(&c->live, s);
+        pl_seq_free(s);
+        return -1;
     }
 
     s->ignore_eos = (r->flags & PL_SUBMIT_IGNORE_EOS) != 0;
@@ -574,25 +698,63 @@ pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
     s->n_return = r->n ? (int) r->n : 1;
     s->best_of = r->best_of ? (int) r->best_of : s->n_return;
     s->out_index = s->best_of > s->n_return ? -1 : 0;
+    s->index_base = (int) k * s->n_return;
 
     if ((r->flags & PL_SUBMIT_BEAM_SEARCH) && pl_engine_beam_init(e, s, r) != 0)
     {
         pl_seq_index_remove(&c->live, s);
         pl_seq_free(s);
-        pl_engine_reject(c, r->req_id, 503, "the engine is out of memory");
-        return;
+        return -1;
     }
 
     pl_conn_append(c, s);
     pl_sched_add(&e->sched, s);
 
     e->totals.requests_total++;
-    e->totals.prompt_tokens_total += r->n_prompt;
+    e->totals.prompt_tokens_total += n_prompt;
 
-    pl_log(PL_LOG_DEBUG, "worker %u request %llu: %u prompt tokens, "
-           "max_tokens %u, n %d, best_of %d%s", c->worker_id,
-           (unsigned long long) r->req_id, r->n_prompt, r->max_tokens,
-           s->n_return, s->best_of, s->beam ? ", beam search" : "");
+    return 0;
+}
+
+
+static void
+pl_engine_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m)
+{
+    const pl_rec_submit_t  *r = &m->submit;
+    const char             *why;
+    char                    buf[256];
+    uint32_t                status, k;
+    pl_seq_t               *first;
+
+    why = pl_engine_check_submit(e, c, m, buf, sizeof(buf), &status);
+    if (why) {
+        pl_engine_reject(c, r->req_id, status, why);
+        return;
+    }
+
+    for (k = 0; k < pl_engine_prompts(r); k++) {
+        if (pl_engine_submit_prompt(e, c, m, k, &status, buf, sizeof(buf))
+            == 0)
+        {
+            continue;
+        }
+
+        /* the prompts queued so far go with the request's error */
+        first = pl_seq_index_find(&c->live, r->req_id);
+        if (first == NULL) {
+            pl_engine_reject(c, r->req_id, status, buf);
+        } else {
+            pl_engine_fail(e, first, status, buf);
+        }
+        return;
+    }
+
+    pl_log(PL_LOG_DEBUG, "worker %u request %llu: %u prompt tokens in %u "
+           "prompts, max_tokens %u, n %u, best_of %u%s", c->worker_id,
+           (unsigned long long) r->req_id, r->n_prompt, pl_engine_prompts(r),
+           r->max_tokens, r->n ? r->n : 1,
+           r->best_of ? r->best_of : (r->n ? r->n : 1),
+           (r->flags & PL_SUBMIT_BEAM_SEARCH) ? ", beam search" : "");
 }
 
 
@@ -649,6 +811,7 @@ pl_engine_abort(pl_engine_t *e, pl_conn_t *c, uint64_t req_id)
         return;
     }
 
+    pl_engine_end_batch(e, s, 0);
     pl_engine_end_group(e, s, PL_FINISH_ABORT);
 
     pl_log(PL_LOG_DEBUG, "worker %u request %llu aborted", c->worker_id,

@@ -457,9 +457,38 @@ pl_ipc_submit_bytes(const pl_rec_submit_t *sub)
 {
     return sizeof(pl_rec_submit_t)
            + (uint64_t) sub->n_prompt * sizeof(int32_t)
+           + (sub->n_prompts > 1 ? (uint64_t) sub->n_prompts
+                                   * sizeof(uint32_t) : 0)
            + (uint64_t) sub->n_logit_bias * sizeof(pl_bias_pair_t)
            + (uint64_t) sub->n_stop_ids * sizeof(int32_t)
            + sub->n_grammar;
+}
+
+
+/* Batched prompts' lengths: each > 0, summing to n_prompt. */
+static int
+pl_ipc_check_lens(const pl_ipc_msg_t *msg, char *err, size_t errlen)
+{
+    const pl_rec_submit_t  *sub = &msg->submit;
+    uint64_t                sum = 0;
+    uint32_t                i;
+
+    for (i = 0; i < sub->n_prompts; i++) {
+        if (msg->prompt_lens[i] == 0) {
+            break;
+        }
+        sum += msg->prompt_lens[i];
+    }
+
+    if (i < sub->n_prompts || sum != sub->n_prompt) {
+        snprintf(err, errlen, "SUBMIT %llu: the lengths of its %u prompts "
+                 "do not add up to n_prompt %u",
+                 (unsigned long long) sub->req_id, sub->n_prompts,
+                 sub->n_prompt);
+        return -1;
+    }
+
+    return 0;
 }
 
 
@@ -481,19 +510,29 @@ pl_ipc_check_submit(pl_ipc_msg_t *msg, const uint8_t *buf, uint32_t len,
     if (sub->n_logit_bias > PL_MAX_LOGIT_BIAS
         || sub->n_stop_ids > PL_MAX_STOP_IDS
         || sub->n_grammar > PL_MAX_GRAMMAR
+        || sub->n_prompts > PL_MAX_PROMPTS
         || sub->n_prompt > (len - sizeof(pl_rec_submit_t)) / sizeof(int32_t)
         || PL_ROUND8(pl_ipc_submit_bytes(sub)) != len)
     {
-        snprintf(err, errlen, "SUBMIT %llu: n_prompt %u, n_logit_bias %u, "
-                 "n_stop_ids %u, n_grammar %u do not match its record of "
-                 "%u bytes", (unsigned long long) sub->req_id, sub->n_prompt,
-                 sub->n_logit_bias, sub->n_stop_ids, sub->n_grammar, len);
+        snprintf(err, errlen, "SUBMIT %llu: n_prompt %u, n_prompts %u, "
+                 "n_logit_bias %u, n_stop_ids %u, n_grammar %u do not match "
+                 "its record of %u bytes", (unsigned long long) sub->req_id,
+                 sub->n_prompt, sub->n_prompts, sub->n_logit_bias,
+                 sub->n_stop_ids, sub->n_grammar, len);
         return -1;
     }
 
     p = buf + sizeof(pl_rec_submit_t);
     msg->prompt = (const int32_t *) p;
     p += (size_t) sub->n_prompt * sizeof(int32_t);
+    msg->prompt_lens = NULL;
+    if (sub->n_prompts > 1) {
+        msg->prompt_lens = (const uint32_t *) p;
+        p += (size_t) sub->n_prompts * sizeof(uint32_t);
+        if (pl_ipc_check_lens(msg, err, errlen) != 0) {
+            return -1;
+        }
+    }
     msg->bias = (const pl_bias_pair_t *) p;
     p += (size_t) sub->n_logit_bias * sizeof(pl_bias_pair_t);
     msg->stop_ids = (const int32_t *) p;
@@ -610,9 +649,10 @@ pl_ipc_pack_logprobs(uint8_t *out, const int32_t *ids, uint32_t n,
 
 int
 pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
-    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top)
+    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top,
+    uint16_t flags)
 {
-    pl_rec_tokens_t  r = { req_id, n, 0, 0, index, 0 };
+    pl_rec_tokens_t  r = { req_id, n, flags, 0, index, 0 };
     uint32_t         size;
     uint8_t         *buf;
     int              rc;
@@ -622,7 +662,7 @@ pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
                             n * (uint32_t) sizeof(int32_t));
     }
 
-    r.flags = PL_TOKENS_LOGPROBS;
+    r.flags |= PL_TOKENS_LOGPROBS;
     r.n_top = (uint16_t) n_top;
     size = n * pl_ipc_token_bytes(1, n_top);
 

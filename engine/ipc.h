@@ -92,6 +92,7 @@ typedef struct {
     uint32_t           type;            /* PL_REC_SUBMIT or PL_REC_ABORT */
     pl_rec_submit_t    submit;
     const int32_t     *prompt;          /* these point into the read */
+    const uint32_t    *prompt_lens;     /* n_prompts > 1: each prompt's */
     const pl_bias_pair_t  *bias;        /* buffer: n_logit_bias pairs */
     const int32_t     *stop_ids;        /* n_stop_ids */
     const char        *grammar;         /* n_grammar bytes */
@@ -150,7 +151,8 @@ int        pl_ipc_next(pl_conn_t *c, void *buf, uint32_t cap,
    n tokens' log-probabilities with n_top best each; FINISH carries the
    sequence's cumulative log-probability (beam search; 0 otherwise). */
 int        pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
-    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top);
+    const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top,
+    uint16_t flags);
 int        pl_ipc_send_finish(pl_conn_t *c, const pl_rec_finish_t *r);
 int        pl_ipc_send_error(pl_conn_t *c, uint64_t req_id, uint32_t status,
     const char *msg);

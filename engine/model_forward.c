@@ -6,7 +6,8 @@
  *   per layer: the family's layer (attention through the paged cache,
  *              the MLP, the norms and residual adds where it puts them)
  *   h = the family's final hidden states
- *   logits = h[logits_rows] . Wlm_head
+ *   logits = h[logits_rows] . Wlm_head   (a row per sequence, then the
+ *                                         batch's extra rows)
  *
  * where attention(h) = split h . Wqkv + b into q, k, v (RoPE on q and k
  * when the family has frequencies) with k and v stored in the cache,
@@ -56,7 +57,8 @@ static int
 parallel_scratch(pl_shard_t *m, int max_tokens, int max_seqs, char *err,
     size_t errlen)
 {
-    size_t  all = (size_t) m->sh.world * max_seqs * m->sh.vocab;
+    size_t  all = (size_t) m->sh.world * (max_seqs + PL_EXTRA_LOGITS)
+                  * m->sh.vocab;
 
     if (m->sh.world == 1) {
         return 0;
@@ -84,7 +86,8 @@ pl_shard_prepare(pl_shard_t *m, int max_tokens, int max_seqs, char *err,
 {
     const pl_model_config_t  *c = &m->cfg;
     size_t                    a;
-    size_t                    T = (size_t) max_tokens, S = (size_t) max_seqs;
+    size_t                    T = (size_t) max_tokens;
+    size_t                    S = (size_t) max_seqs + PL_EXTRA_LOGITS;
     size_t                    qd = (size_t) m->sh.n_heads * c->head_dim;
     size_t                    kvd = (size_t) m->sh.n_kv_heads * c->head_dim;
     size_t                    hid = c->hidden_size;
@@ -234,6 +237,17 @@ check_batch(const pl_shard_t *m, const pl_batch_t *b, char *err,
                           "prepared, or its query_start is not [0 .. "
                           "num_tokens]", b->num_tokens, b->num_seqs,
                           m->max_tokens, m->max_seqs);
+    }
+    if (b->num_extra_logits < 0 || b->num_extra_logits > PL_EXTRA_LOGITS) {
+        return model_fail(err, errlen, "batch: %d extra logits rows (at "
+                          "most %d)", b->num_extra_logits, PL_EXTRA_LOGITS);
+    }
+    for (s = b->num_seqs; s < pl_batch_logits(b); s++) {
+        if (b->logits_rows[s] < 0 || b->logits_rows[s] >= b->num_tokens) {
+            return model_fail(err, errlen, "batch: extra logits row %d is "
+                              "token %d, outside the batch's %d", s,
+                              b->logits_rows[s], b->num_tokens);
+        }
     }
     for (s = 0; s < b->num_seqs; s++) {
         if (check_seq(m, b, s, err, errlen) != 0) {
@@ -389,8 +403,9 @@ model_run_layers(pl_shard_t *m, const pl_batch_t *host, const pl_batch_t *b)
         fam->layer(m, l, b);
     }
     be->gather_rows(be, m->s.rows, fam->final_hidden(m, b), b->logits_rows,
-                    b->num_seqs, c->hidden_size);
-    be->matmul(be, m->s.logits, m->s.rows, &m->lm_head, NULL, b->num_seqs);
+                    pl_batch_logits(b), c->hidden_size);
+    be->matmul(be, m->s.logits, m->s.rows, &m->lm_head, NULL,
+               pl_batch_logits(b));
 }
 
 
@@ -435,7 +450,7 @@ pl_shard_forward_logits(pl_shard_t *m, const pl_batch_t *batch,
         *out = (pl_logits_t) { m->s.logits, be->act_dtype, 0 };
     } else {
         /* a rank of a tensor-parallel model: rank 0 gathers to the host */
-        gather_logits(m, b->num_seqs, host_logits);
+        gather_logits(m, pl_batch_logits(b), host_logits);
         *out = (pl_logits_t) { host_logits, PL_DT_F32, 1 };
         be->sync(be);
     }
@@ -459,7 +474,8 @@ pl_shard_forward(pl_shard_t *m, const pl_batch_t *batch, float *logits,
     }
     if (!out.on_host) {
         m->be->download_f32(m->be, logits, out.data,
-                            (size_t) batch->num_seqs * m->cfg.vocab_size);
+                            (size_t) pl_batch_logits(batch)
+                            * m->cfg.vocab_size);
     }
     return 0;
 }

@@ -77,16 +77,17 @@ int pl_model_kv_alloc(pl_model_t *m, int num_blocks, int block_size,
 
 /*
  * Run one iteration.  batch is a host description (see pl_ops.h); logits
- * receives batch->num_seqs rows of vocab_size floats on the host.  Returns 0
- * or -1 (with err) when the batch does not fit what was allocated.
+ * receives pl_batch_logits(batch) rows of vocab_size floats on the host.
+ * Returns 0 or -1 (with err) when the batch does not fit what was
+ * allocated.
  */
 int pl_model_forward(pl_model_t *m, const pl_batch_t *batch, float *logits,
     char *err, size_t errlen);
 
-/* Where one iteration's logits are: batch->num_seqs rows of vocab_size
-   elements of dtype, in backend memory, or in host memory (on_host: F32,
-   when tensor parallelism gathered them there).  Valid until the next
-   forward pass. */
+/* Where one iteration's logits are: pl_batch_logits(batch) rows of
+   vocab_size elements of dtype, in backend memory, or in host memory
+   (on_host: F32, when tensor parallelism gathered them there).  Valid
+   until the next forward pass. */
 typedef struct {
     const void  *data;
     pl_dtype_t   dtype;
@@ -96,8 +97,9 @@ typedef struct {
 /*
  * pl_model_forward() without the copy to the host: the logits stay where
  * the model computed them, for sampling on the backend.  host_logits
- * (batch->num_seqs x vocab_size floats) is used only when the logits must
- * be gathered on the host (tensor parallelism).  0, or -1 with err.
+ * (pl_batch_logits(batch) x vocab_size floats) is used only when the
+ * logits must be gathered on the host (tensor parallelism).  0, or -1
+ * with err.
  */
 int pl_model_forward_logits(pl_model_t *m, const pl_batch_t *batch,
     float *host_logits, pl_logits_t *out, char *err, size_t errlen);

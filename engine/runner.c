@@ -7,9 +7,12 @@
  * is a few linear copies and never allocates.  Each sequence contributes
  * the query rows [n_computed, n_computed + n_query) of its tokens; its
  * logits row is its last query row, the only one the model needs to
- * project.  The block tables are packed with the batch's longest table as
- * the row stride; padding entries hold block 0, a valid block no kernel
- * reads past the context length.
+ * project, except for the prompt logprobs a sequence owes: its other query
+ * rows at prompt positions still owed are projected too, as extra rows
+ * after every sequence's own (the scheduler keeps them within
+ * PL_EXTRA_LOGITS an iteration).  The block tables are packed with the
+ * batch's longest table as the row stride; padding entries hold block 0,
+ * a valid block no kernel reads past the context length.
  *
  * The logits stay where the model computed them.  The host buffer (one
  * row per sequence) receives them only when tensor parallelism gathers
@@ -41,12 +44,18 @@ pl_runner_init(pl_runner_t *r, int max_tokens, int max_seqs,
     r->context_lens = malloc((size_t) max_seqs * sizeof(int32_t));
     r->block_tables = malloc((size_t) max_seqs * max_blocks_per_seq
                              * sizeof(int32_t));
-    r->logits_rows = malloc((size_t) max_seqs * sizeof(int32_t));
-    r->logits = malloc((size_t) max_seqs * vocab_size * sizeof(float));
+    r->logits_rows = malloc((size_t) (max_seqs + PL_EXTRA_LOGITS)
+                            * sizeof(int32_t));
+    r->logits = malloc((size_t) (max_seqs + PL_EXTRA_LOGITS) * vocab_size
+                       * sizeof(float));
+    r->extra_start = malloc((size_t) max_seqs * sizeof(int32_t));
+    r->extra_count = malloc((size_t) max_seqs * sizeof(int32_t));
+    r->extra_pos = malloc((size_t) max_seqs * sizeof(int32_t));
 
     if (!r->token_ids || !r->positions || !r->slot_mapping
         || !r->query_start || !r->context_lens || !r->block_tables
-        || !r->logits_rows || !r->logits)
+        || !r->logits_rows || !r->logits || !r->extra_start
+        || !r->extra_count || !r->extra_pos)
     {
         pl_runner_destroy(r);
         return -1;
@@ -67,6 +76,9 @@ pl_runner_destroy(pl_runner_t *r)
     free(r->block_tables);
     free(r->logits_rows);
     free(r->logits);
+    free(r->extra_start);
+    free(r->extra_count);
+    free(r->extra_pos);
     *r = (pl_runner_t) { 0 };
 }
 
@@ -101,12 +113,32 @@ pl_runner_widest_table(const pl_sched_entry_t *entries, int n)
 }
 
 
+/* Entry i's extra rows (prompt logprobs), after the n sequences' rows
+   and the *extra ones of the entries before it. */
+static void
+pl_runner_extra_rows(pl_runner_t *r, const pl_seq_t *s, int n_query,
+    int i, int n, int *extra)
+{
+    int  k, first = 0, count = pl_seq_prompt_rows(s, n_query, &first);
+
+    r->extra_start[i] = *extra;
+    r->extra_count[i] = count;
+    r->extra_pos[i] = first;
+
+    for (k = 0; k < count; k++) {
+        r->logits_rows[n + *extra + k] = r->query_start[i]
+                                         + (first - s->n_computed) + k;
+    }
+    *extra += count;
+}
+
+
 void
 pl_runner_build(pl_runner_t *r, const pl_block_manager_t *bm,
     const pl_sched_entry_t *entries, int n)
 {
     const pl_seq_t  *s;
-    int              i, q, at = 0, max_q = 0, max_ctx = 0;
+    int              i, q, at = 0, max_q = 0, max_ctx = 0, extra = 0;
     int              width = pl_runner_widest_table(entries, n);
     int32_t         *row;
 
@@ -120,6 +152,7 @@ pl_runner_build(pl_runner_t *r, const pl_block_manager_t *bm,
 
         r->context_lens[i] = s->n_computed + q;
         r->logits_rows[i] = at - 1;
+        pl_runner_extra_rows(r, s, q, i, n, &extra);
 
         row = r->block_tables + (size_t) i * width;
         memcpy(row, s->blocks.ids, (size_t) s->blocks.n * sizeof(int32_t));
@@ -142,6 +175,7 @@ pl_runner_build(pl_runner_t *r, const pl_block_manager_t *bm,
         .block_tables = r->block_tables,
         .logits_rows = r->logits_rows,
         .max_blocks_per_seq = width,
+        .num_extra_logits = extra,
         .max_query_len = max_q,
         .max_context_len = max_ctx,
     };

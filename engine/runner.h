@@ -6,7 +6,10 @@
  * says where its logits are: in the backend's memory, where the sampling
  * operation reads them, or in the runner's host buffer (tensor
  * parallelism gathers them there).  Rows the host needs (log-
- * probabilities) come down one by one into that same buffer.
+ * probabilities) come down one by one into that same buffer.  A sequence
+ * that owes its prompt's logprobs gets a logits row for each of its
+ * query rows at a prompt position still owed (pl_seq_prompt_rows), as
+ * extra rows after the sequences' own.
  */
 
 #ifndef PL_RUNNER_H
@@ -31,8 +34,14 @@ typedef struct {
     int32_t     *query_start;       /* [max_seqs + 1] */
     int32_t     *context_lens;      /* [max_seqs] */
     int32_t     *block_tables;      /* [max_seqs][max_blocks_per_seq] */
-    int32_t     *logits_rows;       /* [max_seqs] */
-    float       *logits;            /* [max_seqs][vocab_size], host */
+    int32_t     *logits_rows;       /* [max_seqs + PL_EXTRA_LOGITS] */
+    float       *logits;            /* [max_seqs + PL_EXTRA_LOGITS]
+                                       [vocab_size], host */
+    /* per entry: its extra rows (from extra_start on, after the
+       sequences' rows), for prompt positions from extra_pos on */
+    int32_t     *extra_start;       /* [max_seqs] */
+    int32_t     *extra_count;       /* [max_seqs] */
+    int32_t     *extra_pos;         /* [max_seqs] */
 
     pl_batch_t   batch;
 } pl_runner_t;
@@ -44,7 +53,8 @@ void pl_runner_destroy(pl_runner_t *r);
 
 /*
  * Describe entries[0..n) (n <= max_seqs, their tokens <= max_tokens, blocks
- * already reserved) in r->batch.  Entry i's row of logits will be row i.
+ * already reserved, extra rows <= PL_EXTRA_LOGITS) in r->batch.  Entry i's
+ * row of logits will be row i; its extra rows, n + extra_start[i] on.
  */
 void pl_runner_build(pl_runner_t *r, const pl_block_manager_t *bm,
     const pl_sched_entry_t *entries, int n);

@@ -3,7 +3,8 @@
  * its tokens so far into one sampling request for the backend
  * (pl_sample_req_t and its pl_logit_adjust_t entries, pl_ops.h): logit
  * bias, min_tokens, repetition, presence and frequency penalties become
- * per-id adjustments, temperature, min-p, top-k and top-p pass through.
+ * per-id adjustments, temperature, min-p, top-k and top-p pass through;
+ * a structured output's grammar mask travels as one bit per id.
  * The draw itself happens on the backend (be->sample) or on the host
  * (pl_sample_host), the same definition either way.
  *
@@ -75,6 +76,11 @@ typedef struct {
     pl_logit_adjust_t  *adjust;
     int                 n_adjust;
     int                 adjust_cap;
+    uint64_t           *masks;      /* rows of mask_words: what the
+                                       restricted requests may draw */
+    int                 n_masks;
+    int                 masks_cap;
+    int                 mask_words;
 } pl_sampler_t;
 
 /* 0, or -1 when out of memory. */
@@ -100,9 +106,9 @@ int      pl_sampler_add(pl_sampler_t *s, int row,
 
 /*
  * Only the ids set in allowed (a bitset of vocab_size bits, bit i in word
- * i / 64) may be drawn by request i, which must be the last one added:
- * every other id gets a bias of -inf (structured outputs).  0, or -1 when
- * out of memory.
+ * i / 64) may be drawn by request i (structured outputs): the bitset is
+ * copied into the batch's masks as request i's row, which the draw reads
+ * (pl_ops.h).  0, or -1 when out of memory.
  */
 int      pl_sampler_restrict(pl_sampler_t *s, int i,
     const uint64_t *allowed);

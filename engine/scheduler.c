@@ -220,6 +220,16 @@ pl_sched_seats(const pl_seq_t *s, int n)
 }
 
 
+/* The extra logits rows a chunk of n_query tokens of s takes. */
+static int
+pl_sched_extra(const pl_seq_t *s, int n_query)
+{
+    int  first;
+
+    return pl_seq_prompt_rows(s, n_query, &first);
+}
+
+
 static void
 pl_sched_unplan(pl_scheduler_t *sc, pl_seq_t *s)
 {
@@ -228,6 +238,7 @@ pl_sched_unplan(pl_scheduler_t *sc, pl_seq_t *s)
     for (i = 0; i < sc->n_entries; i++) {
         if (sc->entries[i].seq == s) {
             sc->n_tokens -= sc->entries[i].n_query;
+            sc->n_extra -= pl_sched_extra(s, sc->entries[i].n_query);
             sc->n_entries--;
             for ( ; i < sc->n_entries; i++) {
                 sc->entries[i] = sc->entries[i + 1];
@@ -339,6 +350,7 @@ pl_sched_plan(pl_scheduler_t *sc, pl_seq_t *s, int n_query)
     sc->entries[sc->n_entries].n_query = n_query;
     sc->n_entries++;
     sc->n_tokens += n_query;
+    sc->n_extra += pl_sched_extra(s, n_query);
 }
 
 
@@ -418,10 +430,18 @@ pl_sched_decodes(pl_scheduler_t *sc)
 }
 
 
+/* The tokens s may run now: its uncomputed ones within the budget, and
+   while it owes prompt logprobs, within the extra logits rows left (each
+   query row but the last may need one). */
 static int
 pl_sched_budget_for(const pl_scheduler_t *sc, const pl_seq_t *s)
 {
     int  budget = sc->max_num_batched_tokens - sc->n_tokens;
+    int  rows = PL_EXTRA_LOGITS - sc->n_extra + 1;
+
+    if (pl_seq_owes_prompt_lp(s) && rows < budget) {
+        budget = rows;
+    }
 
     return pl_seq_uncomputed(s) < budget ? pl_seq_uncomputed(s) : budget;
 }
@@ -540,7 +560,7 @@ pl_sched_allocate(pl_scheduler_t *sc, pl_seq_t *s, int chunk)
 {
     if (sc->policy == PL_KV_PAGED) {
         return pl_bm_admit(sc->bm, &s->blocks, s->tokens, s->n_tokens,
-                           chunk);
+                           chunk, !pl_seq_owes_prompt_lp(s));
     }
 
     return pl_bm_reserve_contiguous(sc->bm, &s->blocks,
@@ -620,6 +640,7 @@ pl_sched_step(pl_scheduler_t *sc)
 {
     sc->n_entries = 0;
     sc->n_tokens = 0;
+    sc->n_extra = 0;
     sc->n_preempted = 0;
     pl_bm_clear_moves(sc->bm);
 

@@ -92,6 +92,8 @@ typedef struct {
     pl_sched_entry_t    *entries;       /* decodes first, then chunks */
     int                  n_entries;
     int                  n_tokens;
+    int                  n_extra;       /* extra logits rows planned
+                                           (prompt logprobs) */
     int                  n_preempted;
 } pl_scheduler_t;
 

@@ -128,6 +128,7 @@ pl_seq_free(pl_seq_t *s)
     free(s->sampling.bias);
     free(s->sampling.stop_ids);
     free(s->logprobs);
+    free(s->prompt_lp);
     pl_beam_free(s->beam);
     pl_grammar_unref(s->grammar);
     free(s);
@@ -174,6 +175,19 @@ pl_seq_index_find(const pl_seq_index_t *ix, uint64_t req_id)
     }
 
     return s;
+}
+
+
+pl_seq_t *
+pl_seq_index_next(const pl_seq_t *s)
+{
+    pl_seq_t  *n = s->hash_next;
+
+    while (n && n->req_id != s->req_id) {
+        n = n->hash_next;
+    }
+
+    return n;
 }
 
 

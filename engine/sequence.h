@@ -78,6 +78,18 @@ struct pl_seq_s {
     int                    fail_sent;
     uint64_t               seed;          /* member i draws from (seed, i) */
     pl_beam_t             *beam;          /* beam search state, or NULL */
+    int                    index_base;    /* batched prompts: the first
+                                             index its choices go as */
+    int                    silent;        /* ended with its batch, whose
+                                             failed prompt tells the
+                                             worker: sends nothing */
+    /* prompt logprobs (echo with logprobs), on the leader: prompt_lp[j]
+       for prompt position j >= 1, from the logits of position j - 1;
+       positions from prompt_lp_next on are still owed */
+    pl_logprobs_t         *prompt_lp;     /* [n_prompt], or NULL */
+    int                    prompt_lp_top; /* top entries each */
+    int                    prompt_lp_next;
+    int                    prompt_sent;   /* of them sent, per member */
     /* the request's timing and cache use, for its FINISH and the log;
        times are pl_now_us(), 0 until they happen */
     uint64_t               t_arrival;     /* SUBMIT taken */
@@ -115,6 +127,38 @@ pl_seq_uncomputed(const pl_seq_t *s)
     return s->n_tokens - s->n_computed;
 }
 
+/* Whether s still owes prompt logprobs. */
+static inline int
+pl_seq_owes_prompt_lp(const pl_seq_t *s)
+{
+    return s->prompt_lp != NULL && s->prompt_lp_next < s->n_prompt;
+}
+
+
+/*
+ * The extra logits rows a chunk of n_query tokens of s needs for its
+ * prompt logprobs: its query rows but the last (whose row is the
+ * sequence's own) at positions p with prompt_lp_next - 1 <= p <=
+ * n_prompt - 2; *first the first such p.
+ */
+static inline int
+pl_seq_prompt_rows(const pl_seq_t *s, int n_query, int *first)
+{
+    int  lo, hi;
+
+    if (!pl_seq_owes_prompt_lp(s)) {
+        return 0;
+    }
+    lo = s->prompt_lp_next - 1 > s->n_computed ? s->prompt_lp_next - 1
+                                               : s->n_computed;
+    hi = s->n_computed + n_query - 2 < s->n_prompt - 2
+         ? s->n_computed + n_query - 2 : s->n_prompt - 2;
+    *first = lo;
+
+    return hi >= lo ? hi - lo + 1 : 0;
+}
+
+
 /* Append a sampled token; the caller checks room (n_tokens < cap). */
 static inline void
 pl_seq_append(pl_seq_t *s, int32_t token)
@@ -145,6 +189,9 @@ typedef struct {
 int       pl_seq_index_init(pl_seq_index_t *ix);
 void      pl_seq_index_destroy(pl_seq_index_t *ix);
 pl_seq_t *pl_seq_index_find(const pl_seq_index_t *ix, uint64_t req_id);
+/* The next live sequence with s's req_id after s (the prompts of a
+   batched request share one), or NULL. */
+pl_seq_t *pl_seq_index_next(const pl_seq_t *s);
 int       pl_seq_index_add(pl_seq_index_t *ix, pl_seq_t *s);
 void      pl_seq_index_remove(pl_seq_index_t *ix, pl_seq_t *s);
 

@@ -279,10 +279,11 @@ cuda_batch_upload(pl_backend_t *be, const pl_batch_t *host)
     pl_cuda_t   *cu = pl_cuda(be);
     pl_batch_t  *b = &cu->batch;
     int          nt = host->num_tokens, ns = host->num_seqs;
+    int          nl = pl_batch_logits(host);
     size_t       off = 0, bytes;
 
     bytes = 3 * batch_array_bytes(nt) + batch_array_bytes(ns + 1)
-            + 2 * batch_array_bytes(ns)
+            + batch_array_bytes(ns) + batch_array_bytes(nl)
             + batch_array_bytes(ns * host->max_blocks_per_seq);
     batch_reserve(cu, bytes);
     pl_cuda_check(cudaEventSynchronize(cu->batch_copied), "batch_upload");
@@ -296,7 +297,7 @@ cuda_batch_upload(pl_backend_t *be, const pl_batch_t *host)
     b->context_lens = batch_put(cu, &off, host->context_lens, ns);
     b->block_tables = batch_put(cu, &off, host->block_tables,
                                 ns * host->max_blocks_per_seq);
-    b->logits_rows = batch_put(cu, &off, host->logits_rows, ns);
+    b->logits_rows = batch_put(cu, &off, host->logits_rows, nl);
 
     if (off > 0) {
         pl_cuda_check(cudaMemcpyAsync(cu->batch_dev, cu->batch_host, off,

@@ -398,7 +398,8 @@ void pl_cuda_gather_rows(pl_backend_t *be, void *out, const void *x,
     const int32_t *rows, int n, int dim);
 void pl_cuda_sample(pl_backend_t *be, int32_t *tokens, const void *logits,
     pl_dtype_t dtype, int vocab, const pl_sample_req_t *reqs, int n,
-    const pl_logit_adjust_t *adjust, int n_adjust);
+    const pl_logit_adjust_t *adjust, int n_adjust, const uint64_t *masks,
+    int n_masks);
 void pl_cuda_sample_free(pl_cuda_t *cu);
 
 /* dst (fp32, bf16 or fp16, chosen by dst_dtype) = src[count] of dtype

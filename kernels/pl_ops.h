@@ -64,8 +64,13 @@ typedef struct {
  * [query_start[s], query_start[s + 1]); its new tokens sit at positions
  * context_lens[s] - qlen .. context_lens[s] - 1 and have already been
  * written to the cache (qkv_rope_store) before attention runs.  Attention
- * for those rows is causal over the sequence's whole context.
+ * for those rows is causal over the sequence's whole context.  Logits are
+ * projected for one row per sequence, then for num_extra_logits more rows
+ * (any of the batch's, for the prompt logprobs of the requests that ask),
+ * at most PL_EXTRA_LOGITS: the model's buffers hold num_seqs + that many.
  */
+#define PL_EXTRA_LOGITS  128
+
 typedef struct {
     int             num_tokens;
     int             num_seqs;
@@ -75,12 +80,23 @@ typedef struct {
     const int32_t  *query_start;     /* [num_seqs + 1] */
     const int32_t  *context_lens;    /* [num_seqs] */
     const int32_t  *block_tables;    /* [num_seqs][max_blocks_per_seq] */
-    const int32_t  *logits_rows;     /* [num_seqs]: row to project, usually
-                                        query_start[s + 1] - 1 */
+    const int32_t  *logits_rows;     /* [num_seqs + num_extra_logits]: row
+                                        to project, usually query_start[s
+                                        + 1] - 1; then the extra rows */
     int             max_blocks_per_seq;
     int             max_query_len;
     int             max_context_len;
+    int             num_extra_logits;   /* rows projected after the
+                                           sequences'; 0: none */
 } pl_batch_t;
+
+
+/* The rows of logits a batch projects. */
+static inline int
+pl_batch_logits(const pl_batch_t *b)
+{
+    return b->num_seqs + b->num_extra_logits;
+}
 
 /*
  * Sampling on the backend.  One request draws one token from one row of
@@ -94,6 +110,9 @@ typedef struct {
  *      adjust entries for id i (at most one per id):
  *          v = v + bias;  if (repeat) v = v > 0 ? v / rp : v * rp;
  *          v = v + penalty        (rp: repetition_penalty; NaN -> -inf)
+ *      then, for a masked request, v[i] = -inf for every id whose bit is
+ *      clear in its row of the masks (structured outputs: one bit per id,
+ *      bit i % 64 of 64-bit word i / 64, (vocab + 63) / 64 words a row);
  *   2. greedy (temperature <= 0, top_k == 1, or max v not finite):
  *      the highest v, lowest id on ties.
  *   3. otherwise, with z[i] = (v[i] - max v) / temperature, the kept ids
@@ -119,6 +138,8 @@ typedef struct {
     float     repetition_penalty;   /* for entries with repeat set */
     int32_t   adjust_start;         /* this request's adjust entries */
     int32_t   adjust_count;
+    int32_t   masked;               /* 1: masks row mask_row restricts */
+    int32_t   mask_row;             /* the ids it may draw */
     uint64_t  seed;                 /* the sequence's random stream */
     uint64_t  step;                 /* the position drawn */
 } pl_sample_req_t;
@@ -227,10 +248,12 @@ struct pl_backend_s {
     /* tokens[i] (host memory) = the draw for reqs[i] (host memory) from
        logits [rows][vocab] of dtype in backend memory, as defined above
        pl_sample_req_t; adjust (host memory) holds every request's
-       entries.  Waits for the result. */
+       entries, masks (host memory) n_masks rows of (vocab + 63) / 64
+       words.  Waits for the result. */
     void (*sample)(pl_backend_t *be, int32_t *tokens, const void *logits,
                    pl_dtype_t dtype, int vocab, const pl_sample_req_t *reqs,
-                   int n, const pl_logit_adjust_t *adjust, int n_adjust);
+                   int n, const pl_logit_adjust_t *adjust, int n_adjust,
+                   const uint64_t *masks, int n_masks);
 
     /* Optional operations, NULL where a backend lacks them: a model that
        needs one refuses to load on that backend.  OPT uses them. */
@@ -307,7 +330,14 @@ struct pl_backend_s {
    sample operation, and what samples logits gathered on the host. */
 void pl_sample_host(int32_t *tokens, const float *logits, int vocab,
     const pl_sample_req_t *reqs, int n, const pl_logit_adjust_t *adjust,
-    int n_adjust);
+    int n_adjust, const uint64_t *masks, int n_masks);
+
+/* The 64-bit words of one row of sampling masks. */
+static inline int
+pl_sample_mask_words(int vocab)
+{
+    return (vocab + 63) / 64;
+}
 
 /* Backend constructors; NULL (with a reason in err) when unavailable. */
 pl_backend_t *pl_backend_cpu_create(int threads, char *err, size_t errlen);

@@ -3,15 +3,18 @@
  * device, bit for bit the CPU twin's (kernels/cpu/cpu_sample.c).
  *
  * Layout: logits [rows][vocab] of bf16, f16 or f32 in device memory;
- * requests and their adjust entries are packed with the output tokens in
- * one pinned staging buffer, go up in one copy, and the tokens come back
- * in one copy (int32 [n]).
+ * requests, their adjust entries and the mask rows of the masked ones
+ * (one bit per id, (vocab + 63) / 64 64-bit words a row) are packed with
+ * the output tokens in one pinned staging buffer, go up in one copy, and
+ * the tokens come back in one copy (int32 [n]).
  *
  * Grid: one thread block per request.  A block reads its row in chunks of
  * eight ids per thread (16-byte loads where the row allows).  Ids with an
  * adjust entry are flagged in a shared-memory bitmap of the vocabulary
  * and skipped in the row; the block walks the entries instead, so the
- * row is never copied.  Every decision is an exact, order-free reduction:
+ * row is never copied.  A masked request reads its mask word with each
+ * chunk of the row (and with each entry): an id whose bit is clear is
+ * -inf.  Every decision is an exact, order-free reduction:
  * max with the lowest id on ties, integer counts and integer masses (the
  * fixed-point weights of sample_math.h), so a run repeats itself and
  * matches the CPU whatever the thread count or the atomics' order.
@@ -68,6 +71,7 @@ struct sample_src_t {
     int                       n_adj;
     float                     rp;
     const uint32_t           *skip;         /* adjusted-id bitmap */
+    const uint32_t           *allow;        /* mask row, or NULL */
     int                       list_n;       /* -1: read the row */
     const int32_t            *list_id;
     const float              *list_v;
@@ -144,6 +148,7 @@ sample_visit(const sample_src_t<T> &s, F f)
     {
         float     x[SAMPLE_CHUNK];
         uint32_t  skip = s.n_adj > 0 ? s.skip[i >> 5] >> (i & 31) : 0;
+        uint32_t  allow = s.allow ? s.allow[i >> 5] >> (i & 31) : ~0u;
 
         if (s.vec && i + SAMPLE_CHUNK <= s.vocab) {
             sample_load8(s.row + i, x);
@@ -156,7 +161,8 @@ sample_visit(const sample_src_t<T> &s, F f)
 #pragma unroll
         for (int j = 0; j < SAMPLE_CHUNK; j++) {
             if (i + j < s.vocab && !((skip >> j) & 1)) {
-                f(i + j, sample_clean(x[j]));
+                f(i + j, (allow >> j) & 1 ? sample_clean(x[j])
+                                          : -PL_SAMPLE_INF);
             }
         }
     }
@@ -165,8 +171,10 @@ sample_visit(const sample_src_t<T> &s, F f)
         int32_t  id = s.adj[a].id;
 
         if (id >= 0 && id < s.vocab) {
-            f(id, pl_sample_adjust(sample_clean(sample_at(s.row, id)),
-                                   &s.adj[a], s.rp));
+            f(id, s.allow && !((s.allow[id >> 5] >> (id & 31)) & 1)
+                  ? -PL_SAMPLE_INF
+                  : pl_sample_adjust(sample_clean(sample_at(s.row, id)),
+                                     &s.adj[a], s.rp));
         }
     }
 }
@@ -342,7 +350,8 @@ sample_select(E emit, G weigh, W want, uint64_t *hist, sample_shared_t *sh,
 template <typename T>
 __global__ void __launch_bounds__(SAMPLE_THREADS, 1)
 sample_kernel(int32_t *tokens, const T *logits, int vocab,
-    const pl_sample_req_t *reqs, const pl_logit_adjust_t *adjust)
+    const pl_sample_req_t *reqs, const pl_logit_adjust_t *adjust,
+    const uint64_t *masks, int n_masks)
 {
     extern __shared__ uint64_t  smem[];
     __shared__ sample_shared_t  sh;
@@ -366,6 +375,10 @@ sample_kernel(int32_t *tokens, const T *logits, int vocab,
     src.n_adj = r.adjust_count;
     src.rp = r.repetition_penalty;
     src.skip = bitmap;
+    src.allow = r.masked && r.mask_row >= 0 && r.mask_row < n_masks
+                ? (const uint32_t *) (masks + (int64_t) r.mask_row
+                                      * ((vocab + 63) / 64))
+                : NULL;
     src.list_n = -1;
     src.list_id = list_id;
     src.list_v = list_v;
@@ -558,7 +571,8 @@ template <typename T>
 static void
 sample_launch(struct pl_cuda_sample_s *st, int slot, cudaStream_t stream,
     int32_t *tokens, const void *logits, int vocab,
-    const pl_sample_req_t *reqs, int n, const pl_logit_adjust_t *adjust)
+    const pl_sample_req_t *reqs, int n, const pl_logit_adjust_t *adjust,
+    const uint64_t *masks, int n_masks)
 {
     size_t  smem = sample_smem(vocab);
 
@@ -570,7 +584,7 @@ sample_launch(struct pl_cuda_sample_s *st, int slot, cudaStream_t stream,
         st->smem_set[slot] = smem;
     }
     sample_kernel<T><<<n, SAMPLE_THREADS, smem, stream>>>(
-        tokens, (const T *) logits, vocab, reqs, adjust);
+        tokens, (const T *) logits, vocab, reqs, adjust, masks, n_masks);
     PL_CUDA_LAUNCHED("sample");
 }
 
@@ -578,20 +592,29 @@ sample_launch(struct pl_cuda_sample_s *st, int slot, cudaStream_t stream,
 void
 pl_cuda_sample(pl_backend_t *be, int32_t *tokens, const void *logits,
     pl_dtype_t dtype, int vocab, const pl_sample_req_t *reqs, int n,
-    const pl_logit_adjust_t *adjust, int n_adjust)
+    const pl_logit_adjust_t *adjust, int n_adjust, const uint64_t *masks,
+    int n_masks)
 {
     pl_cuda_t                *cu = pl_cuda(be);
     struct pl_cuda_sample_s  *st;
-    size_t                    at_adj, at_tok, in_bytes, bytes;
+    size_t                    at_adj, at_mask, at_tok, in_bytes, bytes;
+    size_t                    mask_bytes;
     char                     *h, *d;
+    int32_t                  *d_tok;
+    const pl_sample_req_t    *d_reqs;
+    const pl_logit_adjust_t  *d_adj;
+    const uint64_t           *d_mask;
 
     if (n <= 0) {
         return;
     }
 
+    mask_bytes = (size_t) n_masks * pl_sample_mask_words(vocab)
+                 * sizeof(uint64_t);
     at_adj = sample_align((size_t) n * sizeof(pl_sample_req_t));
-    at_tok = at_adj + sample_align((size_t) n_adjust
-                                   * sizeof(pl_logit_adjust_t));
+    at_mask = at_adj + sample_align((size_t) n_adjust
+                                    * sizeof(pl_logit_adjust_t));
+    at_tok = at_mask + sample_align(mask_bytes);
     in_bytes = at_tok + (size_t) n * sizeof(int32_t);
     bytes = sample_align(in_bytes);
 
@@ -599,31 +622,35 @@ pl_cuda_sample(pl_backend_t *be, int32_t *tokens, const void *logits,
     h = (char *) st->host;
     d = (char *) st->dev;
 
-    /* requests, entries, and the tokens poisoned (-1): one copy up */
+    /* requests, entries, masks, and the tokens poisoned (-1): one copy */
     memcpy(h, reqs, (size_t) n * sizeof(pl_sample_req_t));
     if (n_adjust > 0) {
         memcpy(h + at_adj, adjust, (size_t) n_adjust * sizeof(*adjust));
+    }
+    if (mask_bytes > 0) {
+        memcpy(h + at_mask, masks, mask_bytes);
     }
     memset(h + at_tok, 0xff, (size_t) n * sizeof(int32_t));
     pl_cuda_check(cudaMemcpyAsync(d, h, in_bytes, cudaMemcpyHostToDevice,
                                   cu->stream), "sample: upload");
 
+    d_tok = (int32_t *) (d + at_tok);
+    d_reqs = (const pl_sample_req_t *) d;
+    d_adj = (const pl_logit_adjust_t *) (d + at_adj);
+    d_mask = (const uint64_t *) (d + at_mask);
+
     switch (dtype) {
     case PL_DT_BF16:
-        sample_launch<__nv_bfloat16>(st, 0, cu->stream,
-            (int32_t *) (d + at_tok), logits, vocab,
-            (const pl_sample_req_t *) d, n,
-            (const pl_logit_adjust_t *) (d + at_adj));
+        sample_launch<__nv_bfloat16>(st, 0, cu->stream, d_tok, logits, vocab,
+                                     d_reqs, n, d_adj, d_mask, n_masks);
         break;
     case PL_DT_F16:
-        sample_launch<__half>(st, 1, cu->stream, (int32_t *) (d + at_tok),
-            logits, vocab, (const pl_sample_req_t *) d, n,
-            (const pl_logit_adjust_t *) (d + at_adj));
+        sample_launch<__half>(st, 1, cu->stream, d_tok, logits, vocab,
+                              d_reqs, n, d_adj, d_mask, n_masks);
         break;
     case PL_DT_F32:
-        sample_launch<float>(st, 2, cu->stream, (int32_t *) (d + at_tok),
-            logits, vocab, (const pl_sample_req_t *) d, n,
-            (const pl_logit_adjust_t *) (d + at_adj));
+        sample_launch<float>(st, 2, cu->stream, d_tok, logits, vocab,
+                             d_reqs, n, d_adj, d_mask, n_masks);
         break;
     default:
         pl_cuda_fail("sample", "logits of an unknown dtype");

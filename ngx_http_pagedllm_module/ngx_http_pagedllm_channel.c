@@ -261,7 +261,8 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
     }
 
     size = p->n_prompt * sizeof(int32_t) + p->n_bias * sizeof(pl_bias_pair_t)
-           + p->n_stop_ids * sizeof(int32_t) + p->grammar_len;
+           + p->n_stop_ids * sizeof(int32_t) + p->grammar_len
+           + ngx_http_pagedllm_prompt_lens(p, NULL);
 
     body = ngx_palloc(ctx->request->pool, size);
     if (body == NULL) {
@@ -272,6 +273,7 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
        memcpy() may not be given even for 0 bytes */
 
     b = ngx_cpymem(body, p->prompt, p->n_prompt * sizeof(int32_t));
+    b += ngx_http_pagedllm_prompt_lens(p, b);
 
     if (p->n_bias) {
         b = ngx_cpymem(b, p->bias, p->n_bias * sizeof(pl_bias_pair_t));
@@ -302,7 +304,9 @@ ngx_http_pagedllm_channel_submit(ngx_http_pagedllm_ctx_t *ctx)
     rec.logprobs = p->logprobs;
     rec.n_logit_bias = (uint32_t) p->n_bias;
     rec.n_stop_ids = (uint32_t) p->n_stop_ids;
-    rec.n = p->n;
+    rec.n = p->n / (p->n_parts > 1 ? p->n_parts : 1);
+    rec.n_prompts = (uint32_t) p->n_parts;
+    rec.prompt_logprobs = p->prompt_logprobs;
     rec.best_of = p->best_of;
     rec.length_penalty = p->length_penalty;
     rec.early_stopping = p->early_stopping;

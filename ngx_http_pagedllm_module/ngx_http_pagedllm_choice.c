@@ -5,7 +5,10 @@
  * own detokenizer, text, stop-string matching and finish_reason.  Stop
  * strings are matched here on the decoded text, across token boundaries:
  * a match cuts the choice's text where the stop string starts and ends
- * that choice (the generation is aborted once no choice is left).
+ * that choice (the generation is aborted once no choice is left).  With
+ * echo and logprobs a choice's first tokens are its prompt's, with their
+ * logprobs: they become its first pieces, not counted as completion
+ * tokens nor searched for stop strings.
  */
 
 
@@ -18,6 +21,8 @@
 
 static void ngx_http_pagedllm_choice_end(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch);
+static void ngx_http_pagedllm_batch_cached(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index);
 static ngx_int_t ngx_http_pagedllm_pieces_reserve(
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t n);
@@ -35,7 +40,7 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
     const pl_top_logprob_t *top, ngx_uint_t n_top)
 {
     long                          len;
-    ngx_uint_t                    i;
+    ngx_uint_t                    i, prompt;
     ngx_http_pagedllm_engine_t   *engine;
     ngx_http_pagedllm_choice_t   *ch;
 
@@ -69,6 +74,10 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
         return NGX_ERROR;
     }
 
+    if (ch->prompt_left > 0 && n > ch->prompt_left) {
+        return NGX_ERROR;           /* a record across the prompt's end */
+    }
+
     for (i = 0; i < n; i++) {
         if (ids[i] < 0 || (uint32_t) ids[i] >= engine->vocab_size
             || ngx_http_pagedllm_text_reserve(ctx, ch,
@@ -85,7 +94,15 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
         }
 
         ch->text_len += len;
-        ch->completion_tokens++;
+        prompt = ch->prompt_left > 0;
+
+        if (prompt) {
+            ch->prompt_left--;
+            ch->prompt_pieces++;
+
+        } else {
+            ch->completion_tokens++;
+        }
 
         if (lp) {
             ch->piece_lp[ch->npieces] = lp[i];
@@ -95,7 +112,8 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
 
         ch->piece_end[ch->npieces++] = (uint32_t) ch->text_len;
 
-        if (ctx->params.n_stop && ngx_http_pagedllm_stop_check(ctx, ch, len))
+        if (ctx->params.n_stop && !prompt
+            && ngx_http_pagedllm_stop_check(ctx, ch, len))
         {
             return NGX_OK;
         }
@@ -121,6 +139,10 @@ ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
     }
 
     ch = &ctx->choices[index];
+
+    if (ctx->params.n_parts > 1) {
+        ngx_http_pagedllm_batch_cached(ctx, index);
+    }
 
     if (ctx->finished || ch->engine_done) {
         return ch->engine_done ? NGX_ERROR : NGX_OK;
@@ -168,6 +190,44 @@ ngx_http_pagedllm_choice_end(ngx_http_pagedllm_ctx_t *ctx,
 
     ctx->finished = 1;
     ctx->finish_reason = PL_FINISH_STOP;
+}
+
+
+/*
+ * Batched prompts: the cached_tokens of a FINISH are its prompt's, so the
+ * request's are the sum over the prompts, each counted once.
+ */
+static void
+ngx_http_pagedllm_batch_cached(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index)
+{
+    ngx_uint_t                   i, sum;
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    p->parts[index / (p->n / p->n_parts)].cached_tokens = ctx->cached_tokens;
+
+    sum = 0;
+
+    for (i = 0; i < p->n_parts; i++) {
+        sum += p->parts[i].cached_tokens;
+    }
+
+    ctx->cached_tokens = sum;
+}
+
+
+/* The prompt text choice index begins with (echo): its own prompt's when
+   the prompts were batched, the one prompt's otherwise; empty without
+   echo. */
+ngx_str_t *
+ngx_http_pagedllm_choice_echo(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index)
+{
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    if (p->n_parts > 1) {
+        return &p->parts[index / (p->n / p->n_parts)].echo;
+    }
+
+    return &p->echo;
 }
 
 
@@ -223,18 +283,22 @@ ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, size_t len)
 {
     u_char      *m;
-    size_t       from, cut, keep;
+    size_t       from, cut, keep, floor;
     ngx_str_t   *st;
     ngx_uint_t   i;
 
     cut = ch->text_len + 1;
     keep = 0;
 
+    /* a stop string is looked for in the completion, not the prompt */
+    floor = ch->prompt_pieces ? ch->piece_end[ch->prompt_pieces - 1] : 0;
+
     for (i = 0; i < ctx->params.n_stop; i++) {
         st = &ctx->params.stop[i];
 
         from = ch->text_len - len;
         from = from >= st->len - 1 ? from - (st->len - 1) : 0;
+        from = ngx_max(from, floor);
 
         m = memmem(ch->text + from, ch->text_len - from, st->data,
                    st->len);

@@ -6,7 +6,10 @@
  * to the channel and its output started.  A long body is decoded and a
  * long prompt tokenized on the thread pool, the request blocked
  * meanwhile.  POST /tokenize and /detokenize take the same steps and are
- * answered where a completion would be submitted.
+ * answered where a completion would be submitted.  Batched prompts (a
+ * list of them) are prepared one after the other, each tokenized or
+ * decoded for echo as a single prompt is, then joined into one SUBMIT
+ * that the engine runs as a request per prompt.
  */
 
 
@@ -51,6 +54,24 @@ static void ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
 static ngx_http_pagedllm_engine_t *ngx_http_pagedllm_same_engine(
     ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx);
 static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx);
+static ngx_uint_t ngx_http_pagedllm_echo_text(ngx_http_pagedllm_params_t *p);
+static void ngx_http_pagedllm_prompt_expected(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch);
+static ngx_uint_t ngx_http_pagedllm_job_failed(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_batch_next(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_batch_tokenized(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_batch_decoded(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx);
+static u_char *ngx_http_pagedllm_batch_keep(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, void **data, size_t len);
+static ngx_int_t ngx_http_pagedllm_check_prompts(
+    ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine,
+    ngx_http_pagedllm_error_t *err);
+static ngx_int_t ngx_http_pagedllm_batch_join(ngx_pool_t *pool,
+    ngx_http_pagedllm_params_t *p);
 static ngx_int_t ngx_http_pagedllm_start(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 
@@ -226,6 +247,19 @@ ngx_http_pagedllm_parse(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 
     ctx->tok = engine->tok;
 
+    if (ctx->params.n_parts > 1) {
+        if (ngx_http_pagedllm_tokenize_init(r->pool, &ctx->job, ctx->tok,
+                                            &ctx->params)
+            != NGX_OK)
+        {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+
+        ngx_http_pagedllm_batch_next(r, ctx);
+        return;
+    }
+
     if (ctx->params.prompt != NULL && !ctx->detokenize) {
         ngx_http_pagedllm_echo(r, ctx);
         return;
@@ -275,10 +309,7 @@ ngx_http_pagedllm_tokenized(ngx_http_request_t *r,
         return;
     }
 
-    if (ctx->job.rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_pagedllm_send_error(r,
-                                                               &ctx->job.err));
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
         return;
     }
 
@@ -304,9 +335,11 @@ ngx_http_pagedllm_echo(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 {
     ngx_http_pagedllm_params_t  *p = &ctx->params;
 
-    if (!p->want_echo || p->text != NULL) {
+    if (!p->want_echo || p->text != NULL
+        || (p->flags & PL_SUBMIT_PROMPT_LOGPROBS))
+    {
         p->echo.data = p->text;
-        p->echo.len = p->want_echo ? p->text_len : 0;
+        p->echo.len = ngx_http_pagedllm_echo_text(p) ? p->text_len : 0;
         ngx_http_pagedllm_submit(r, ctx);
         return;
     }
@@ -329,10 +362,7 @@ static void
 ngx_http_pagedllm_echo_decoded(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx)
 {
-    if (ctx->job.rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_pagedllm_send_error(r,
-                                                               &ctx->job.err));
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
         return;
     }
 
@@ -361,10 +391,7 @@ ngx_http_pagedllm_tokens_answer(ngx_http_request_t *r,
     ngx_buf_t                   *b;
     ngx_http_pagedllm_engine_t  *engine;
 
-    if (ctx->job.rc != NGX_OK) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_pagedllm_send_error(r,
-                                                               &ctx->job.err));
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
         return;
     }
 
@@ -419,10 +446,17 @@ ngx_http_pagedllm_submit(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
         return;
     }
 
-    if (ngx_http_pagedllm_check_length(&ctx->params, engine, &err)
+    if (ngx_http_pagedllm_check_prompts(&ctx->params, engine, &err)
         != NGX_OK)
     {
         ngx_http_finalize_request(r, ngx_http_pagedllm_send_error(r, &err));
+        return;
+    }
+
+    if (ctx->params.n_parts > 1
+        && ngx_http_pagedllm_batch_join(r->pool, &ctx->params) != NGX_OK)
+    {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 
@@ -470,6 +504,258 @@ ngx_http_pagedllm_submit(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 }
 
 
+/* Whether the tokenizing job failed: then its error is the answer. */
+static ngx_uint_t
+ngx_http_pagedllm_job_failed(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    if (ctx->job.rc == NGX_OK) {
+        return 0;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_pagedllm_send_error(r,
+                                                              &ctx->job.err));
+    return 1;
+}
+
+
+/*
+ * The next step of batched prompts: part ctx->part tokenized when it came
+ * as text (truncate_prompt_tokens as for one prompt), truncated when it
+ * came as ids, then with echo its text (as given, or its ids decoded);
+ * the parts done, the submission.  The job's results move into the pool
+ * at once, so the one job (and its one cleanup) serves every part.
+ */
+static void
+ngx_http_pagedllm_batch_next(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_part_t    *part;
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    for ( /* void */ ; ctx->part < p->n_parts; ctx->part++) {
+        part = &p->parts[ctx->part];
+
+        if (part->ids == NULL) {
+            p->text = part->text;
+            p->text_len = part->text_len;
+            ngx_http_pagedllm_step(r, ctx, ngx_http_pagedllm_tokenize_work,
+                                   ngx_http_pagedllm_batch_tokenized,
+                                   p->text_len
+                                   >= NGX_HTTP_PAGEDLLM_INLINE_MAX);
+            return;
+        }
+
+        if (ngx_http_pagedllm_echo_text(p) && part->echo.data == NULL) {
+            p->prompt = part->ids;
+            p->n_prompt = part->n_ids;
+            ngx_http_pagedllm_step(r, ctx, ngx_http_pagedllm_detokenize_work,
+                                   ngx_http_pagedllm_batch_decoded,
+                                   p->n_prompt * sizeof(int32_t)
+                                   >= NGX_HTTP_PAGEDLLM_INLINE_MAX);
+            return;
+        }
+    }
+
+    p->text = NULL;
+    p->text_len = 0;
+    ngx_http_pagedllm_submit(r, ctx);
+}
+
+
+/* A text part tokenized: its ids, its text as its echo. */
+static void
+ngx_http_pagedllm_batch_tokenized(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_part_t  *part = &ctx->params.parts[ctx->part];
+
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
+        return;
+    }
+
+    part->n_ids = ctx->job.n_ids;
+    part->ids = (int32_t *) ngx_http_pagedllm_batch_keep(r, ctx,
+                                (void **) &ctx->job.ids,
+                                part->n_ids * sizeof(int32_t));
+    if (part->ids == NULL) {
+        return;
+    }
+
+    if (ngx_http_pagedllm_echo_text(&ctx->params)) {
+        part->echo.data = part->text;
+        part->echo.len = part->text_len;
+    }
+
+    ngx_http_pagedllm_batch_next(r, ctx);
+}
+
+
+/* An ids part decoded: its echo. */
+static void
+ngx_http_pagedllm_batch_decoded(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_part_t  *part = &ctx->params.parts[ctx->part];
+
+    if (ngx_http_pagedllm_job_failed(r, ctx)) {
+        return;
+    }
+
+    part->echo.len = ctx->job.text_len;
+    part->echo.data = ngx_http_pagedllm_batch_keep(r, ctx,
+                                                   (void **) &ctx->job.text,
+                                                   part->echo.len + 1);
+    if (part->echo.data == NULL) {
+        return;
+    }
+
+    ngx_http_pagedllm_batch_next(r, ctx);
+}
+
+
+/* The job's malloc()ed *data (len bytes) copied into the request pool
+   and freed; NULL, the request finalized, when the pool is out. */
+static u_char *
+ngx_http_pagedllm_batch_keep(ngx_http_request_t *r,
+    ngx_http_pagedllm_ctx_t *ctx, void **data, size_t len)
+{
+    u_char  *kept;
+
+    kept = ngx_pnalloc(r->pool, len ? len : 1);
+    if (kept != NULL && len) {
+        ngx_memcpy(kept, *data, len);
+    }
+
+    ngx_free(*data);
+    *data = NULL;
+
+    if (kept == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+    }
+
+    return kept;
+}
+
+
+/*
+ * The prompt, or each of the batched prompts, and max_tokens within the
+ * model's context; batched prompts also within one SUBMIT record together.
+ */
+static ngx_int_t
+ngx_http_pagedllm_check_prompts(ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err)
+{
+    ngx_uint_t  i, total;
+
+    if (p->n_parts <= 1) {
+        return ngx_http_pagedllm_check_length(p, engine, err);
+    }
+
+    total = 0;
+
+    for (i = 0; i < p->n_parts; i++) {
+        p->n_prompt = p->parts[i].n_ids;
+
+        if (ngx_http_pagedllm_check_length(p, engine, err) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        total += p->parts[i].n_ids;
+    }
+
+    p->n_prompt = total;
+
+    if (total > engine->max_prompt) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
+                                    "The %ui prompts hold %ui tokens "
+                                    "together, more than the %uD one "
+                                    "request may carry", p->n_parts, total,
+                                    engine->max_prompt);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Batched prompts end to end as the request's prompt, and n choices for
+   each of them. */
+static ngx_int_t
+ngx_http_pagedllm_batch_join(ngx_pool_t *pool, ngx_http_pagedllm_params_t *p)
+{
+    int32_t     *all;
+    ngx_uint_t   i, at;
+
+    all = ngx_palloc(pool, p->n_prompt * sizeof(int32_t));
+    if (all == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0, at = 0; i < p->n_parts; i++) {
+        ngx_memcpy(all + at, p->parts[i].ids,
+                   p->parts[i].n_ids * sizeof(int32_t));
+        at += p->parts[i].n_ids;
+    }
+
+    p->prompt = all;
+
+    p->n *= p->n_parts;
+    ngx_str_null(&p->echo);
+
+    return NGX_OK;
+}
+
+
+/* The SUBMIT's prompt_lens for batched prompts, written at dst unless
+   NULL: their bytes (0 for one prompt). */
+size_t
+ngx_http_pagedllm_prompt_lens(ngx_http_pagedllm_params_t *p, u_char *dst)
+{
+    uint32_t    len;
+    ngx_uint_t  i;
+
+    if (p->n_parts <= 1) {
+        return 0;
+    }
+
+    for (i = 0; dst != NULL && i < p->n_parts; i++) {
+        len = (uint32_t) p->parts[i].n_ids;
+        ngx_memcpy(dst + i * sizeof(uint32_t), &len, sizeof(uint32_t));
+    }
+
+    return p->n_parts * sizeof(uint32_t);
+}
+
+
+/* Whether echo sends the prompt as text ahead of each choice's: yes,
+   unless the prompt comes back as tokens with their logprobs. */
+static ngx_uint_t
+ngx_http_pagedllm_echo_text(ngx_http_pagedllm_params_t *p)
+{
+    return p->want_echo && !(p->flags & PL_SUBMIT_PROMPT_LOGPROBS);
+}
+
+
+/* Echo with logprobs: the prompt tokens choice ch receives first, its
+   own prompt's when the prompts were batched. */
+static void
+ngx_http_pagedllm_prompt_expected(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
+{
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    if (!(p->flags & PL_SUBMIT_PROMPT_LOGPROBS)) {
+        return;
+    }
+
+    ch->prompt_left = p->n_parts > 1
+                      ? p->parts[ch->index / (p->n / p->n_parts)].n_ids
+                      : p->n_prompt;
+    ch->prompt_first = 1;
+}
+
+
 /* One output state per choice, each with its own detokenizer. */
 static ngx_int_t
 ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx)
@@ -486,6 +772,7 @@ ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx)
         ctx->choices[i].index = i;
         pl_detok_init(&ctx->choices[i].detok, ctx->tok->tokenizer,
                       !ctx->params.keep_specials);
+        ngx_http_pagedllm_prompt_expected(ctx, &ctx->choices[i]);
     }
 
     ctx->n_top = (ctx->params.flags & PL_SUBMIT_LOGPROBS)

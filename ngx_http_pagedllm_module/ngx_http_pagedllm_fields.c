@@ -28,6 +28,8 @@ static ngx_int_t ngx_http_pagedllm_f_prompt(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_prompt_text(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_prompt_batch(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_prompt_ids(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps,
@@ -133,7 +135,8 @@ static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_allowed_ids =
       "the sampler takes no list of allowed tokens" };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_prompt_logprobs =
     { NGX_HTTP_PAGEDLLM_J(JSON_INTEGER), "an integer", "[]",
-      "the engine does not compute the prompt's logprobs" };
+      "vLLM's prompt_logprobs list is not returned; 'echo' with "
+      "'logprobs' gives the prompt's logprobs" };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_bad_words =
     { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[[]]",
       "bad word lists are not implemented" };
@@ -374,8 +377,8 @@ ngx_http_pagedllm_f_prompt(ngx_http_pagedllm_parse_t *ps, json_t *v)
 
     if (!json_is_array(v) || json_array_size(v) == 0) {
         return ngx_http_pagedllm_type_error(ps,
-                   "a string, an array of token ids, or a one-element "
-                   "array of either");
+                   "a string, an array of token ids, or an array of "
+                   "either");
     }
 
     first = json_array_get(v, 0);
@@ -384,13 +387,17 @@ ngx_http_pagedllm_f_prompt(ngx_http_pagedllm_parse_t *ps, json_t *v)
         return ngx_http_pagedllm_prompt_ids(ps, v);
     }
 
-    if (json_array_size(v) > 1
-        && (json_is_string(first) || json_is_array(first)))
-    {
+    if (json_array_size(v) > NGX_HTTP_PAGEDLLM_MAX_PROMPTS) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "prompt",
-                                    "Batched prompts are not supported: "
-                                    "send one prompt per request");
+                                    "'prompt' holds %uz prompts, more than "
+                                    "the %d a request may batch",
+                                    json_array_size(v),
+                                    NGX_HTTP_PAGEDLLM_MAX_PROMPTS);
         return NGX_ERROR;
+    }
+
+    if (json_array_size(v) > 1) {
+        return ngx_http_pagedllm_prompt_batch(ps, v);
     }
 
     if (json_is_string(first)) {
@@ -402,8 +409,64 @@ ngx_http_pagedllm_f_prompt(ngx_http_pagedllm_parse_t *ps, json_t *v)
     }
 
     return ngx_http_pagedllm_type_error(ps,
-               "a string, an array of token ids, or a one-element array "
-               "of either");
+               "a string, an array of token ids, or an array of either");
+}
+
+
+/*
+ * Batched prompts: every element a string, or every element a non-empty
+ * array of token ids; each becomes a part, tokenized (a string) and run
+ * as a request of its own.
+ */
+static ngx_int_t
+ngx_http_pagedllm_prompt_batch(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    size_t                       i;
+    json_t                      *e;
+    ngx_uint_t                   text;
+    ngx_http_pagedllm_part_t    *part;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    p->n_parts = json_array_size(v);
+    p->parts = ngx_pcalloc(ps->pool,
+                           p->n_parts * sizeof(ngx_http_pagedllm_part_t));
+    if (p->parts == NULL) {
+        return NGX_ERROR;
+    }
+
+    text = json_is_string(json_array_get(v, 0));
+
+    json_array_foreach(v, i, e) {
+        part = &p->parts[i];
+
+        if (text && json_is_string(e)) {
+            if (ngx_http_pagedllm_prompt_text(ps, e) != NGX_OK) {
+                return NGX_ERROR;
+            }
+            part->text = p->text;
+            part->text_len = p->text_len;
+            continue;
+        }
+
+        if (text || !json_is_array(e) || json_array_size(e) == 0) {
+            return ngx_http_pagedllm_type_error(ps,
+                       "a string, an array of token ids, or an array of "
+                       "either (all strings or all arrays of token ids)");
+        }
+
+        if (ngx_http_pagedllm_prompt_ids(ps, e) != NGX_OK) {
+            return NGX_ERROR;
+        }
+        part->ids = p->prompt;
+        part->n_ids = p->n_prompt;
+    }
+
+    p->text = NULL;
+    p->text_len = 0;
+    p->prompt = NULL;
+    p->n_prompt = 0;
+
+    return NGX_OK;
 }
 
 

@@ -74,6 +74,7 @@
 
 #define NGX_HTTP_PAGEDLLM_ERR_LEN      512
 #define NGX_HTTP_PAGEDLLM_MAX_STOP     4
+#define NGX_HTTP_PAGEDLLM_MAX_PROMPTS  PL_MAX_PROMPTS   /* batched */
 #define NGX_HTTP_PAGEDLLM_STOP_LEN     1024
 
 #define NGX_HTTP_PAGEDLLM_CORS_OFF     0
@@ -194,6 +195,18 @@ typedef void (*ngx_http_pagedllm_work_pt)(void *data, ngx_log_t *log);
 typedef void (*ngx_http_pagedllm_done_pt)(void *data);
 
 
+/* One prompt of a batch (/v1/completions' prompt as a list): its text
+   until tokenized, its ids, and its text for echo. */
+typedef struct {
+    u_char                       *text;
+    size_t                        text_len;
+    int32_t                      *ids;
+    ngx_uint_t                    n_ids;
+    ngx_str_t                     echo;
+    ngx_uint_t                    cached_tokens;  /* from its FINISH */
+} ngx_http_pagedllm_part_t;
+
+
 typedef struct {
     int32_t                      *prompt;
     ngx_uint_t                    n_prompt;
@@ -218,6 +231,8 @@ typedef struct {
     float                         frequency_penalty;
     uint32_t                      min_tokens;
     uint32_t                      logprobs;      /* top-N, with the flag */
+    uint32_t                      prompt_logprobs;  /* top-N, with the
+                                                       prompt flag */
     float                         length_penalty;   /* beam search */
     uint32_t                      early_stopping;   /* PL_EARLY_STOPPING_* */
     pl_bias_pair_t               *bias;
@@ -240,6 +255,10 @@ typedef struct {
     size_t                        grammar_len;
     const char                   *grammar_field;   /* which set it */
     unsigned                      want_echo:1;      /* completions' echo */
+    /* batched prompts (n_parts > 1): once joined, prompt holds them end
+       to end and n counts the choices of them all, n per prompt */
+    ngx_http_pagedllm_part_t     *parts;
+    ngx_uint_t                    n_parts;
 } ngx_http_pagedllm_params_t;
 
 
@@ -347,6 +366,11 @@ typedef struct {
     unsigned                      final_sent:1;  /* its finish_reason */
     unsigned                      role_sent:1;   /* chat: first delta */
     unsigned                      echo_sent:1;   /* echo: the prompt */
+    /* echo with logprobs: the prompt's tokens come first, as pieces */
+    ngx_uint_t                    prompt_left;   /* still to come */
+    ngx_uint_t                    prompt_pieces; /* of the pieces kept */
+    unsigned                      prompt_first:1;   /* piece 0 is the
+                                                       prompt's first */
 } ngx_http_pagedllm_choice_t;
 
 
@@ -398,6 +422,8 @@ struct ngx_http_pagedllm_ctx_s {
     unsigned                      chat:1;        /* /v1/chat/completions */
     unsigned                      tokenize:1;    /* POST /tokenize */
     unsigned                      detokenize:1;  /* POST /detokenize */
+    ngx_uint_t                    part;          /* batched prompts: the
+                                                    one being prepared */
 };
 
 
@@ -538,5 +564,11 @@ ngx_buf_t *ngx_http_pagedllm_version_json(ngx_pool_t *pool);
 json_t *ngx_http_pagedllm_status_object(ngx_pool_t *pool,
     ngx_http_pagedllm_engine_t *engine, pl_stats_t *stats);
 ngx_buf_t *ngx_http_pagedllm_json_buf(ngx_pool_t *pool, json_t *j);
+
+/* batched prompts */
+ngx_str_t *ngx_http_pagedllm_choice_echo(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index);
+size_t ngx_http_pagedllm_prompt_lens(ngx_http_pagedllm_params_t *p,
+    u_char *dst);
 
 #endif /* _NGX_HTTP_PAGEDLLM_MODULE_H_INCLUDED_ */

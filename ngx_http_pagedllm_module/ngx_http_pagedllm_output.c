@@ -262,6 +262,8 @@ ngx_http_pagedllm_consume(ngx_http_pagedllm_choice_t *ch, ngx_uint_t n,
     }
 
     ch->npieces = rest;
+    ch->prompt_pieces -= ngx_min(n, ch->prompt_pieces);
+    ch->prompt_first = ch->prompt_first && n == 0;
 }
 
 
@@ -270,13 +272,16 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t emit, ngx_str_t *lpj)
 {
     size_t      size;
+    ngx_str_t  *echo;
     ngx_uint_t  i;
 
     size = (emit + 2) * ngx_http_pagedllm_sse_bound(ctx, 0)
            + ngx_http_pagedllm_sse_bound(ctx, ch->text_len);
 
-    if (ctx->params.echo.len && !ch->echo_sent) {
-        size += ngx_http_pagedllm_sse_bound(ctx, ctx->params.echo.len);
+    echo = ngx_http_pagedllm_choice_echo(ctx, ch->index);
+
+    if (echo->len && !ch->echo_sent) {
+        size += ngx_http_pagedllm_sse_bound(ctx, echo->len);
     }
 
     for (i = 0; lpj && i < emit; i++) {
@@ -294,6 +299,7 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t emit, ngx_str_t *lpj)
 {
     uint32_t    reason, start, end;
+    ngx_str_t  *echo;
     ngx_uint_t  i, final;
 
     final = ch->finished && !ch->final_sent
@@ -305,10 +311,11 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
         ch->role_sent = 1;
     }
 
-    if (ctx->params.echo.len && !ch->echo_sent && (emit || final)) {
-        p = ngx_http_pagedllm_sse_text(p, ctx, ch->index,
-                                       ctx->params.echo.data,
-                                       ctx->params.echo.len, NULL, 0);
+    echo = ngx_http_pagedllm_choice_echo(ctx, ch->index);
+
+    if (echo->len && !ch->echo_sent && (emit || final)) {
+        p = ngx_http_pagedllm_sse_text(p, ctx, ch->index, echo->data,
+                                       echo->len, NULL, 0);
         ch->echo_sent = 1;
     }
 

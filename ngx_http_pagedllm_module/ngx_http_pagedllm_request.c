@@ -147,6 +147,13 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
         p->n_prompt = ngx_http_pagedllm_truncate(p, p->prompt, p->n_prompt);
     }
 
+    for (id = 0; id < p->n_parts; id++) {
+        if (p->parts[id].ids != NULL) {
+            p->parts[id].n_ids = ngx_http_pagedllm_truncate(p,
+                                     p->parts[id].ids, p->parts[id].n_ids);
+        }
+    }
+
     ngx_http_pagedllm_defaults(root, p, engine);
 
     return NGX_OK;
@@ -445,7 +452,9 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
 {
     const char  *name;
 
-    if (p->prompt == NULL && p->text == NULL && p->messages == NULL) {
+    if (p->prompt == NULL && p->text == NULL && p->messages == NULL
+        && p->parts == NULL)
+    {
         name = ngx_http_pagedllm_apis[p->chat].prompt;
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
                                     "'%s' is a required property", name);
@@ -479,12 +488,10 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
+    /* echo with logprobs: the prompt's tokens come back with theirs */
     if (p->want_echo && (p->flags & PL_SUBMIT_LOGPROBS)) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "echo",
-                                    "'echo' with 'logprobs' is not "
-                                    "supported: the engine does not compute "
-                                    "the prompt's logprobs");
-        return NGX_ERROR;
+        p->flags |= PL_SUBMIT_PROMPT_LOGPROBS;
+        p->prompt_logprobs = p->logprobs;
     }
 
     if (ngx_http_pagedllm_given(root, "stream_options") && !p->stream) {

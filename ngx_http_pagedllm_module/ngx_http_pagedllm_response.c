@@ -311,6 +311,15 @@ ngx_http_pagedllm_lp_value(float lp)
 }
 
 
+/* Whether piece i is the prompt's first token (echo with logprobs),
+   whose logprob OpenAI gives as null: nothing came before it. */
+static ngx_uint_t
+ngx_http_pagedllm_first_prompt(ngx_http_pagedllm_choice_t *ch, ngx_uint_t i)
+{
+    return i == 0 && ch->prompt_first;
+}
+
+
 /* OpenAI's completions logprobs of pieces [first, first + n). */
 static json_t *
 ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
@@ -338,12 +347,14 @@ ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
     for (i = first; i < first + n; i++) {
         start = i ? ch->piece_end[i - 1] : 0;
         end = ch->piece_end[i];
-        top = json_object();
+        top = ngx_http_pagedllm_first_prompt(ch, i) ? json_null()
+                                                     : json_object();
 
         if (json_array_append_new(tokens,
                 json_stringn((char *) ch->text + start, end - start))
             || json_array_append_new(lps,
-                   json_real(ngx_http_pagedllm_lp_value(ch->piece_lp[i])))
+                   ngx_http_pagedllm_first_prompt(ch, i) ? json_null()
+                   : json_real(ngx_http_pagedllm_lp_value(ch->piece_lp[i])))
             || json_array_append_new(offsets,
                    json_integer(ch->chars_sent
                                 + ngx_http_pagedllm_utf8_chars(ch->text,
@@ -353,7 +364,7 @@ ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
             return NULL;
         }
 
-        for (k = 0; k < ctx->n_top; k++) {
+        for (k = 0; json_is_object(top) && k < ctx->n_top; k++) {
             t = &ch->piece_top[i * ctx->n_top + k];
             len = ngx_http_pagedllm_token_text(ctx->tok->tokenizer, t->id, key);
 
@@ -556,7 +567,7 @@ ngx_http_pagedllm_choice_text(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
     u_char     *all;
     ngx_str_t  *echo;
 
-    echo = &ctx->params.echo;
+    echo = ngx_http_pagedllm_choice_echo(ctx, ch->index);
 
     if (echo->len == 0) {
         return json_stringn((char *) ch->text, ch->text_len);

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      5u
+#define PL_PROTO_VERSION      6u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
@@ -38,6 +38,7 @@
 #define PL_MAX_STOP_IDS       256     /* stop token ids per SUBMIT */
 #define PL_MAX_SEQS           16      /* n and best_of per SUBMIT */
 #define PL_MAX_GRAMMAR        65536   /* bytes of grammar text per SUBMIT */
+#define PL_MAX_PROMPTS        64      /* batched prompts per SUBMIT */
 
 /* the engine's longest gap between two stats publications while its
    loop runs and no iteration is in progress (its idle wait) */
@@ -57,6 +58,7 @@
 #define PL_SUBMIT_HAS_SEED    0x2u
 #define PL_SUBMIT_LOGPROBS    0x4u  /* send logprobs with every token */
 #define PL_SUBMIT_BEAM_SEARCH 0x8u  /* beam search of width best_of */
+#define PL_SUBMIT_PROMPT_LOGPROBS 0x10u  /* send the prompt's logprobs */
 
 /* pl_rec_submit_t.early_stopping (beam search) */
 #define PL_EARLY_STOPPING_FALSE  0
@@ -65,6 +67,7 @@
 
 /* pl_rec_tokens_t.flags */
 #define PL_TOKENS_LOGPROBS    0x1u
+#define PL_TOKENS_PROMPT      0x2u  /* prompt tokens, with their logprobs */
 
 /* pl_rec_finish_t.reason */
 #define PL_FINISH_STOP        1     /* an eos or stop token was produced */
@@ -222,13 +225,28 @@ pl_bmap_bytes(uint32_t num_blocks, uint32_t num_host_blocks)
 
 
 /*
- * followed by int32_t prompt[n_prompt], pl_bias_pair_t bias[n_logit_bias],
- * int32_t stop_ids[n_stop_ids], char grammar[n_grammar] (structured
- * outputs: the text in grammar/grammar.h's EBNF subset the output must
- * match; 0: none); the record is exactly that long (rounded
- * up to 8).  Zero is "off" for every field after seed, except the two
- * beam search fields, which are read only with PL_SUBMIT_BEAM_SEARCH
- * (there a length_penalty of 0 is a real value).
+ * followed by int32_t prompt[n_prompt], uint32_t prompt_lens[n_prompts]
+ * (only when n_prompts > 1), pl_bias_pair_t bias[n_logit_bias], int32_t
+ * stop_ids[n_stop_ids], char grammar[n_grammar] (structured outputs: the
+ * text in grammar/grammar.h's EBNF subset the output must match; 0:
+ * none); the record is exactly that long (rounded up to 8).  Zero is
+ * "off" for every field after seed, except the two beam search fields,
+ * which are read only with PL_SUBMIT_BEAM_SEARCH (there a length_penalty
+ * of 0 is a real value).
+ *
+ * Batched prompts (n_prompts > 1): prompt[] holds the prompts end to end,
+ * prompt_lens[] their lengths (each > 0, summing to n_prompt).  Each
+ * prompt is a request of its own in the engine with every other field of
+ * the record (n sequences, best_of, ...), all under the one req_id:
+ * prompt k's sequences are sent as indexes k * n .. k * n + n - 1, ABORT
+ * ends them all, and an ERROR of one ends the others (ABORT, no records).
+ *
+ * Prompt logprobs (PL_SUBMIT_PROMPT_LOGPROBS; echo with logprobs): each
+ * sequence's first TOKENS records, before any generated token, carry its
+ * prompt (all n_prompt ids of its prompt, in order, over as many records
+ * as it takes) with PL_TOKENS_PROMPT | PL_TOKENS_LOGPROBS: the logprob of
+ * each prompt token given the ones before it and the prompt_logprobs most
+ * likely ids there; the first token has none (NaN, its top ids -1).
  */
 typedef struct {
     uint64_t   req_id;
@@ -252,7 +270,10 @@ typedef struct {
     float      length_penalty;  /* beam search: score = cum / len ** it */
     uint32_t   early_stopping;  /* beam search: PL_EARLY_STOPPING_* */
     uint32_t   n_grammar;       /* <= PL_MAX_GRAMMAR */
-    uint32_t   reserved;
+    uint32_t   n_prompts;       /* <= PL_MAX_PROMPTS; 0 = 1 */
+    uint32_t   prompt_logprobs; /* top-N with PL_SUBMIT_PROMPT_LOGPROBS,
+                                   <= 20 */
+    uint32_t   reserved;        /* 0 */
 } pl_rec_submit_t;
 
 
@@ -270,8 +291,10 @@ typedef struct {
 /*
  * followed by int32_t ids[n]; with PL_TOKENS_LOGPROBS then float
  * logprob[n] (of each token) and, for each token in turn, n_top
- * pl_top_logprob_t (the most likely ids first).  index: which of the
- * request's n sequences (choices) the tokens belong to.
+ * pl_top_logprob_t (the most likely ids first).  PL_TOKENS_PROMPT: the
+ * ids are prompt tokens (see pl_rec_submit_t), not generated ones.
+ * index: which of the request's n sequences (choices; n per prompt when
+ * batched) the tokens belong to.
  */
 typedef struct {
     uint64_t   req_id;

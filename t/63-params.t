@@ -2,10 +2,10 @@
 # Every documented parameter of /v1/completions and /v1/chat/completions
 # and vLLM's extra parameters (issue 24 item 3), one case or more per row
 # of README's table that t/53-fields.t does not already cover: echo
-# (whole, streamed, with n, with a prompt of token ids, refused with
-# logprobs), batched prompts refused, max_completion_tokens, user,
-# add_special_tokens, and each parameter refused with its reason or
-# accepted with its neutral value.
+# (whole, streamed, with n, with a prompt of token ids, with logprobs),
+# a list of one prompt, max_completion_tokens, user, add_special_tokens,
+# and each parameter refused with its reason or accepted with its
+# neutral value.
 
 use strict;
 use warnings;
@@ -88,16 +88,15 @@ is_deeply(\%first, { 0 => 'Once upon', 1 => 'Once upon' },
 is_deeply([ @all{0, 1} ], texts($two),
           'streamed echo: the same text as the whole answer');
 
-refused(post(0, echo => 'true', logprobs => 1), 'echo',
-        'echo with logprobs', qr/prompt's logprobs/);
+my $elp = accepted(post(0, echo => 'true', logprobs => 1),
+                   'echo with logprobs (t/69-batch-echo-logprobs.t)');
+is(scalar @{ $elp->{choices}[0]{logprobs}{token_logprobs} },
+   $elp->{usage}{prompt_tokens} + 2,
+   'echo with logprobs: the prompt\'s tokens, then the two generated');
 accepted(post(0, echo => 'true', logprobs => 'null'), 'echo, logprobs null');
 
-# ---- batched prompts -----------------------------------------------------
+# ---- a list of one prompt (batches of more: t/69-batch-echo.t) ----------
 
-refused(post(0, prompt => '["a","b"]'), 'prompt', 'a list of prompts',
-        qr/Batched prompts are not supported/);
-refused(post(0, prompt => '[[1,2],[3,4]]'), 'prompt', 'a list of id lists',
-        qr/Batched prompts are not supported/);
 is(scalar @{ texts(accepted(post(0, prompt => '["Hi"]'),
                             'a list of one prompt')) }, 1,
    'a list of one prompt: one choice');
@@ -135,7 +134,7 @@ refused(post(0, add_special_tokens => '1'), 'add_special_tokens',
 my @rows = (
     [2, priority => '0', '1', qr/first come, first served/],
     [2, allowed_token_ids => undef, '[1,2]', qr/allowed tokens/],
-    [2, prompt_logprobs => undef, '1', qr/prompt's logprobs/],
+    [2, prompt_logprobs => undef, '1', qr/echo' with 'logprobs/],
     [2, bad_words => '[]', '["x"]', qr/bad word/],
     [2, logits_processors => '[]', '["m.f"]', qr/no code/],
     [2, return_tokens_as_token_ids => 'false', 'true', qr/text/],

@@ -121,7 +121,7 @@ time_steps(pl_model_t *m, pl_backend_t *be, const pl_batch_t *b, int reps,
             return -1;
         }
         be->sample(be, tokens, out.data, out.dtype, vocab, reqs,
-                   b->num_seqs, NULL, 0);
+                   b->num_seqs, NULL, 0, NULL, 0);
     }
     be->sync(be);
     return (now() - t) / reps;

@@ -5,12 +5,14 @@
  * the engine runs on logits gathered on the host (tensor parallelism),
  * and the reference the CUDA kernel is tested against.
  *
- * Each request adjusts a copy of its row, takes the highest value (lowest
- * id on ties); greedy stops there.  Otherwise the ids that min_p keeps
- * become candidates, and top_k then top_p cut them at a threshold found by
- * an exact radix search over the keys of the values (pl_select_key).  The
- * draw scores each candidate with its Philox noise and keeps the best;
- * the arithmetic is sample_math.h's, the same as the GPU's to the bit.
+ * Each request adjusts a copy of its row (its mask, when it has one,
+ * setting the ids it may not draw to -inf), takes the highest value
+ * (lowest id on ties); greedy stops there.  Otherwise the ids that min_p
+ * keeps become candidates, and top_k then top_p cut them at a threshold
+ * found by an exact radix search over the keys of the values
+ * (pl_select_key).  The draw scores each candidate with its Philox noise
+ * and keeps the best; the arithmetic is sample_math.h's, the same as the
+ * GPU's to the bit.
  */
 
 #include <math.h>
@@ -33,10 +35,12 @@ typedef struct {
 } pl_cands_t;
 
 
-/* v = the request's row after its adjust entries (step 1) */
+/* v = the request's row after its adjust entries and its mask (step 1);
+   allow is its row of the masks, or NULL */
 static void
 pl_sample_values(float *v, const float *row, int vocab,
-    const pl_sample_req_t *r, const pl_logit_adjust_t *adjust)
+    const pl_sample_req_t *r, const pl_logit_adjust_t *adjust,
+    const uint64_t *allow)
 {
     const pl_logit_adjust_t  *a;
     int                       i;
@@ -51,6 +55,30 @@ pl_sample_values(float *v, const float *row, int vocab,
             v[a->id] = pl_sample_adjust(v[a->id], a, r->repetition_penalty);
         }
     }
+
+    if (allow == NULL) {
+        return;
+    }
+
+    for (i = 0; i < vocab; i++) {
+        if (!(allow[i / 64] >> (i % 64) & 1)) {
+            v[i] = -INFINITY;
+        }
+    }
+}
+
+
+/* request r's row of the masks, or NULL when it has none (or a row out
+   of range, which no caller makes) */
+static const uint64_t *
+pl_sample_allow(const pl_sample_req_t *r, int vocab, const uint64_t *masks,
+    int n_masks)
+{
+    if (!r->masked || r->mask_row < 0 || r->mask_row >= n_masks) {
+        return NULL;
+    }
+
+    return masks + (size_t) r->mask_row * pl_sample_mask_words(vocab);
 }
 
 
@@ -200,7 +228,7 @@ pl_sample_one(const float *v, int vocab, const pl_sample_req_t *r,
 void
 pl_sample_host(int32_t *tokens, const float *logits, int vocab,
     const pl_sample_req_t *reqs, int n, const pl_logit_adjust_t *adjust,
-    int n_adjust)
+    int n_adjust, const uint64_t *masks, int n_masks)
 {
     size_t       nv = (size_t) vocab;
     float       *v = malloc(nv * sizeof(float));
@@ -224,7 +252,8 @@ pl_sample_host(int32_t *tokens, const float *logits, int vocab,
 
     for (i = 0; i < n; i++) {
         pl_sample_values(v, logits + (size_t) reqs[i].row * nv, vocab,
-                         &reqs[i], adjust);
+                         &reqs[i], adjust,
+                         pl_sample_allow(&reqs[i], vocab, masks, n_masks));
         tokens[i] = pl_sample_one(v, vocab, &reqs[i], &c);
     }
 
@@ -239,10 +268,12 @@ pl_sample_host(int32_t *tokens, const float *logits, int vocab,
 void
 pl_cpu_sample(pl_backend_t *be, int32_t *tokens, const void *logits,
     pl_dtype_t dtype, int vocab, const pl_sample_req_t *reqs, int n,
-    const pl_logit_adjust_t *adjust, int n_adjust)
+    const pl_logit_adjust_t *adjust, int n_adjust, const uint64_t *masks,
+    int n_masks)
 {
     (void) be;
     (void) dtype;           /* the CPU's activations are fp32 */
 
-    pl_sample_host(tokens, logits, vocab, reqs, n, adjust, n_adjust);
+    pl_sample_host(tokens, logits, vocab, reqs, n, adjust, n_adjust, masks,
+                   n_masks);
 }

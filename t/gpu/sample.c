@@ -4,8 +4,9 @@
  * requests, every filter alone and together (min_p, top_k in the
  * shared-memory list and past it, top_p with and without top_k), adjust
  * entries short and long (a repetition penalty over a long history),
- * several requests on one row, vocabularies of 32000, 151936 and an odd
- * size, logits in bf16, f16 and f32.
+ * several requests on one row, grammar masks (one bit per id) allowing
+ * about one id in 1000, one in two or all but a few, vocabularies of
+ * 32000, 151936 and an odd size, logits in bf16, f16 and f32.
  *
  * Both sides compute the same IEEE operations and exact integer sums
  * (kernels/sample_math.h), so the tokens must be identical, every one:
@@ -155,6 +156,28 @@ random_adjust(pl_sample_req_t *r, pl_logit_adjust_t *adj, int *used,
 }
 
 
+/* r restricted to a fresh row of masks (*n_masks rows so far): about
+   one id in 1000, one in two, or all but a few allowed */
+static void
+random_mask(pl_sample_req_t *r, uint64_t *masks, int *n_masks, int vocab)
+{
+    int        words = pl_sample_mask_words(vocab), i, kind = pair_int(3);
+    uint64_t  *m = masks + (size_t) *n_masks * words;
+
+    for (i = 0; i < words; i++) {
+        m[i] = kind == 1 ? pair_next() : kind == 2 ? ~0ull : 0;
+    }
+    for (i = 0; kind == 0 && i < vocab / 1000 + 1; i++) {
+        m[pair_int(vocab) / 64] |= 1ull << pair_int(64);
+    }
+    for (i = 0; kind == 2 && i < 20; i++) {
+        m[pair_int(vocab) / 64] &= ~(1ull << pair_int(64));
+    }
+    r->masked = 1;
+    r->mask_row = (*n_masks)++;
+}
+
+
 static void
 test_batch(int vocab, int rows, int n, pl_dtype_t dt, mix_t mix)
 {
@@ -166,8 +189,11 @@ test_batch(int vocab, int rows, int n, pl_dtype_t dt, mix_t mix)
     int32_t           *want = malloc((size_t) n * sizeof(int32_t));
     int32_t           *got = malloc((size_t) n * sizeof(int32_t));
     int32_t           *again = malloc((size_t) n * sizeof(int32_t));
+    uint64_t          *masks = malloc((size_t) n * pl_sample_mask_words(vocab)
+                                      * sizeof(uint64_t));
     void              *bytes, *dev;
     int                i, used = 0, bad = 0, unstable = 0, sampled = 0, k;
+    int                n_masks = 0;
 
     for (i = 0; i < rows; i++) {
         fill_row(logits + (size_t) i * vocab, vocab, dt);
@@ -178,6 +204,9 @@ test_batch(int vocab, int rows, int n, pl_dtype_t dt, mix_t mix)
         random_adjust(&reqs[i], adj, &used, vocab,
                       k == 0 ? 0 : k == 1 ? 1 + pair_int(20)
                       : k == 2 ? 200 + pair_int(MAX_ADJ_PER_REQ - 200) : 3);
+        if (pair_int(3) == 0) {
+            random_mask(&reqs[i], masks, &n_masks, vocab);
+        }
         sampled += reqs[i].temperature > 0 && reqs[i].top_k != 1;
     }
     /* several requests read one row: the last few copy another's row */
@@ -189,21 +218,24 @@ test_batch(int vocab, int rows, int n, pl_dtype_t dt, mix_t mix)
     dev = P.gpu->alloc(P.gpu, cells * pl_dtype_size(dt));
     P.gpu->upload(P.gpu, dev, bytes, cells * pl_dtype_size(dt));
 
-    pl_sample_host(want, logits, vocab, reqs, n, adj, used);
+    pl_sample_host(want, logits, vocab, reqs, n, adj, used, masks, n_masks);
 
     for (i = 0; i < n; i++) {
         got[i] = again[i] = -999;
     }
-    P.gpu->sample(P.gpu, got, dev, dt, vocab, reqs, n, adj, used);
-    P.gpu->sample(P.gpu, again, dev, dt, vocab, reqs, n, adj, used);
+    P.gpu->sample(P.gpu, got, dev, dt, vocab, reqs, n, adj, used, masks,
+                  n_masks);
+    P.gpu->sample(P.gpu, again, dev, dt, vocab, reqs, n, adj, used, masks,
+                  n_masks);
 
     for (i = 0; i < n; i++) {
         if (got[i] != want[i]) {
             if (bad++ < 5) {
                 diag("request %d (row %d, T %g, top_p %g, min_p %g, top_k "
-                     "%d, %d entries, seed %llu step %llu): gpu %d, cpu %d",
-                     i, reqs[i].row, reqs[i].temperature, reqs[i].top_p,
-                     reqs[i].min_p, reqs[i].top_k, reqs[i].adjust_count,
+                     "%d, %d entries, masked %d, seed %llu step %llu): gpu "
+                     "%d, cpu %d", i, reqs[i].row, reqs[i].temperature,
+                     reqs[i].top_p, reqs[i].min_p, reqs[i].top_k,
+                     reqs[i].adjust_count, reqs[i].masked,
                      (unsigned long long) reqs[i].seed,
                      (unsigned long long) reqs[i].step, got[i], want[i]);
             }
@@ -211,10 +243,10 @@ test_batch(int vocab, int rows, int n, pl_dtype_t dt, mix_t mix)
         unstable += again[i] != got[i];
     }
 
-    ok(bad == 0, "%s, vocab %d, %s, %d requests (%d sampled) over %d "
-       "rows, %d entries: the CPU's tokens exactly (%d differ)",
-       mix_name[mix], vocab, pl_dtype_name(dt), n, sampled, rows, used,
-       bad);
+    ok(bad == 0, "%s, vocab %d, %s, %d requests (%d sampled, %d masked) "
+       "over %d rows, %d entries: the CPU's tokens exactly (%d differ)",
+       mix_name[mix], vocab, pl_dtype_name(dt), n, sampled, n_masks, rows,
+       used, bad);
     is_int(unstable, 0, "and a second run repeats them");
 
     P.gpu->free(P.gpu, dev);
@@ -222,6 +254,7 @@ test_batch(int vocab, int rows, int n, pl_dtype_t dt, mix_t mix)
     free(logits);
     free(reqs);
     free(adj);
+    free(masks);
     free(want);
     free(got);
     free(again);
@@ -258,8 +291,9 @@ test_steps(void)
                                       .step = (uint64_t) i,
                                       .repetition_penalty = 1 };
     }
-    P.gpu->sample(P.gpu, got, dev, PL_DT_BF16, vocab, reqs, 256, NULL, 0);
-    pl_sample_host(want, row, vocab, reqs, 256, NULL, 0);
+    P.gpu->sample(P.gpu, got, dev, PL_DT_BF16, vocab, reqs, 256, NULL, 0,
+                  NULL, 0);
+    pl_sample_host(want, row, vocab, reqs, 256, NULL, 0, NULL, 0);
     for (i = 0; i < 256; i++) {
         hits += got[i] == 7;
         same &= got[i] == want[i];

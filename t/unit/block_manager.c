@@ -258,7 +258,7 @@ static int
 admit_all(pl_block_manager_t *bm, pl_block_table_t *t, const int32_t *tok,
     int n)
 {
-    int  reused = pl_bm_admit(bm, t, tok, n, n);
+    int  reused = pl_bm_admit(bm, t, tok, n, n, 1);
 
     if (reused >= 0) {
         pl_bm_register(bm, t, tok, n);
@@ -616,7 +616,7 @@ op_admit(pl_block_manager_t *bm)
         set_token(s, i, i < copy ? src->tok[i] : (int32_t) rnd(3));
     }
     s->n = n;
-    reused = pl_bm_admit(bm, &s->t, s->tok, n, 1 + (int) rnd(8));
+    reused = pl_bm_admit(bm, &s->t, s->tok, n, 1 + (int) rnd(8), 1);
     if (reused < 0) {
         return 0;
     }
@@ -947,7 +947,7 @@ beam_start(pl_block_manager_t *bm, bgroup_t *g)
         set_token(s, j, (int32_t) rnd(3));
     }
     s->n = n;
-    reused = pl_bm_admit(bm, &s->t, s->tok, n, 1);
+    reused = pl_bm_admit(bm, &s->t, s->tok, n, 1, 1);
     if (reused < 0) {
         return 0;
     }
@@ -989,7 +989,7 @@ beam_resume(pl_block_manager_t *bm, bgroup_t *g)
     for (j = 0; j < g->n; j++) {
         s = &ps[g->beam[j]];
         if (s->t.n == 0) {
-            r = pl_bm_admit(bm, &s->t, s->tok, s->n, 1);
+            r = pl_bm_admit(bm, &s->t, s->tok, s->n, 1, 1);
             if (r < 0) {
                 beam_preempt(bm, g);
                 return bad;

@@ -958,7 +958,7 @@ test_tiny_model(pl_backend_t *be, const char *build)
     int32_t             slot[3] = { 8, 9, 10 }, qs[2] = { 0, 3 };
     int32_t             cl[1] = { 3 }, bt[1] = { 2 }, rows[1] = { 2 };
     pl_batch_t          bt_one = {
-        3, 1, ids, pos, slot, qs, cl, bt, rows, 1, 3, 3
+        3, 1, ids, pos, slot, qs, cl, bt, rows, 1, 3, 3, 0
     };
 
     snprintf(cmd, sizeof(cmd), "%s/mktinymodel %s/tiny", build, tmp);

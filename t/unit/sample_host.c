@@ -38,7 +38,7 @@ draw(const float *row, int vocab, pl_sample_req_t r,
     r.row = 0;
     r.adjust_start = 0;
     r.adjust_count = n_adj;
-    pl_sample_host(&t, row, vocab, &r, 1, adj, n_adj);
+    pl_sample_host(&t, row, vocab, &r, 1, adj, n_adj, NULL, 0);
     return t;
 }
 
@@ -612,10 +612,11 @@ test_batch_positions(void)
 
     for (i = 0; i < 50; i++) {
         batch[0].step = batch[5].step = (uint64_t) i;
-        pl_sample_host(got, &rows[0][0], 1000, batch, 6, adj, 3);
+        pl_sample_host(got, &rows[0][0], 1000, batch, 6, adj, 3, NULL, 0);
         one = batch[0];
         one.row = 0;
-        pl_sample_host(&alone, &rows[1][0], 1000, &one, 1, adj, 3);
+        pl_sample_host(&alone, &rows[1][0], 1000, &one, 1, adj, 3, NULL,
+                       0);
         same &= got[0] == alone && got[5] == alone;
         shared += got[4] != got[0];
     }
