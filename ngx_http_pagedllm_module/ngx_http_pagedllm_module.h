@@ -30,6 +30,8 @@
  *                                   together, the length
  *   ngx_http_pagedllm_fields.c      the field tables, each field's parser
  *   ngx_http_pagedllm_prompt.c      chat messages, tokenizing
+ *   ngx_http_pagedllm_guided.c      structured outputs: the grammar
+ *   ngx_http_pagedllm_tools.c       tool calling: tools in, calls out
  * and
  *   ngx_http_pagedllm_response.c    OpenAI JSON and SSE out, errors
  *   ngx_http_pagedllm_metrics.c     Prometheus metrics, HTTP outcome counters
@@ -138,6 +140,9 @@ typedef void (*ngx_http_pagedllm_work_pt)(void *data, ngx_log_t *log);
 typedef void (*ngx_http_pagedllm_done_pt)(void *data);
 
 
+typedef struct ngx_http_pagedllm_tools_s  ngx_http_pagedllm_tools_t;
+
+
 typedef struct {
     int32_t                      *prompt;
     ngx_uint_t                    n_prompt;
@@ -184,6 +189,8 @@ typedef struct {
     size_t                        grammar_len;
     const char                   *grammar_field;   /* which set it */
     unsigned                      want_echo:1;      /* completions' echo */
+    /* tool calling (ngx_http_pagedllm_tools.c); NULL: no tool field */
+    ngx_http_pagedllm_tools_t    *tools;
 } ngx_http_pagedllm_params_t;
 
 
@@ -437,6 +444,8 @@ ngx_int_t ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     ngx_str_t *out);
 u_char *ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t index);
+u_char *ngx_http_pagedllm_sse_delta(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index, ngx_str_t *delta);
 u_char *ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
 u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message);

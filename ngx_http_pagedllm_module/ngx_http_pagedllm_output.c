@@ -13,6 +13,7 @@
 
 #include "ngx_http_pagedllm_module.h"
 #include "ngx_http_pagedllm_handler.h"
+#include "ngx_http_pagedllm_tools.h"
 
 #if (NGX_LINUX)
 #include <linux/sockios.h>
@@ -197,7 +198,7 @@ ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
         }
     }
 
-    safe = ch->text_len - hold;
+    safe = ngx_http_pagedllm_tools_safe(ctx, ch, ch->text_len - hold);
 
     for (n = 0; n < ch->npieces && ch->piece_end[n] <= safe; n++) {
         /* void */
@@ -283,21 +284,24 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
         size += lpj[i].len;
     }
 
-    return size;
+    return size + ngx_http_pagedllm_tools_sse_size(ctx, ch);
 }
 
 
-/* ch's events: its role first (chat), its emittable pieces, and once it
-   has ended normally its finish_reason (on the last piece, or alone). */
+/* ch's events: its role first (chat), its emittable pieces, its tool
+   calls, and once it has ended normally its finish_reason (on the last
+   piece, or alone). */
 static u_char *
 ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t emit, ngx_str_t *lpj)
 {
     uint32_t    reason, start, end;
-    ngx_uint_t  i, final;
+    ngx_uint_t  i, final, calls;
 
     final = ch->finished && !ch->final_sent
             && ctx->finish_reason != PL_FINISH_ERROR;
+    calls = final
+            && ch->finish_reason == NGX_HTTP_PAGEDLLM_FINISH_TOOL_CALLS;
     start = 0;
 
     if (ctx->chat && !ch->role_sent && (emit || final)) {
@@ -314,7 +318,8 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 
     for (i = 0; i < emit; i++) {
         end = ch->piece_end[i];
-        reason = (i == ch->npieces - 1 && final) ? ch->finish_reason : 0;
+        reason = (i == ch->npieces - 1 && final && !calls)
+                 ? ch->finish_reason : 0;
 
         p = ngx_http_pagedllm_sse_text(p, ctx, ch->index, ch->text + start,
                                        end - start, lpj ? &lpj[i] : NULL,
@@ -322,7 +327,11 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
         start = end;
     }
 
-    if (final && emit == 0) {
+    if (calls) {
+        p = ngx_http_pagedllm_tools_sse(p, ctx, ch);
+    }
+
+    if (final && (emit == 0 || calls)) {
         p = ngx_http_pagedllm_sse_text(p, ctx, ch->index, ch->text, 0,
                                        NULL, ch->finish_reason);
     }

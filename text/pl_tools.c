@@ -4,6 +4,10 @@
  * a stream must hold its text back, and the parser of an answer's calls.
  */
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE     /* memmem */
+#endif
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,8 +140,8 @@ pl_tools_branch(pl_tools_format_t f, const json_t *fn, size_t i,
 
     params = json_object_get(fn, "parameters");
     params = params ? json_deep_copy(params)
-                    : json_pack("{s:s,s:{}}", "type", "object",
-                                "properties");
+                    : json_pack("{s:s,s:{},s:b}", "type", "object",
+                                "properties", "additionalProperties", 0);
     snprintf(base, sizeof(base), "#/$defs/f%zu", i);
 
     if (params == NULL || pl_tools_rebase(params, base) != 0

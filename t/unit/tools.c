@@ -296,11 +296,12 @@ test_grammar(void)
     }
 
     g = forced(PL_TOOLS_JSON, 1, fns);
-    for (i = 0; g && i < 4; i++) {
+    for (i = 0; g && i < 5; i++) {
         static const char  *bad[] = {
             "[{\"name\":\"rm\",\"arguments\":{}}]",
             "[{\"name\":\"get_weather\",\"arguments\":{}}]",
             "[{\"name\":\"get_weather\",\"arguments\":{\"city\":7}}]",
+            "[{\"name\":\"get_time\",\"arguments\":{\"x\":1}}]",
             "[]",
         };
         ok(!accepts(g, bad[i]), "json: %s is outside the grammar", bad[i]);
