@@ -460,6 +460,27 @@ pl_j_call(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
     return pl_j_call_macro(c, callee.u.m, &a);
 }
 
+/* jinja2's global functions and transformers' (a name that is not set
+   otherwise): a test of one, such as Llama 3.2's "strftime_now is
+   defined", sees a callable; -1 when subject names none of them */
+int
+pl_j_global_test(const pl_jn_t *subject, const pl_jstr_t *test)
+{
+    static const char  *globals[] = {
+        "range", "dict", "lipsum", "cycler", "joiner", "namespace",
+        "raise_exception", "strftime_now", NULL
+    };
+    int                  i;
+
+    for (i = 0; globals[i] != NULL; i++) {
+        if (strcmp(subject->name->s, globals[i]) == 0) {
+            return strcmp(test->s, "defined") == 0
+                   || strcmp(test->s, "callable") == 0;
+        }
+    }
+    return -1;
+}
+
 /* ---- rendering: tests and filters ---- */
 
 static const char  *pl_j_filter_names[] = {
