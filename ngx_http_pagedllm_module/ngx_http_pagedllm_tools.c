@@ -659,7 +659,7 @@ static json_t *
 ngx_http_pagedllm_tools_calls_in(json_t *calls, ngx_pool_t *pool)
 {
     size_t   i;
-    json_t  *out, *c, *fn, *args, *type;
+    json_t  *out, *c, *fn, *args, *type, *call;
 
     if (!json_is_array(calls) || json_array_size(calls) == 0) {
         return NULL;
@@ -689,17 +689,19 @@ ngx_http_pagedllm_tools_calls_in(json_t *calls, ngx_pool_t *pool)
                             json_string_length(args), 0, NULL)
                : json_incref(args);
 
-        if (!json_is_object(args)
-            || json_array_append_new(out,
-                   json_pack("{s:O,s:s,s:{s:O,s:o}}",
-                             "id", json_object_get(c, "id"),
-                             "type", "function",
-                             "function",
-                                 "name", json_object_get(fn, "name"),
-                                 "arguments", args))
-               != 0)
-        {
+        if (!json_is_object(args)) {
             json_decref(args);
+            return NULL;
+        }
+
+        call = json_pack("{s:O,s:s,s:{s:O,s:o}}",
+                         "id", json_object_get(c, "id"),
+                         "type", "function",
+                         "function",
+                             "name", json_object_get(fn, "name"),
+                             "arguments", args);
+
+        if (json_array_append_new(out, call) != 0) {
             return NULL;
         }
     }
