@@ -566,7 +566,8 @@ ngx_http_pagedllm_tools_message_is(json_t *m)
 /*
  * A tool message to {role, content, tool_call_id[, name]}; an assistant
  * message with tool_calls to {role, content ("" when null), tool_calls
- * [, name]}, each call's arguments an object.
+ * [, name]}, each call's arguments an object (tool_calls null or empty:
+ * none, as clients that copy a message back send them).
  */
 json_t *
 ngx_http_pagedllm_tools_message(json_t *m, ngx_pool_t *pool,
@@ -625,16 +626,19 @@ ngx_http_pagedllm_tools_message(json_t *m, ngx_pool_t *pool,
         goto oom;
     }
 
-    if (tool) {
+    calls = json_object_get(m, "tool_calls");
+
+    if (tool || json_is_null(calls)
+        || (json_is_array(calls) && json_array_size(calls) == 0))
+    {
         return out;
     }
 
-    calls = ngx_http_pagedllm_tools_calls_in(json_object_get(m, "tool_calls"),
-                                             pool);
+    calls = ngx_http_pagedllm_tools_calls_in(calls, pool);
     if (calls == NULL) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
                                     "an assistant message's 'tool_calls' "
-                                    "must be a non-empty array of {\"id\", "
+                                    "must be an array of {\"id\", "
                                     "\"type\": \"function\", \"function\": "
                                     "{\"name\", \"arguments\"}}, the "
                                     "arguments a JSON object");
@@ -661,7 +665,7 @@ ngx_http_pagedllm_tools_calls_in(json_t *calls, ngx_pool_t *pool)
     size_t   i;
     json_t  *out, *c, *fn, *args, *type, *call;
 
-    if (!json_is_array(calls) || json_array_size(calls) == 0) {
+    if (!json_is_array(calls)) {
         return NULL;
     }
 

@@ -14,7 +14,7 @@
 # it); streamed calls come as OpenAI sends them.  "auto" with the answer's
 # text fixed by guided_regex: calls in the format become tool_calls (with
 # the text before them as content), a call to an unknown function stays
-# content.  A conversation with the calls and their results sent back.
+# content, and with tool_choice "none" so does a well-formed call.  A conversation with the calls and their results sent back.
 # The 400s, each naming its field.  Then the rendered prompt: the tools
 # are in it, as the template writes them.
 
@@ -109,10 +109,14 @@ for my $format (sort keys %templates) {
             or diag($J->encode($well));
         is(($auto->{"auto malformed$s"} // {})->{finish}, 'stop',
            "$format: auto$s, a call to an unknown function is content");
+        is(($auto->{"auto none$s"} // {})->{finish}, 'stop',
+           "$format: tool_choice none$s, a call in the format is content");
     }
 
     ok(($o->{multi_turn_auto} // '') =~ /^(stop|length|tool_calls)$/,
        "$format: calls and their results sent back: answered");
+    is($o->{copied_back}, 1,
+       "$format: an assistant message with tool_calls null is accepted");
 
     for my $e (@errors) {
         is($o->{errors}{$e}, 'ok', "$format: 400 for $e");

@@ -150,8 +150,10 @@ const content = { hermes: 'I will check. ' }[format] ?? null;
 const malformed = written.replace('get_weather', 'get_wether');
 out.auto = {};
 for (const stream of [false, true]) {
-  for (const [what, text] of [['well formed', written], ['malformed', malformed]]) {
-    const req = { ...base, tool_choice: 'auto', guided_regex: esc(text),
+  for (const [what, text, choice] of [['well formed', written, 'auto'],
+                                      ['malformed', malformed, 'auto'],
+                                      ['none', written, 'none']]) {
+    const req = { ...base, tool_choice: choice, guided_regex: esc(text),
                   max_tokens: 300, seed: seed++ };
     const name = `auto ${what}${stream ? ' streamed' : ''}`;
     const [g] = stream ? await streamed(name, req)
@@ -160,7 +162,8 @@ for (const stream of [false, true]) {
     out.auto[name] = { finish: g.finish, content: g.msg.content,
       calls: (g.msg.tool_calls ?? []).map((c) => [c.function.name,
                                                   JSON.parse(c.function.arguments)]) };
-    if (what === 'malformed' && (g.finish !== 'stop' || g.msg.content !== text))
+    if (what !== 'well formed'
+        && (g.finish !== 'stop' || g.msg.content !== text || g.msg.tool_calls))
       problem(`${name}: not content`, g);
     if (what === 'well formed' && g.msg.content !== content)
       problem(`${name}: content`, g.msg.content);
@@ -187,6 +190,12 @@ for (const stream of [false, true]) {
 const auto = await client.chat.completions.create({ ...base, messages: history,
                                                     max_tokens: 8 });
 out.multi_turn_auto = auto.choices[0].finish_reason;
+
+// a message copied back as clients do, tool_calls null
+const copied = await client.chat.completions.create({ ...base, max_tokens: 2,
+  messages: [...messages, { role: 'assistant', content: 'Hi.', tool_calls: null },
+             { role: 'user', content: 'Again?' }] });
+out.copied_back = copied.choices.length;
 
 // the 400s: [what, request, the param named, a word of the message]
 out.errors = {};
