@@ -83,7 +83,7 @@ ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx)
 static void
 ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
 {
-    size_t                       size;
+    size_t                       size, calls;
     ngx_int_t                    rc;
     ngx_buf_t                   *b;
     ngx_str_t                   *lpj[PL_MAX_SEQS];
@@ -98,8 +98,9 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
     for (i = 0; i < ctx->params.n; i++) {
         ch = &ctx->choices[i];
         emit[i] = ngx_http_pagedllm_emittable(ctx, ch);
+        calls = ngx_http_pagedllm_tools_sse_prepare(ctx, ch);
         lpj[i] = NULL;
-        any |= emit[i] || (ch->finished && !ch->final_sent);
+        any |= emit[i] || calls || (ch->finished && !ch->final_sent);
 
         if ((ctx->params.flags & PL_SUBMIT_LOGPROBS) && emit[i]
             && ngx_http_pagedllm_piece_logprobs(ctx, ch, emit[i], &lpj[i])
@@ -109,7 +110,8 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
             return;
         }
 
-        size += ngx_http_pagedllm_stream_size(ctx, ch, emit[i], lpj[i]);
+        size += calls + ngx_http_pagedllm_stream_size(ctx, ch, emit[i],
+                                                      lpj[i]);
     }
 
     if (!any) {
@@ -284,7 +286,7 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
         size += lpj[i].len;
     }
 
-    return size + ngx_http_pagedllm_tools_sse_size(ctx, ch);
+    return size;
 }
 
 
@@ -327,9 +329,7 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
         start = end;
     }
 
-    if (calls) {
-        p = ngx_http_pagedllm_tools_sse(p, ctx, ch);
-    }
+    p = ngx_http_pagedllm_tools_sse(p, ctx, ch);
 
     if (final && (emit == 0 || calls)) {
         p = ngx_http_pagedllm_sse_text(p, ctx, ch->index, ch->text, 0,

@@ -50,17 +50,29 @@ typedef enum {
 } ngx_http_pagedllm_tools_mode_e;
 
 
+/* A streamed choice's calls: the deltas not sent yet, and, for a forced
+   output read while it is written, how far its calls have been sent. */
+typedef struct {
+    ngx_array_t                  *pending;     /* of ngx_str_t, a delta each */
+    pl_tools_span_t              *spans;
+    size_t                        n_spans;     /* their room */
+    ngx_uint_t                    calls;       /* calls announced */
+    size_t                        args;        /* the last one's arguments:
+                                                  bytes sent */
+} ngx_http_pagedllm_tools_stream_t;
+
+
 struct ngx_http_pagedllm_tools_s {
     json_t                       *tools;       /* the request's, as given */
     json_t                       *names;       /* their functions' names */
     json_t                       *choice;      /* tool_choice; NULL: absent */
     const char                   *named;       /* its function */
     json_t                      **calls;       /* per choice; NULL: none */
-    ngx_array_t                 **deltas;      /* per choice, streamed:
-                                                  ngx_str_t, a delta each */
+    ngx_http_pagedllm_tools_stream_t  *streams;  /* per choice, streamed */
     ngx_uint_t                    mode;
     pl_tools_format_t             format;
     unsigned                      parallel:1;
+    unsigned                      forced:1;    /* required or named */
 };
 
 
@@ -89,9 +101,21 @@ static void ngx_http_pagedllm_tools_cut(ngx_http_pagedllm_choice_t *ch,
     size_t len);
 static ngx_int_t ngx_http_pagedllm_tools_ids(json_t *calls,
     pl_tools_format_t format);
-static ngx_array_t *ngx_http_pagedllm_tools_deltas(ngx_pool_t *pool,
-    json_t *calls);
+static ngx_int_t ngx_http_pagedllm_tools_deltas(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, json_t *calls);
+static ngx_int_t ngx_http_pagedllm_tools_progress(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
+static ngx_int_t ngx_http_pagedllm_tools_spans(ngx_pool_t *pool,
+    ngx_http_pagedllm_tools_stream_t *st, ngx_http_pagedllm_tools_t *t,
+    ngx_http_pagedllm_choice_t *ch, size_t *n);
+static ngx_array_t *ngx_http_pagedllm_tools_pending(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
+static ngx_int_t ngx_http_pagedllm_tools_announce(ngx_array_t *a,
+    ngx_uint_t index, json_t *id, const char *name, size_t len);
+static ngx_int_t ngx_http_pagedllm_tools_fragment(ngx_array_t *a,
+    ngx_uint_t index, const char *args, size_t len);
 static ngx_int_t ngx_http_pagedllm_tools_delta(ngx_array_t *a, json_t *d);
+static size_t ngx_http_pagedllm_tools_whole_chars(const u_char *p, size_t n);
 static ngx_int_t ngx_http_pagedllm_tools_error(ngx_http_pagedllm_parse_t *ps,
     const char *param, const char *fmt, ...);
 
@@ -393,8 +417,9 @@ ngx_http_pagedllm_tools_resolve(ngx_http_pagedllm_parse_t *ps)
     t->format = pl_chat_tool_format(ps->engine->tok->chat);
 
     t->calls = ngx_pcalloc(ps->pool, p->n * sizeof(json_t *));
-    t->deltas = ngx_pcalloc(ps->pool, p->n * sizeof(ngx_array_t *));
-    if (t->calls == NULL || t->deltas == NULL) {
+    t->streams = ngx_pcalloc(ps->pool,
+                             p->n * sizeof(ngx_http_pagedllm_tools_stream_t));
+    if (t->calls == NULL || t->streams == NULL) {
         return ngx_http_pagedllm_tools_error(ps, NULL, "out of memory");
     }
 
@@ -404,13 +429,10 @@ ngx_http_pagedllm_tools_resolve(ngx_http_pagedllm_parse_t *ps)
         return NGX_ERROR;
     }
 
-    if (t->mode == NGX_HTTP_PAGEDLLM_TOOLS_REQUIRED
-        || t->mode == NGX_HTTP_PAGEDLLM_TOOLS_NAMED)
-    {
-        return ngx_http_pagedllm_tools_force(ps, t);
-    }
+    t->forced = t->mode == NGX_HTTP_PAGEDLLM_TOOLS_REQUIRED
+                || t->mode == NGX_HTTP_PAGEDLLM_TOOLS_NAMED;
 
-    return NGX_OK;
+    return t->forced ? ngx_http_pagedllm_tools_force(ps, t) : NGX_OK;
 }
 
 
@@ -727,7 +749,9 @@ ngx_http_pagedllm_tools_active(ngx_http_pagedllm_ctx_t *ctx)
 /*
  * Choice ch has ended: its text parsed for calls when it ended with its
  * stop.  The formats that are the whole answer are looked for only while
- * nothing has been streamed; the text ch keeps is the text not sent.
+ * nothing has been streamed; the text ch keeps is the text not sent.  A
+ * forced output streamed has sent its calls as it was written: what is
+ * left of them is sent now, and its text is never content.
  */
 void
 ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
@@ -735,12 +759,29 @@ ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
 {
     size_t                      i, content;
     json_t                     *calls;
+    ngx_uint_t                  stop;
     ngx_pool_t                 *pool = ctx->request->pool;
     ngx_http_pagedllm_tools_t  *t;
 
     t = ngx_http_pagedllm_tools_active(ctx);
+    if (t == NULL) {
+        return;
+    }
 
-    if (t == NULL || ch->finish_reason != PL_FINISH_STOP
+    stop = ch->finish_reason == PL_FINISH_STOP;
+
+    if (t->forced && ctx->params.stream) {
+        (void) ngx_http_pagedllm_tools_progress(ctx, ch);
+
+        if (stop && t->streams[ch->index].calls > 0) {
+            ch->finish_reason = NGX_HTTP_PAGEDLLM_FINISH_TOOL_CALLS;
+        }
+
+        ngx_http_pagedllm_tools_cut(ch, 0);
+        return;
+    }
+
+    if (!stop
         || (ch->chars_sent
             && t->format != PL_TOOLS_HERMES && t->format != PL_TOOLS_MISTRAL))
     {
@@ -751,16 +792,11 @@ ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
                 pl_tools_parse(t->format, (char *) ch->text, ch->text_len,
                                t->names, &content));
     if (calls == NULL
-        || ngx_http_pagedllm_tools_ids(calls, t->format) != NGX_OK)
+        || ngx_http_pagedllm_tools_ids(calls, t->format) != NGX_OK
+        || (ctx->params.stream
+            && ngx_http_pagedllm_tools_deltas(ctx, ch, calls) != NGX_OK))
     {
         return;
-    }
-
-    if (ctx->params.stream) {
-        t->deltas[ch->index] = ngx_http_pagedllm_tools_deltas(pool, calls);
-        if (t->deltas[ch->index] == NULL) {
-            return;
-        }
     }
 
     for (i = 0; i < content && (ch->text[i] == ' ' || ch->text[i] == '\n'
@@ -891,55 +927,205 @@ ngx_http_pagedllm_tools_message_out(ngx_http_pagedllm_ctx_t *ctx,
 
 
 /*
- * A stream's deltas of calls, as OpenAI sends them: for each call, its
- * index, id, type, name and empty arguments, then its arguments in
- * fragments, each ending after a comma.
+ * The deltas of an answer's calls, found when it ended, as OpenAI sends
+ * them: for each call, its index, id, type, name and empty arguments,
+ * then its arguments in fragments, each ending after a comma.
  */
-static ngx_array_t *
-ngx_http_pagedllm_tools_deltas(ngx_pool_t *pool, json_t *calls)
+static ngx_int_t
+ngx_http_pagedllm_tools_deltas(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, json_t *calls)
 {
     size_t        i, at, end, len;
-    json_t       *c, *args;
+    json_t       *c, *name;
     ngx_array_t  *a;
     const char   *s, *comma;
 
-    a = ngx_array_create(pool, 4, sizeof(ngx_str_t));
+    a = ngx_http_pagedllm_tools_pending(ctx, ch);
     if (a == NULL) {
-        return NULL;
+        return NGX_ERROR;
     }
 
     json_array_foreach(calls, i, c) {
-        if (ngx_http_pagedllm_tools_delta(a,
-                json_pack("{s:[{s:I,s:O,s:s,s:{s:O,s:s}}]}", "tool_calls",
-                          "index", (json_int_t) i, "id",
-                          json_object_get(c, "id"), "type", "function",
-                          "function", "name", json_object_get(c, "name"),
-                          "arguments", ""))
+        name = json_object_get(c, "name");
+
+        if (ngx_http_pagedllm_tools_announce(a, i, json_object_get(c, "id"),
+                                             json_string_value(name),
+                                             json_string_length(name))
             != NGX_OK)
         {
-            return NULL;
+            return NGX_ERROR;
         }
 
-        args = json_object_get(c, "arguments");
-        s = json_string_value(args);
-        len = json_string_length(args);
+        s = json_string_value(json_object_get(c, "arguments"));
+        len = json_string_length(json_object_get(c, "arguments"));
 
         for (at = 0; at < len; at = end) {
             comma = memchr(s + at, ',', len - at);
             end = comma ? (size_t) (comma - s) + 1 : len;
 
-            if (ngx_http_pagedllm_tools_delta(a,
-                    json_pack("{s:[{s:I,s:{s:s%}}]}", "tool_calls",
-                              "index", (json_int_t) i, "function",
-                              "arguments", s + at, end - at))
+            if (ngx_http_pagedllm_tools_fragment(a, i, s + at, end - at)
                 != NGX_OK)
             {
-                return NULL;
+                return NGX_ERROR;
             }
         }
     }
 
-    return a;
+    return NGX_OK;
+}
+
+
+/*
+ * A forced output streamed, read as it is written: each call announced
+ * once its name is complete (with its id), then its arguments sent as
+ * they grow, in whole characters.  The grammar guarantees the form, so
+ * what is sent is never taken back.
+ */
+static ngx_int_t
+ngx_http_pagedllm_tools_progress(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
+{
+    size_t                             n, k, end;
+    json_t                            *id;
+    u_char                            *text = ch->text;
+    ngx_array_t                       *a;
+    pl_tools_span_t                   *sp;
+    ngx_http_pagedllm_tools_t         *t = ctx->params.tools;
+    ngx_http_pagedllm_tools_stream_t  *st = &t->streams[ch->index];
+
+    a = ngx_http_pagedllm_tools_pending(ctx, ch);
+    if (a == NULL
+        || ngx_http_pagedllm_tools_spans(ctx->request->pool, st, t, ch, &n)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    for (k = st->calls ? st->calls - 1 : 0; k < n; k++) {
+        sp = &st->spans[k];
+
+        if (k == st->calls) {
+            id = ngx_http_pagedllm_json_pool(ctx->request->pool,
+                                             json_array());
+            if (id == NULL
+                || json_array_append_new(id, json_object()) != 0
+                || ngx_http_pagedllm_tools_ids(id, t->format) != NGX_OK
+                || ngx_http_pagedllm_tools_announce(a, k,
+                       json_object_get(json_array_get(id, 0), "id"),
+                       (char *) text + sp->name, sp->name_len)
+                   != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            st->calls++;
+            st->args = 0;
+        }
+
+        end = sp->done ? sp->args_len
+                       : ngx_http_pagedllm_tools_whole_chars(
+                             text + sp->args, sp->args_len);
+
+        if (sp->args && end > st->args) {
+            if (ngx_http_pagedllm_tools_fragment(a, k,
+                    (char *) text + sp->args + st->args, end - st->args)
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            st->args = end;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* the calls of ch's forced text so far into st's spans, grown as needed;
+   their number in *n */
+static ngx_int_t
+ngx_http_pagedllm_tools_spans(ngx_pool_t *pool,
+    ngx_http_pagedllm_tools_stream_t *st, ngx_http_pagedllm_tools_t *t,
+    ngx_http_pagedllm_choice_t *ch, size_t *n)
+{
+    for ( ;; ) {
+        *n = st->n_spans ? pl_tools_progress(t->format, (char *) ch->text,
+                                             ch->text_len, st->spans,
+                                             st->n_spans)
+                         : 0;
+        if (*n < st->n_spans) {
+            return NGX_OK;
+        }
+
+        st->n_spans = st->n_spans ? 2 * st->n_spans : 4;
+        st->spans = ngx_palloc(pool, st->n_spans * sizeof(pl_tools_span_t));
+        if (st->spans == NULL) {
+            return NGX_ERROR;
+        }
+    }
+}
+
+
+/* the deltas of ch not sent yet */
+static ngx_array_t *
+ngx_http_pagedllm_tools_pending(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
+{
+    ngx_http_pagedllm_tools_stream_t  *st;
+
+    st = &ctx->params.tools->streams[ch->index];
+
+    if (st->pending == NULL) {
+        st->pending = ngx_array_create(ctx->request->pool, 4,
+                                       sizeof(ngx_str_t));
+    }
+
+    return st->pending;
+}
+
+
+/* a call's first delta: index, id, type, name, empty arguments */
+static ngx_int_t
+ngx_http_pagedllm_tools_announce(ngx_array_t *a, ngx_uint_t index, json_t *id,
+    const char *name, size_t len)
+{
+    return ngx_http_pagedllm_tools_delta(a,
+               json_pack("{s:[{s:I,s:O,s:s,s:{s:s%,s:s}}]}", "tool_calls",
+                         "index", (json_int_t) index, "id", id,
+                         "type", "function", "function", "name", name, len,
+                         "arguments", ""));
+}
+
+
+/* a fragment of a call's arguments */
+static ngx_int_t
+ngx_http_pagedllm_tools_fragment(ngx_array_t *a, ngx_uint_t index,
+    const char *args, size_t len)
+{
+    return ngx_http_pagedllm_tools_delta(a,
+               json_pack("{s:[{s:I,s:{s:s%}}]}", "tool_calls",
+                         "index", (json_int_t) index, "function",
+                         "arguments", args, len));
+}
+
+
+/* the first n bytes of UTF-8 text p without a last character that lacks
+   bytes */
+static size_t
+ngx_http_pagedllm_tools_whole_chars(const u_char *p, size_t n)
+{
+    size_t  i, need;
+
+    for (i = n; i > 0 && n - i < 4; i--) {
+        if ((p[i - 1] & 0xc0) != 0x80) {
+            need = p[i - 1] < 0x80 ? 1 : p[i - 1] >= 0xf0 ? 4
+                   : p[i - 1] >= 0xe0 ? 3 : 2;
+            return n - (i - 1) >= need ? n : i - 1;
+        }
+    }
+
+    return n;
 }
 
 
@@ -973,22 +1159,40 @@ ngx_http_pagedllm_tools_delta(ngx_array_t *a, json_t *d)
 }
 
 
+/*
+ * Stream: the calls ch has made since the last flush turned into deltas
+ * (a forced output as it is written; an answer's calls when it ends, in
+ * ngx_http_pagedllm_tools_end), and the room they take, the role's first
+ * event included.
+ */
 size_t
-ngx_http_pagedllm_tools_sse_size(ngx_http_pagedllm_ctx_t *ctx,
+ngx_http_pagedllm_tools_sse_prepare(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch)
 {
     size_t                      size;
     ngx_str_t                  *d;
     ngx_uint_t                  i;
     ngx_array_t                *a;
-    ngx_http_pagedllm_tools_t  *t = ctx->params.tools;
+    ngx_http_pagedllm_tools_t  *t;
 
-    a = t && t->deltas ? t->deltas[ch->index] : NULL;
-    if (a == NULL) {
+    t = ngx_http_pagedllm_tools_active(ctx);
+    if (t == NULL) {
         return 0;
     }
 
-    size = 0;
+    if (t->forced && !ch->finished
+        && ngx_http_pagedllm_tools_progress(ctx, ch) != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
+                      "pagedllm: tool call deltas not made");
+    }
+
+    a = t->streams[ch->index].pending;
+    if (a == NULL || a->nelts == 0) {
+        return 0;
+    }
+
+    size = ngx_http_pagedllm_sse_bound(ctx, 0);
     d = a->elts;
 
     for (i = 0; i < a->nelts; i++) {
@@ -999,7 +1203,8 @@ ngx_http_pagedllm_tools_sse_size(ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
-/* ch's call deltas, once */
+/* ch's call deltas made and not sent, after its role's event if that is
+   not sent yet */
 u_char *
 ngx_http_pagedllm_tools_sse(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch)
@@ -1009,9 +1214,14 @@ ngx_http_pagedllm_tools_sse(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_array_t                *a;
     ngx_http_pagedllm_tools_t  *t = ctx->params.tools;
 
-    a = t && t->deltas ? t->deltas[ch->index] : NULL;
-    if (a == NULL) {
+    a = t && t->streams ? t->streams[ch->index].pending : NULL;
+    if (a == NULL || a->nelts == 0) {
         return p;
+    }
+
+    if (!ch->role_sent) {
+        p = ngx_http_pagedllm_sse_role(p, ctx, ch->index);
+        ch->role_sent = 1;
     }
 
     d = a->elts;
@@ -1020,7 +1230,7 @@ ngx_http_pagedllm_tools_sse(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
         p = ngx_http_pagedllm_sse_delta(p, ctx, ch->index, &d[i]);
     }
 
-    t->deltas[ch->index] = NULL;
+    a->nelts = 0;
 
     return p;
 }

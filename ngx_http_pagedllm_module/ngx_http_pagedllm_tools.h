@@ -37,14 +37,15 @@ json_t *ngx_http_pagedllm_tools_message(json_t *m, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err);
 
 /* out: a choice's calls parsed when it ends; the text a stream may send
-   before them; the message with its calls; the streamed call deltas */
+   before them; the message with its calls; the streamed call deltas
+   made (their room), then written */
 void ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch);
 size_t ngx_http_pagedllm_tools_safe(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, size_t safe);
 json_t *ngx_http_pagedllm_tools_message_out(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, json_t *content);
-size_t ngx_http_pagedllm_tools_sse_size(ngx_http_pagedllm_ctx_t *ctx,
+size_t ngx_http_pagedllm_tools_sse_prepare(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch);
 u_char *ngx_http_pagedllm_tools_sse(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch);

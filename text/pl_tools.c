@@ -19,8 +19,8 @@
 #define PL_TOOLS_MISTRAL_MARK   "[TOOL_CALLS]"
 #define PL_TOOLS_LLAMA_TAG      "<|python_tag|>"
 
-/* the keys of a call's schema in each format, and the wrapping of the
-   grammar: before the first call, between calls, after the last */
+/* the key of a call's arguments in each format, and the text of the
+   forced form: before the first call, between calls, after the last */
 typedef struct {
     const char  *name;
     const char  *args_key;
@@ -30,11 +30,11 @@ typedef struct {
 } pl_tools_form_t;
 
 static const pl_tools_form_t  pl_tools_forms[] = {
-    { "json", "arguments", "\"[\" ", " \",\" ", " \"]\"" },
-    { "hermes", "arguments", "\"<tool_call>\\n\" ",
-      " \"\\n</tool_call>\\n<tool_call>\\n\" ", " \"\\n</tool_call>\"" },
-    { "llama", "parameters", "", " \"; \" ", "" },
-    { "mistral", "arguments", "\"[\" ", " \",\" ", " \"]\"" },
+    { "json", "arguments", "[", ",", "]" },
+    { "hermes", "arguments", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
+      "\n</tool_call>" },
+    { "llama", "parameters", "", "; ", "" },
+    { "mistral", "arguments", "[", ",", "]" },
 };
 
 /* values that are data, not schemas: their "$ref" keys are not
@@ -194,38 +194,61 @@ failed:
 }
 
 
+/* s as an EBNF string literal (with a space before it) at out; the end */
+static char *
+pl_tools_literal(char *out, const char *s)
+{
+    if (*s == '\0') {
+        return out;
+    }
+
+    *out++ = ' ';
+    *out++ = '"';
+    for ( ; *s; s++) {
+        if (*s == '\n') {
+            *out++ = '\\';
+            *out++ = 'n';
+        } else {
+            *out++ = *s;
+        }
+    }
+    *out++ = '"';
+
+    return out;
+}
+
+
 char *
 pl_tools_grammar(pl_tools_format_t f, int parallel, const char *call_ebnf,
     size_t len, size_t *out_len)
 {
     const pl_tools_form_t  *form = &pl_tools_forms[f];
     static const char       root[] = "root ::=";
-    char                   *out;
-    size_t                  cap;
-    int                     n;
+    char                   *out, *p;
 
     if (len < sizeof(root) - 1 || memcmp(call_ebnf, root, sizeof(root) - 1))
     {
         return NULL;
     }
 
-    cap = len + 256;
-    out = malloc(cap);
+    out = malloc(len + 256);
     if (out == NULL) {
         return NULL;
     }
 
-    n = snprintf(out, cap, "root ::= %scall%s%s%s%s\ncall", form->open,
-                 parallel ? " (" : "", parallel ? form->sep : "",
-                 parallel ? "call)*" : "", form->close);
-    if (n < 0 || (size_t) n + len - 4 >= cap) {
-        free(out);
-        return NULL;
+    p = pl_tools_literal(out + sprintf(out, "root ::="), form->open);
+    p += sprintf(p, " call");
+    if (parallel) {
+        p = pl_tools_literal(p + sprintf(p, " ("), form->sep);
+        p += sprintf(p, " call)*");
     }
+    p = pl_tools_literal(p, form->close);
+    p += sprintf(p, "\ncall");
 
-    memcpy(out + n, call_ebnf + 4, len - 4);
-    *out_len = n + len - 4;
-    out[*out_len] = '\0';
+    memcpy(p, call_ebnf + 4, len - 4);
+    p += len - 4;
+    *p = '\0';
+    *out_len = p - out;
 
     return out;
 }
@@ -334,60 +357,124 @@ pl_tools_known(const json_t *names, const char *name)
 }
 
 
-/* v's JSON, compact, its numbers as short as they stay equal */
-static char *
-pl_tools_dump(const json_t *v)
+/*
+ * Where the JSON value at text[i..len) ends, read only as far as its
+ * brackets and strings (jansson checks what is kept): past its closing
+ * quote or bracket, or at the delimiter after a scalar.  *complete: 0 when
+ * the text ends first, and the end is then len.
+ */
+static size_t
+pl_tools_value_end(const char *text, size_t len, size_t i, int *complete)
 {
-    json_t  *back;
-    char    *s;
+    int   depth = 0, in_str = 0, esc = 0;
+    char  ch;
 
-    s = json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(15));
-    if (s == NULL) {
-        return NULL;
-    }
-    back = json_loads(s, 0, NULL);
-    if (back != NULL && json_equal(back, (json_t *) v)) {
-        json_decref(back);
-        return s;
-    }
-    json_decref(back);
-    free(s);
+    *complete = 1;
 
-    return json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    for ( ; i < len; i++) {
+        ch = text[i];
+
+        if (in_str) {
+            if (esc) {
+                esc = 0;
+            } else if (ch == '\\') {
+                esc = 1;
+            } else if (ch == '"') {
+                in_str = 0;
+                if (depth == 0) {
+                    return i + 1;
+                }
+            }
+            continue;
+        }
+
+        if (ch == '"') {
+            in_str = 1;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            if (--depth <= 0) {
+                return depth == 0 ? i + 1 : i;
+            }
+        } else if (depth == 0 && (ch == ',' || pl_tools_space(ch))) {
+            return i;
+        }
+    }
+
+    *complete = 0;
+    return len;
 }
 
 
-/* call object c as {"name", "arguments" (its JSON text)} appended to
-   calls; -1 when c is not a call to one of names */
+/* the span of member key's value in the object at text[i..end) (valid
+   JSON, checked by jansson); -1 when it has none */
 static int
-pl_tools_add(json_t *calls, const json_t *c, const json_t *names)
+pl_tools_member(const char *text, size_t end, size_t i, const char *key,
+    size_t *at, size_t *n)
+{
+    json_t  *k;
+    size_t   kend, vend;
+    int      found, complete;
+
+    for (i++; (i = pl_tools_skip_space(text, end, i)) < end
+              && text[i] == '"'; )
+    {
+        kend = pl_tools_value_end(text, end, i, &complete);
+        k = json_loadb(text + i, kend - i, JSON_DECODE_ANY, NULL);
+        found = json_is_string(k) && strcmp(json_string_value(k), key) == 0;
+        json_decref(k);
+
+        i = pl_tools_skip_space(text, end, kend) + 1;
+        i = pl_tools_skip_space(text, end, i);
+        vend = pl_tools_value_end(text, end, i, &complete);
+
+        if (found) {
+            *at = i;
+            *n = vend - i;
+            return 0;
+        }
+
+        i = pl_tools_skip_space(text, end, vend);
+        if (i >= end || text[i] != ',') {
+            return -1;
+        }
+        i++;
+    }
+    return -1;
+}
+
+
+/*
+ * Call object c, written at text[start..end), appended to calls as
+ * {"name", "arguments": the arguments' text as the model wrote it}; -1
+ * when c is not a call to one of names.
+ */
+static int
+pl_tools_add(json_t *calls, const json_t *c, const char *text, size_t start,
+    size_t end, const json_t *names)
 {
     json_t      *name, *args;
-    char        *s;
-    int          rc;
+    const char  *key = "arguments";
+    size_t       at, n;
 
     name = json_object_get(c, "name");
-    args = json_object_get(c, "arguments");
+    args = json_object_get(c, key);
     if (args == NULL) {
-        args = json_object_get(c, "parameters");
+        key = "parameters";
+        args = json_object_get(c, key);
     }
 
     if (!json_is_object(c) || json_object_size(c) != 2
         || !json_is_string(name) || !json_is_object(args)
-        || !pl_tools_known(names, json_string_value(name)))
+        || !pl_tools_known(names, json_string_value(name))
+        || pl_tools_member(text, end, start, key, &at, &n) != 0)
     {
         return -1;
     }
 
-    s = pl_tools_dump(args);
-    if (s == NULL) {
-        return -1;
-    }
-    rc = json_array_append_new(calls, json_pack("{s:O,s:s}", "name", name,
-                                                "arguments", s));
-    free(s);
-
-    return rc;
+    return json_array_append_new(calls, json_pack("{s:O,s:s%}", "name",
+                                                  name, "arguments",
+                                                  text + at, n));
 }
 
 
@@ -407,47 +494,49 @@ pl_tools_value(const char *text, size_t len, size_t *i)
 }
 
 
-/* an array of calls at text[*i..len) */
-static int
-pl_tools_array(json_t *calls, const char *text, size_t len, size_t *i,
-    const json_t *names)
-{
-    json_t  *a, *c;
-    size_t   k;
-    int      rc = 0;
-
-    a = pl_tools_value(text, len, i);
-    if (!json_is_array(a) || json_array_size(a) == 0) {
-        json_decref(a);
-        return -1;
-    }
-    json_array_foreach(a, k, c) {
-        if (rc == 0) {
-            rc = pl_tools_add(calls, c, names);
-        }
-    }
-    json_decref(a);
-
-    return rc;
-}
-
-
 /* one call object at text[*i..len) */
 static int
 pl_tools_object(json_t *calls, const char *text, size_t len, size_t *i,
     const json_t *names)
 {
     json_t  *c;
+    size_t   start = *i;
     int      rc;
 
     if (*i >= len || text[*i] != '{') {
         return -1;
     }
     c = pl_tools_value(text, len, i);
-    rc = c ? pl_tools_add(calls, c, names) : -1;
+    rc = c ? pl_tools_add(calls, c, text, start, *i, names) : -1;
     json_decref(c);
 
     return rc;
+}
+
+
+/* a non-empty array of call objects at text[*i..len) */
+static int
+pl_tools_array(json_t *calls, const char *text, size_t len, size_t *i,
+    const json_t *names)
+{
+    if (*i >= len || text[*i] != '[') {
+        return -1;
+    }
+
+    for ((*i)++; ; (*i)++) {
+        *i = pl_tools_skip_space(text, len, *i);
+        if (pl_tools_object(calls, text, len, i, names) != 0) {
+            return -1;
+        }
+        *i = pl_tools_skip_space(text, len, *i);
+        if (*i < len && text[*i] == ']') {
+            (*i)++;
+            return 0;
+        }
+        if (*i >= len || text[*i] != ',') {
+            return -1;
+        }
+    }
 }
 
 
@@ -551,4 +640,70 @@ pl_tools_parse(pl_tools_format_t f, const char *text, size_t len,
     *content_len = start;
 
     return calls;
+}
+
+
+/* whether text[*i..len) starts with s (moved past it): 1; 0 when the
+   text ends or differs first */
+static int
+pl_tools_take(const char *text, size_t len, size_t *i, const char *s)
+{
+    if (!pl_tools_at(text, len, *i, s)) {
+        return 0;
+    }
+    *i += strlen(s);
+    return 1;
+}
+
+
+size_t
+pl_tools_progress(pl_tools_format_t f, const char *text, size_t len,
+    pl_tools_span_t *spans, size_t max)
+{
+    const pl_tools_form_t  *form = &pl_tools_forms[f];
+    const char             *q;
+    pl_tools_span_t        *sp;
+    size_t                  n, i;
+    int                     complete;
+    char                    key[16];
+
+    snprintf(key, sizeof(key), "\",\"%s\":", form->args_key);
+    i = 0;
+
+    if (!pl_tools_take(text, len, &i, form->open)) {
+        return 0;
+    }
+
+    for (n = 0; n < max; n++) {
+        if (!pl_tools_take(text, len, &i, "{\"name\":\"")
+            || (q = memchr(text + i, '"', len - i)) == NULL)
+        {
+            return n;
+        }
+
+        sp = &spans[n];
+        sp->name = i;
+        sp->name_len = q - (text + i);
+        sp->args = 0;
+        sp->args_len = 0;
+        sp->done = 0;
+        i = q - text;
+
+        if (!pl_tools_take(text, len, &i, key)) {
+            return n + 1;
+        }
+
+        sp->args = i;
+        i = pl_tools_value_end(text, len, i, &complete);
+        sp->args_len = i - sp->args;
+        sp->done = complete;
+
+        if (!complete || !pl_tools_take(text, len, &i, "}")
+            || !pl_tools_take(text, len, &i, form->sep))
+        {
+            return n + 1;
+        }
+    }
+
+    return n;
 }

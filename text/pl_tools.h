@@ -29,7 +29,10 @@
  * of the format, each naming one of the request's functions with an
  * object of arguments; anything else is not a call, and the text stays
  * content.  "arguments" and "parameters" are both accepted as the key of
- * the arguments in every format.
+ * the arguments in every format, and a call's arguments are given as the
+ * model wrote them.  The forced form, which the grammar guarantees, is
+ * also read while it is being written (pl_tools_progress), so that a
+ * stream can send each call's name and arguments as they come.
  */
 
 #ifndef PL_TOOLS_H
@@ -87,5 +90,22 @@ size_t pl_tools_hold(pl_tools_format_t f, const char *text, size_t len,
  */
 json_t *pl_tools_parse(pl_tools_format_t f, const char *text, size_t len,
     const json_t *names, size_t *content_len);
+
+/* A call of a forced output being written: its name, and its arguments
+   so far (args 0: not begun). */
+typedef struct {
+    size_t  name;
+    size_t  name_len;
+    size_t  args;
+    size_t  args_len;
+    int     done;          /* the arguments are complete */
+} pl_tools_span_t;
+
+/*
+ * The calls of forced output text[0..len) (the grammar's form for f) whose
+ * names are complete, up to max of them into spans; their number.
+ */
+size_t pl_tools_progress(pl_tools_format_t f, const char *text, size_t len,
+    pl_tools_span_t *spans, size_t max);
 
 #endif /* PL_TOOLS_H */

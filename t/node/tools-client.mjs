@@ -3,7 +3,8 @@
 // tool-call format), it asks for calls with tool_choice "required" and a
 // named function, streamed and not, parallel or not, checks every call
 // (names, ids, the arguments valid JSON that ajv validates against the
-// function's parameters, the streamed deltas in OpenAI's order), then
+// function's parameters, the streamed deltas in OpenAI's order, the
+// arguments in as many fragments as they were written in), then
 // "auto" with the answer's text fixed by guided_regex in the template's
 // format (well formed: parsed into calls; malformed: left as content),
 // a conversation that sends calls and their results back, and the 400s.
@@ -50,7 +51,7 @@ const idRe = format === 'mistral' ? /^[A-Za-z0-9]{9}$/
                                   : /^call_[A-Za-z0-9]{24}$/;
 
 const out = { model, checked: 0, calls: 0, cut: 0, parallel_max: 0,
-              problems: [] };
+              fragments_max: 0, problems: [] };
 const problem = (what, detail) =>
   out.problems.push(`${what}: ${JSON.stringify(detail).slice(0, 400)}`);
 
@@ -96,9 +97,13 @@ async function streamed(what, req) {
             problem(`${what} first delta`, d);
           s.tool_calls[d.index] = { id: d.id, type: d.type,
             function: { name: d.function?.name, arguments: '' } };
+          Object.defineProperty(s.tool_calls[d.index], 'fragments',
+                                { value: 0, writable: true });
         } else {
           if (d.id || d.function?.name) problem(`${what} later delta`, d);
           call.function.arguments += d.function?.arguments ?? '';
+          call.fragments = (call.fragments ?? 0) + 1;
+          out.fragments_max = Math.max(out.fragments_max, call.fragments);
         }
       }
       if (c.finish_reason) s.finish = c.finish_reason;

@@ -8,7 +8,9 @@
  * its text back; and the forced grammar of each format compiled from the
  * functions' schemas ($ref included): the outputs it accepts parse into
  * calls, and calls to other names or with arguments off the schema are
- * outside it.
+ * outside it.  The forced form read while it is written, at every
+ * prefix: names once complete, arguments growing as prefixes of the final
+ * ones, as a stream sends them.
  */
 
 #include <stdlib.h>
@@ -88,17 +90,17 @@ test_parse(void)
     /* hermes (Qwen2.5, Qwen3) */
     parse_is(H, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
              "{\"city\": \"Paris\", \"days\": 3}}\n</tool_call>",
-             "get_weather({\"city\":\"Paris\",\"days\":3});", 0,
-             "one call");
+             "get_weather({\"city\": \"Paris\", \"days\": 3});", 0,
+             "one call, its arguments as written");
     parse_is(H, "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", "
              "\"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n"
              "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
              "</tool_call>\n",
-             "get_weather({\"city\":\"Oslo\"});get_time({});", 13,
+             "get_weather({\"city\": \"Oslo\"});get_time({});", 13,
              "text, then two calls");
     parse_is(H, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
              "{\"t\": 0.1, \"big\": 12345678901234567}}\n</tool_call>",
-             "get_weather({\"t\":0.1,\"big\":12345678901234567});", 0,
+             "get_weather({\"t\": 0.1, \"big\": 12345678901234567});", 0,
              "numbers as written");
     parse_is(H, "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n"
              "</tool_call>", "-", 0, "an unknown function: content");
@@ -115,15 +117,19 @@ test_parse(void)
              "\"x\": 1}\n</tool_call>", "-", 0, "an extra key: content");
     parse_is(H, "Just text, no calls.", "-", 0, "plain text: content");
     parse_is(H, "", "-", 0, "empty: content");
+    parse_is(H, "<tool_call>\n{\"name\": \"get_weather\", \"argu\\u006dents\""
+             ": {\"city\": \"}{\\\"\"}}\n</tool_call>",
+             "get_weather({\"city\": \"}{\\\"\"});", 0,
+             "an escaped key, brackets and quotes in a string");
 
     /* llama 3.1 / 3.2 JSON */
     parse_is(L, "{\"name\": \"get_weather\", \"parameters\": {\"city\": "
-             "\"Rome\"}}", "get_weather({\"city\":\"Rome\"});", 0,
+             "\"Rome\"}}", "get_weather({\"city\": \"Rome\"});", 0,
              "one call");
     parse_is(L, "<|python_tag|>{\"name\": \"get_time\", \"parameters\": "
              "{}}; {\"name\": \"get_weather\", \"parameters\": "
              "{\"city\": \"Rome\"}}",
-             "get_time({});get_weather({\"city\":\"Rome\"});", 0,
+             "get_time({});get_weather({\"city\": \"Rome\"});", 0,
              "python tag, two calls separated by ;");
     parse_is(L, "  {\"name\": \"get_time\", \"arguments\": {}}\n",
              "get_time({});", 0, "arguments as the key, spaces around");
@@ -140,7 +146,7 @@ test_parse(void)
     parse_is(M, "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": "
              "{\"city\": \"Nice\"}}, {\"name\": \"get_time\", "
              "\"arguments\": {}}]",
-             "get_weather({\"city\":\"Nice\"});get_time({});", 0,
+             "get_weather({\"city\": \"Nice\"});get_time({});", 0,
              "two calls after the marker");
     parse_is(M, "Checking.[TOOL_CALLS][{\"name\": \"get_time\", "
              "\"arguments\": {}}]", "get_time({});", 9,
@@ -311,6 +317,60 @@ test_grammar(void)
 }
 
 
+/* every prefix of a forced output of two calls read as it is written */
+static void
+test_progress(void)
+{
+    static const char  *forced[4] = {
+        "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"O}\\\"\"}},"
+        "{\"name\":\"get_time\",\"arguments\":{}}]",
+        "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"a\":[1,"
+        "{\"b\":2}]}}\n</tool_call>\n<tool_call>\n{\"name\":\"get_time\","
+        "\"arguments\":{}}\n</tool_call>",
+        "{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Oslo\"}}; "
+        "{\"name\":\"get_time\",\"parameters\":{}}",
+        "[{\"name\":\"get_weather\",\"arguments\":{\"n\":-1.5e3}},"
+        "{\"name\":\"get_time\",\"arguments\":{}}]",
+    };
+    pl_tools_span_t     sp[4], last[4];
+    pl_tools_format_t   f;
+    json_t             *calls;
+    size_t              len, k, n, prev, content, bad;
+    const char         *t, *a;
+
+    for (f = PL_TOOLS_JSON; f <= PL_TOOLS_MISTRAL; f++) {
+        t = forced[f];
+        len = strlen(t);
+        prev = 0;
+        bad = 0;
+        calls = pl_tools_parse(f, t, len, names, &content);
+
+        for (k = 0; k <= len; k++) {
+            n = pl_tools_progress(f, t, k, sp, 4);
+            bad += n < prev || n > 2;
+            for (size_t c = 0; c < n && calls; c++) {
+                a = json_string_value(json_object_get(
+                        json_array_get(calls, c), "arguments"));
+                bad += strncmp(t + sp[c].name, json_string_value(
+                           json_object_get(json_array_get(calls, c), "name")),
+                           sp[c].name_len) != 0;
+                bad += sp[c].args && strncmp(t + sp[c].args, a,
+                                             sp[c].args_len) != 0;
+                bad += sp[c].done && sp[c].args_len != strlen(a);
+            }
+            prev = n;
+            memcpy(last, sp, sizeof(sp));
+        }
+
+        ok(calls != NULL && bad == 0 && prev == 2 && last[0].done
+           && last[1].done,
+           "%s: every prefix of two forced calls read as written so far",
+           pl_tools_format_name(f));
+        json_decref(calls);
+    }
+}
+
+
 int
 main(void)
 {
@@ -320,6 +380,7 @@ main(void)
     test_parse();
     test_hold();
     test_grammar();
+    test_progress();
 
     json_decref(names);
     return done_testing();
