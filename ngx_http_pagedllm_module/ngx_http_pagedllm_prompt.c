@@ -84,7 +84,7 @@ ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
    prompt is tokenized with special tokens parsed (for the template's
    own), so such text would become a control token.  Nor may it hold
    U+0000, where the rendered prompt would end.  name: the field. */
-static ngx_int_t
+ngx_int_t
 ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
     const char *name, ngx_http_pagedllm_error_t *err)
 {

@@ -423,7 +423,11 @@ ngx_http_pagedllm_tools_resolve(ngx_http_pagedllm_parse_t *ps)
         return ngx_http_pagedllm_tools_error(ps, NULL, "out of memory");
     }
 
-    if (ngx_http_pagedllm_tools_kwargs(ps, t) != NGX_OK
+    /* the template renders the tools' text among its own special tokens */
+    if (ngx_http_pagedllm_no_specials(t->tools, ps->engine->tok, "tools",
+                                      ps->err)
+        != NGX_OK
+        || ngx_http_pagedllm_tools_kwargs(ps, t) != NGX_OK
         || ngx_http_pagedllm_tools_schemas(ps, t) != NGX_OK)
     {
         return NGX_ERROR;

@@ -10,11 +10,13 @@
 // a conversation that sends calls and their results back, and the 400s.
 // Prints one JSON object: counts and the problems found.
 //
-//   node t/node/tools-client.mjs NODE_DIR BASE_URL FORMAT
+//   node t/node/tools-client.mjs NODE_DIR BASE_URL FORMAT SPECIAL
+//
+// SPECIAL: the text of one of the tokenizer's special tokens.
 
 import { createRequire } from 'module';
 
-const [nodeDir, baseURL, format] = process.argv.slice(2);
+const [nodeDir, baseURL, format, special] = process.argv.slice(2);
 const require = createRequire(`${nodeDir}/package.json`);
 const OpenAI = require('openai');
 const Ajv = require('ajv');
@@ -226,6 +228,9 @@ for (const [what, req, param, word] of [
         properties: { s: { type: 'string', contentEncoding: 'base64' } } } } }] },
    'tools', 'contentEncoding'],
   ['a bad tool_choice', { tool_choice: 'sometimes' }, 'tool_choice', 'required'],
+  ['a special token in a description', { tools: [{ type: 'function',
+      function: { name: 'f', description: `say ${special}` } }] }, 'tools',
+   'special token'],
   ['required with response_format', { tool_choice: 'required',
       response_format: { type: 'json_object' } }, 'tool_choice', 'combined'],
   ['a tool message without tool_call_id', { messages: [...messages,

@@ -335,7 +335,7 @@ test_progress(void)
     pl_tools_span_t     sp[4], last[4];
     pl_tools_format_t   f;
     json_t             *calls;
-    size_t              len, k, n, prev, content, bad;
+    size_t              len, k, n, c, prev, content, bad;
     const char         *t, *a;
 
     for (f = PL_TOOLS_JSON; f <= PL_TOOLS_MISTRAL; f++) {
@@ -348,7 +348,7 @@ test_progress(void)
         for (k = 0; k <= len; k++) {
             n = pl_tools_progress(f, t, k, sp, 4);
             bad += n < prev || n > 2;
-            for (size_t c = 0; c < n && calls; c++) {
+            for (c = 0; c < n && calls; c++) {
                 a = json_string_value(json_object_get(
                         json_array_get(calls, c), "arguments"));
                 bad += strncmp(t + sp[c].name, json_string_value(
