@@ -91,6 +91,10 @@ static ngx_int_t ngx_http_pagedllm_tools_kwargs(
     ngx_http_pagedllm_parse_t *ps, ngx_http_pagedllm_tools_t *t);
 static ngx_int_t ngx_http_pagedllm_tools_schemas(
     ngx_http_pagedllm_parse_t *ps, ngx_http_pagedllm_tools_t *t);
+static ngx_uint_t ngx_http_pagedllm_tools_forces(
+    ngx_http_pagedllm_tools_t *t, json_t *fn);
+static int ngx_http_pagedllm_tools_translate(json_t *schema,
+    pl_gtext_t *text, char *why, size_t len);
 static ngx_int_t ngx_http_pagedllm_tools_force(
     ngx_http_pagedllm_parse_t *ps, ngx_http_pagedllm_tools_t *t);
 static json_t *ngx_http_pagedllm_tools_calls_in(json_t *calls,
@@ -472,35 +476,24 @@ ngx_http_pagedllm_tools_schemas(ngx_http_pagedllm_parse_t *ps,
     ngx_http_pagedllm_tools_t *t)
 {
     int          rc;
-    char        *s, why[256];
+    char         why[256];
     size_t       i;
     json_t      *tool, *fn, *params;
     pl_gtext_t   text;
-    const char  *name;
 
     json_array_foreach(t->tools, i, tool) {
         fn = json_object_get(tool, "function");
         params = json_object_get(fn, "parameters");
-        name = json_string_value(json_object_get(fn, "name"));
 
         if (params == NULL
-            || (t->mode != NGX_HTTP_PAGEDLLM_TOOLS_REQUIRED
-                && !(t->mode == NGX_HTTP_PAGEDLLM_TOOLS_NAMED
-                     && ngx_strcmp(name, t->named) == 0)
+            || (!ngx_http_pagedllm_tools_forces(t, fn)
                 && !json_is_true(json_object_get(fn, "strict"))))
         {
             continue;
         }
 
-        s = json_dumps(params, JSON_COMPACT);
-        if (s == NULL) {
-            return ngx_http_pagedllm_tools_error(ps, NULL, "out of memory");
-        }
-
-        ngx_memzero(&text, sizeof(pl_gtext_t));
-        rc = pl_grammar_from_schema_text(s, ngx_strlen(s), &text, why,
-                                         sizeof(why));
-        free(s);
+        rc = ngx_http_pagedllm_tools_translate(params, &text, why,
+                                               sizeof(why));
         pl_gtext_free(&text);
 
         if (rc != 0) {
@@ -514,15 +507,50 @@ ngx_http_pagedllm_tools_schemas(ngx_http_pagedllm_parse_t *ps,
 }
 
 
+/* whether function fn is one tool_choice forces a call to */
+static ngx_uint_t
+ngx_http_pagedllm_tools_forces(ngx_http_pagedllm_tools_t *t, json_t *fn)
+{
+    return t->mode == NGX_HTTP_PAGEDLLM_TOOLS_REQUIRED
+           || (t->mode == NGX_HTTP_PAGEDLLM_TOOLS_NAMED
+               && ngx_strcmp(json_string_value(json_object_get(fn, "name")),
+                             t->named) == 0);
+}
+
+
+/* JSON Schema schema into the grammar's EBNF (text, to be freed);
+   -1 with why */
+static int
+ngx_http_pagedllm_tools_translate(json_t *schema, pl_gtext_t *text,
+    char *why, size_t len)
+{
+    int    rc;
+    char  *s;
+
+    ngx_memzero(text, sizeof(pl_gtext_t));
+
+    s = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    if (s == NULL) {
+        ngx_cpystrn((u_char *) why, (u_char *) "out of memory", len);
+        return -1;
+    }
+
+    rc = pl_grammar_from_schema_text(s, ngx_strlen(s), text, why, len);
+    free(s);
+
+    return rc;
+}
+
+
 /* the grammar of the calls tool_choice asks for, as the constraint */
 static ngx_int_t
 ngx_http_pagedllm_tools_force(ngx_http_pagedllm_parse_t *ps,
     ngx_http_pagedllm_tools_t *t)
 {
     int          rc;
-    char        *s, *ebnf, why[256];
+    char        *ebnf, why[256];
     size_t       i, len;
-    json_t      *fns, *tool, *fn, *schema;
+    json_t      *fns, *tool, *fn;
     pl_gtext_t   text, forced;
 
     fns = ngx_http_pagedllm_json_pool(ps->pool, json_array());
@@ -532,26 +560,17 @@ ngx_http_pagedllm_tools_force(ngx_http_pagedllm_parse_t *ps,
 
     json_array_foreach(t->tools, i, tool) {
         fn = json_object_get(tool, "function");
-        if ((t->mode == NGX_HTTP_PAGEDLLM_TOOLS_REQUIRED
-             || ngx_strcmp(json_string_value(json_object_get(fn, "name")),
-                           t->named) == 0)
+        if (ngx_http_pagedllm_tools_forces(t, fn)
             && json_array_append(fns, fn) != 0)
         {
             return ngx_http_pagedllm_tools_error(ps, NULL, "out of memory");
         }
     }
 
-    schema = ngx_http_pagedllm_json_pool(ps->pool,
-                 pl_tools_call_schema(t->format, fns));
-    s = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
-    if (s == NULL) {
-        return ngx_http_pagedllm_tools_error(ps, NULL, "out of memory");
-    }
-
-    ngx_memzero(&text, sizeof(pl_gtext_t));
-    rc = pl_grammar_from_schema_text(s, ngx_strlen(s), &text, why,
-                                     sizeof(why));
-    free(s);
+    rc = ngx_http_pagedllm_tools_translate(
+             ngx_http_pagedllm_json_pool(ps->pool,
+                                         pl_tools_call_schema(t->format, fns)),
+             &text, why, sizeof(why));
 
     if (rc != 0) {
         pl_gtext_free(&text);
