@@ -10,7 +10,9 @@
  * calls, and calls to other names or with arguments off the schema are
  * outside it.  The forced form read while it is written, at every
  * prefix: names once complete, arguments growing as prefixes of the final
- * ones, as a stream sends them.
+ * ones, as a stream sends them.  Then mutated answers: whatever the parser
+ * takes for calls is calls (known names, arguments that are a JSON
+ * object), and every span it reads lies inside the text.
  */
 
 #include <stdlib.h>
@@ -371,6 +373,79 @@ test_progress(void)
 }
 
 
+/* one mutated answer through the parser and the progress reader */
+static size_t
+check_mutant(pl_tools_format_t f, const char *t, size_t len)
+{
+    pl_tools_span_t   sp[8];
+    json_t           *calls, *c, *args;
+    size_t            i, n, content, bad = 0;
+
+    calls = pl_tools_parse(f, t, len, names, &content);
+    json_array_foreach(calls, i, c) {
+        args = json_loads(json_string_value(json_object_get(c, "arguments")),
+                          0, NULL);
+        bad += !json_is_object(args) || content > len
+               || !json_is_string(json_object_get(c, "name"));
+        json_decref(args);
+    }
+    json_decref(calls);
+
+    n = pl_tools_progress(f, t, len, sp, 8);
+    for (i = 0; i < n; i++) {
+        bad += sp[i].name + sp[i].name_len > len
+               || sp[i].args + sp[i].args_len > len;
+    }
+    return bad;
+}
+
+
+static void
+test_mutants(void)
+{
+    static const char  *seeds[] = {
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"a\": "
+        "[1, \"x\\\"}\"]}}\n</tool_call>",
+        "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}},"
+        "{\"name\":\"get_time\",\"arguments\":{}}]",
+        "{\"name\":\"get_time\",\"parameters\":{}}; {\"name\":"
+        "\"get_time\",\"parameters\":{\"k\":null}}",
+        "ok[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}}]",
+    };
+    char               buf[256];
+    size_t             len, k, bad = 0, runs = 0;
+    unsigned           seed = 12345, r;
+    pl_tools_format_t  f;
+
+    for (k = 0; k < 40000; k++) {
+        len = strlen(seeds[k % 4]);
+        memcpy(buf, seeds[k % 4], len);
+        for (r = 0; r < 1 + k % 4; r++) {
+            seed = seed * 1103515245 + 12345;
+            switch ((seed >> 16) % 3) {
+            case 0:
+                buf[(seed >> 8) % len] = (char) (seed >> 24);
+                break;
+            case 1:
+                len = len > 1 ? len - 1 - (seed >> 8) % 2 : len;
+                break;
+            default:
+                if (len < sizeof(buf) - 1) {
+                    buf[len++] = "{}[]\",: \\"[(seed >> 8) % 9];
+                }
+            }
+        }
+        for (f = PL_TOOLS_JSON; f <= PL_TOOLS_MISTRAL; f++) {
+            bad += check_mutant(f, buf, len);
+            runs++;
+        }
+    }
+
+    ok(bad == 0, "%zu mutated answers: what parses is calls, every span "
+       "inside the text", runs);
+}
+
+
 int
 main(void)
 {
@@ -381,6 +456,7 @@ main(void)
     test_hold();
     test_grammar();
     test_progress();
+    test_mutants();
 
     json_decref(names);
     return done_testing();
