@@ -82,6 +82,7 @@ static ngx_int_t ngx_http_pagedllm_tools_list(ngx_http_pagedllm_parse_t *ps,
     ngx_http_pagedllm_tools_t *t, json_t *v);
 static ngx_int_t ngx_http_pagedllm_tools_tool(ngx_http_pagedllm_parse_t *ps,
     json_t *tool, size_t i, json_t *names);
+static ngx_uint_t ngx_http_pagedllm_tools_object_schema(json_t *schema);
 static ngx_uint_t ngx_http_pagedllm_tools_name_ok(json_t *name);
 static ngx_int_t ngx_http_pagedllm_tools_choice(
     ngx_http_pagedllm_parse_t *ps, ngx_http_pagedllm_tools_t *t, json_t *v);
@@ -265,15 +266,16 @@ ngx_http_pagedllm_tools_tool(ngx_http_pagedllm_parse_t *ps, json_t *tool,
 
     if ((x != NULL && !json_is_string(x))
         || ((x = json_object_get(fn, "parameters")) != NULL
-            && !json_is_object(x))
+            && !ngx_http_pagedllm_tools_object_schema(x))
         || ((x = json_object_get(fn, "strict")) != NULL
             && !json_is_boolean(x) && !json_is_null(x)))
     {
         return ngx_http_pagedllm_tools_error(ps, "tools", "'tools[%uz]"
                                              ".function': 'description' "
                                              "must be a string, "
-                                             "'parameters' an object, "
-                                             "'strict' a boolean", i);
+                                             "'parameters' the JSON Schema "
+                                             "of an object, 'strict' a "
+                                             "boolean", i);
     }
 
     if (ngx_http_pagedllm_tools_known(names, json_string_value(name))) {
@@ -287,6 +289,20 @@ ngx_http_pagedllm_tools_tool(ngx_http_pagedllm_parse_t *ps, json_t *tool,
     }
 
     return NGX_OK;
+}
+
+
+/* a function's parameters: a schema object whose type, if it says one,
+   is "object" (the arguments are an object in every format) */
+static ngx_uint_t
+ngx_http_pagedllm_tools_object_schema(json_t *schema)
+{
+    json_t  *type = json_object_get(schema, "type");
+
+    return json_is_object(schema)
+           && (type == NULL
+               || (json_is_string(type)
+                   && ngx_strcmp(json_string_value(type), "object") == 0));
 }
 
 

@@ -227,6 +227,8 @@ for (const [what, req, param, word] of [
       function: { name: 'f', strict: true, parameters: { type: 'object',
         properties: { s: { type: 'string', contentEncoding: 'base64' } } } } }] },
    'tools', 'contentEncoding'],
+  ['parameters not of an object', { tools: [{ type: 'function', function: {
+      name: 'f', parameters: { type: 'string' } } }] }, 'tools', 'parameters'],
   ['a bad tool_choice', { tool_choice: 'sometimes' }, 'tool_choice', 'required'],
   ['a special token in a description', { tools: [{ type: 'function',
       function: { name: 'f', description: `say ${special}` } }] }, 'tools',
