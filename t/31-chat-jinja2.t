@@ -15,8 +15,8 @@
 # t/fixtures/tools/conversations.jsonl (calls with their ids and
 # arguments, results, the tools offered) for the templates with a tool
 # section: Qwen3's, and t/fixtures/tools/templates (Llama 3.1 and 3.2,
-# Qwen2.5, Mistral v0.3).  A conversation the template refuses must be
-# refused by both.
+# Hermes 2 Pro, Qwen2.5, Mistral v0.3).  A conversation the template
+# refuses must be refused by both.
 use strict;
 use warnings;
 use FindBin;

@@ -834,8 +834,10 @@ pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,
 {
     pl_jv_t  a0 = pl_j_arg(a, 0, NULL), a1 = pl_j_arg(a, 1, NULL);
 
+    /* jinja2's string filters take any value as its str(): an undefined
+       one as "" (Hermes 2 Pro's template trims a missing description) */
     if (strcmp(t, "trim") == 0) {
-        return pl_j_strip(c, pl_j_want_str(c, &v, t), &a0, 1, 1);
+        return pl_j_strip(c, pl_j_tostring(c, &v).u.s, &a0, 1, 1);
     }
     if (strcmp(t, "length") == 0 || strcmp(t, "count") == 0) {
         return pl_jv_int((long long) pl_j_length(c, &v));
@@ -846,7 +848,7 @@ pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,
     if (strcmp(t, "upper") == 0 || strcmp(t, "lower") == 0
         || strcmp(t, "capitalize") == 0)
     {
-        return pl_j_case(c, pl_j_want_str(c, &v, t), t[0] == 'u' ? 'u'
+        return pl_j_case(c, pl_j_tostring(c, &v).u.s, t[0] == 'u' ? 'u'
                          : t[0] == 'l' ? 'l' : 'c');
     }
     if (strcmp(t, "default") == 0 || strcmp(t, "d") == 0) {
@@ -866,7 +868,7 @@ pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,
     if (strcmp(t, "replace") == 0) {
         pl_jv_t  a2 = pl_j_arg(a, 2, NULL);
 
-        return pl_j_replace(c, pl_j_want_str(c, &v, t), &a0, &a1, &a2);
+        return pl_j_replace(c, pl_j_tostring(c, &v).u.s, &a0, &a1, &a2);
     }
     if (strcmp(t, "string") == 0) {
         return pl_j_tostring(c, &v);
