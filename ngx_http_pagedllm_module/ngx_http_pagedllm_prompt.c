@@ -343,6 +343,10 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
                 || ngx_http_pagedllm_no_specials(
                        json_object_get(m, "tool_calls"), job->tok, name,
                        &job->err)
+                   != NGX_OK
+                || ngx_http_pagedllm_no_specials(
+                       json_object_get(m, "tool_call_id"), job->tok, name,
+                       &job->err)
                    != NGX_OK)
             {
                 return;
