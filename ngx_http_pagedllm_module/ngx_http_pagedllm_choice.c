@@ -14,6 +14,7 @@
 
 #include "ngx_http_pagedllm_module.h"
 #include "ngx_http_pagedllm_handler.h"
+#include "ngx_http_pagedllm_tools.h"
 
 
 #define NGX_HTTP_PAGEDLLM_DETOK_MAX    256
@@ -172,6 +173,7 @@ ngx_http_pagedllm_choice_end(ngx_http_pagedllm_ctx_t *ctx,
 {
     ngx_uint_t  i, live;
 
+    ngx_http_pagedllm_tools_end(ctx, ch);
     ch->finished = 1;
 
     if (++ctx->n_finished < ctx->params.n) {

@@ -17,6 +17,7 @@
 #include "ngx_http_pagedllm_module.h"
 #include "ngx_http_pagedllm_request.h"
 #include "ngx_http_pagedllm_guided.h"
+#include "ngx_http_pagedllm_tools.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -264,9 +265,9 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
     { "logprobs", ngx_http_pagedllm_f_flag, -1,
       &ngx_http_pagedllm_want_logprobs },
     { "top_logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs), NULL },
-    { "tools", NGX_HTTP_PAGEDLLM_TYPED(empty_array) },
-    { "tool_choice", NGX_HTTP_PAGEDLLM_TYPED(no_choice) },
-    { "parallel_tool_calls", NGX_HTTP_PAGEDLLM_TYPED(any_bool) },
+    { "tools", ngx_http_pagedllm_tools_field, -1, NULL },
+    { "tool_choice", ngx_http_pagedllm_tools_field, -1, NULL },
+    { "parallel_tool_calls", ngx_http_pagedllm_tools_field, -1, NULL },
     { "functions", NGX_HTTP_PAGEDLLM_TYPED(empty_array) },
     { "function_call", NGX_HTTP_PAGEDLLM_TYPED(no_choice) },
     { "modalities", ngx_http_pagedllm_f_modalities, -1, NULL },

@@ -19,8 +19,6 @@
 #include <jansson.h>
 
 
-static ngx_int_t ngx_http_pagedllm_guided_set(ngx_http_pagedllm_parse_t *ps,
-    pl_gtext_t *text, int rc, const char *why);
 static ngx_int_t ngx_http_pagedllm_guided_schema(
     ngx_http_pagedllm_parse_t *ps, json_t *schema);
 static ngx_int_t ngx_http_pagedllm_guided_choice(
@@ -221,9 +219,10 @@ ngx_http_pagedllm_guided_choice(ngx_http_pagedllm_parse_t *ps, json_t *v)
 /*
  * The grammar text a translator made (rc 0; else why) checked by
  * compiling it, and kept in the request's pool for the SUBMIT record;
- * text is freed either way.
+ * text is freed either way.  Tool calling's forced calls come this way
+ * too (ngx_http_pagedllm_tools.c).
  */
-static ngx_int_t
+ngx_int_t
 ngx_http_pagedllm_guided_set(ngx_http_pagedllm_parse_t *ps, pl_gtext_t *text,
     int rc, const char *why)
 {

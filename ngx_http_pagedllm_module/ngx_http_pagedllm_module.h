@@ -30,6 +30,8 @@
  *                                   together, the length
  *   ngx_http_pagedllm_fields.c      the field tables, each field's parser
  *   ngx_http_pagedllm_prompt.c      chat messages, tokenizing
+ *   ngx_http_pagedllm_guided.c      structured outputs: the grammar
+ *   ngx_http_pagedllm_tools.c       tool calling: tools in, calls out
  * and
  *   ngx_http_pagedllm_response.c    OpenAI JSON and SSE out, errors
  *   ngx_http_pagedllm_metrics.c     Prometheus metrics, HTTP outcome counters
@@ -206,6 +208,8 @@ typedef struct {
     ngx_uint_t                    cached_tokens;  /* from its FINISH */
 } ngx_http_pagedllm_part_t;
 
+typedef struct ngx_http_pagedllm_tools_s  ngx_http_pagedllm_tools_t;
+
 
 typedef struct {
     int32_t                      *prompt;
@@ -259,6 +263,8 @@ typedef struct {
        to end and n counts the choices of them all, n per prompt */
     ngx_http_pagedllm_part_t     *parts;
     ngx_uint_t                    n_parts;
+    /* tool calling (ngx_http_pagedllm_tools.c); NULL: no tool field */
+    ngx_http_pagedllm_tools_t    *tools;
 } ngx_http_pagedllm_params_t;
 
 
@@ -549,6 +555,8 @@ ngx_int_t ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     ngx_str_t *out);
 u_char *ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t index);
+u_char *ngx_http_pagedllm_sse_delta(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index, ngx_str_t *delta);
 u_char *ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
 u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message);

@@ -13,6 +13,7 @@
 
 #include "ngx_http_pagedllm_module.h"
 #include "ngx_http_pagedllm_handler.h"
+#include "ngx_http_pagedllm_tools.h"
 
 #if (NGX_LINUX)
 #include <linux/sockios.h>
@@ -82,7 +83,7 @@ ngx_http_pagedllm_flush(ngx_http_pagedllm_ctx_t *ctx)
 static void
 ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
 {
-    size_t                       size;
+    size_t                       size, calls;
     ngx_int_t                    rc;
     ngx_buf_t                   *b;
     ngx_str_t                   *lpj[PL_MAX_SEQS];
@@ -97,8 +98,9 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
     for (i = 0; i < ctx->params.n; i++) {
         ch = &ctx->choices[i];
         emit[i] = ngx_http_pagedllm_emittable(ctx, ch);
+        calls = ngx_http_pagedllm_tools_sse_prepare(ctx, ch);
         lpj[i] = NULL;
-        any |= emit[i] || (ch->finished && !ch->final_sent);
+        any |= emit[i] || calls || (ch->finished && !ch->final_sent);
 
         if ((ctx->params.flags & PL_SUBMIT_LOGPROBS) && emit[i]
             && ngx_http_pagedllm_piece_logprobs(ctx, ch, emit[i], &lpj[i])
@@ -108,7 +110,8 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
             return;
         }
 
-        size += ngx_http_pagedllm_stream_size(ctx, ch, emit[i], lpj[i]);
+        size += calls + ngx_http_pagedllm_stream_size(ctx, ch, emit[i],
+                                                      lpj[i]);
     }
 
     if (!any) {
@@ -197,7 +200,7 @@ ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
         }
     }
 
-    safe = ch->text_len - hold;
+    safe = ngx_http_pagedllm_tools_safe(ctx, ch, ch->text_len - hold);
 
     for (n = 0; n < ch->npieces && ch->piece_end[n] <= safe; n++) {
         /* void */
@@ -292,18 +295,21 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
-/* ch's events: its role first (chat), its emittable pieces, and once it
-   has ended normally its finish_reason (on the last piece, or alone). */
+/* ch's events: its role first (chat), its emittable pieces, its tool
+   calls, and once it has ended normally its finish_reason (on the last
+   piece, or alone). */
 static u_char *
 ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t emit, ngx_str_t *lpj)
 {
     uint32_t    reason, start, end;
     ngx_str_t  *echo;
-    ngx_uint_t  i, final;
+    ngx_uint_t  i, final, calls;
 
     final = ch->finished && !ch->final_sent
             && ctx->finish_reason != PL_FINISH_ERROR;
+    calls = final
+            && ch->finish_reason == NGX_HTTP_PAGEDLLM_FINISH_TOOL_CALLS;
     start = 0;
 
     if (ctx->chat && !ch->role_sent && (emit || final)) {
@@ -321,7 +327,8 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 
     for (i = 0; i < emit; i++) {
         end = ch->piece_end[i];
-        reason = (i == ch->npieces - 1 && final) ? ch->finish_reason : 0;
+        reason = (i == ch->npieces - 1 && final && !calls)
+                 ? ch->finish_reason : 0;
 
         p = ngx_http_pagedllm_sse_text(p, ctx, ch->index, ch->text + start,
                                        end - start, lpj ? &lpj[i] : NULL,
@@ -329,7 +336,9 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
         start = end;
     }
 
-    if (final && emit == 0) {
+    p = ngx_http_pagedllm_tools_sse(p, ctx, ch);
+
+    if (final && (emit == 0 || calls)) {
         p = ngx_http_pagedllm_sse_text(p, ctx, ch->index, ch->text, 0,
                                        NULL, ch->finish_reason);
     }

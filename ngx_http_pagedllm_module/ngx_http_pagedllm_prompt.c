@@ -12,6 +12,7 @@
 
 #include "ngx_http_pagedllm_module.h"
 #include "ngx_http_pagedllm_request.h"
+#include "ngx_http_pagedllm_tools.h"
 
 #include <jansson.h>
 
@@ -27,7 +28,7 @@ static u_char *ngx_http_pagedllm_rfind(u_char *text, size_t len, u_char *s,
 /* The text of a message's content: a string, or an array of text parts
    joined by newlines (as vLLM does, a string the pool owns); NULL when it
    is neither. */
-static json_t *
+json_t *
 ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
 {
     u_char  *buf, *b;
@@ -83,7 +84,7 @@ ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool)
    prompt is tokenized with special tokens parsed (for the template's
    own), so such text would become a control token.  Nor may it hold
    U+0000, where the rendered prompt would end.  name: the field. */
-static ngx_int_t
+ngx_int_t
 ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
     const char *name, ngx_http_pagedllm_error_t *err)
 {
@@ -147,6 +148,10 @@ ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
     const char  *r, *key;
     json_t      *v;
 
+    if (ngx_http_pagedllm_tools_message_is(m)) {
+        return ngx_http_pagedllm_tools_message(m, pool, err);
+    }
+
     role = json_object_get(m, "role");
     r = json_string_value(role);
 
@@ -158,8 +163,8 @@ ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
     {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
                                     "each message needs a 'role' of "
-                                    "\"system\", \"developer\", \"user\" "
-                                    "or \"assistant\"");
+                                    "\"system\", \"developer\", \"user\", "
+                                    "\"assistant\" or \"tool\"");
         return NULL;
     }
 
@@ -334,6 +339,14 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
                 != NGX_OK
                 || ngx_http_pagedllm_no_specials(json_object_get(m, "name"),
                                                  job->tok, name, &job->err)
+                   != NGX_OK
+                || ngx_http_pagedllm_no_specials(
+                       json_object_get(m, "tool_calls"), job->tok, name,
+                       &job->err)
+                   != NGX_OK
+                || ngx_http_pagedllm_no_specials(
+                       json_object_get(m, "tool_call_id"), job->tok, name,
+                       &job->err)
                    != NGX_OK)
             {
                 return;

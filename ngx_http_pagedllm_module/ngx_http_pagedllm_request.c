@@ -15,6 +15,7 @@
 
 #include "ngx_http_pagedllm_module.h"
 #include "ngx_http_pagedllm_request.h"
+#include "ngx_http_pagedllm_tools.h"
 
 #include <jansson.h>
 
@@ -137,6 +138,10 @@ ngx_http_pagedllm_parse_completion(ngx_http_request_t *r,
                                   ngx_http_pagedllm_common_fields);
     if (rc == NGX_OK) {
         rc = ngx_http_pagedllm_required(root, p, err);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_pagedllm_tools_resolve(&ps);
     }
 
     if (rc != NGX_OK) {

@@ -79,6 +79,10 @@ void ngx_http_pagedllm_param_set(ngx_http_pagedllm_params_t *p,
     pl_param_id_t id, double v);
 
 /* prompt */
+json_t *ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool);
+ngx_int_t ngx_http_pagedllm_no_specials(json_t *v,
+    ngx_http_pagedllm_tok_t *tok, const char *name,
+    ngx_http_pagedllm_error_t *err);
 json_t *ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err);
 ngx_uint_t ngx_http_pagedllm_truncate(ngx_http_pagedllm_params_t *p,

@@ -7,6 +7,7 @@
 
 
 #include "ngx_http_pagedllm_module.h"
+#include "ngx_http_pagedllm_tools.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -234,6 +235,19 @@ ngx_http_pagedllm_sse_role(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 {
     p = ngx_http_pagedllm_sse_choice(p, ctx, index);
     p = ngx_sprintf(p, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}");
+
+    return ngx_http_pagedllm_sse_end(p, ctx, NULL, 0);
+}
+
+
+/* chat: a delta given as its JSON text (tool calls) */
+u_char *
+ngx_http_pagedllm_sse_delta(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
+    ngx_uint_t index, ngx_str_t *delta)
+{
+    p = ngx_http_pagedllm_sse_choice(p, ctx, index);
+    p = ngx_cpymem(p, "\"delta\":", sizeof("\"delta\":") - 1);
+    p = ngx_cpymem(p, delta->data, delta->len);
 
     return ngx_http_pagedllm_sse_end(p, ctx, NULL, 0);
 }
@@ -604,7 +618,7 @@ ngx_http_pagedllm_choice_json(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
     text = ngx_http_pagedllm_choice_text(pool, ctx, ch);
 
     if (api->message) {
-        text = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
+        text = ngx_http_pagedllm_tools_message_out(ctx, ch, text);
     }
 
     if (ctx->params.flags & PL_SUBMIT_BEAM_SEARCH) {
@@ -867,6 +881,8 @@ ngx_http_pagedllm_reason(uint32_t reason)
         return "stop";
     case PL_FINISH_LENGTH:
         return "length";
+    case NGX_HTTP_PAGEDLLM_FINISH_TOOL_CALLS:
+        return "tool_calls";
     default:
         return NULL;
     }

@@ -11,8 +11,12 @@
 # has (dictsort, format, printing of True/False/None, lists and dicts as
 # Python shows them, tuples, numbers, strings, tests, the sandbox's
 # refusals, strftime_now).  Conversations come from
-# t/node/conversations.mjs.  A conversation the template refuses must be
-# refused by both.
+# t/node/conversations.mjs, and the tool conversations of
+# t/fixtures/tools/conversations.jsonl (calls with their ids and
+# arguments, results, the tools offered) for the templates with a tool
+# section: Qwen3's, and t/fixtures/tools/templates (Llama 3.1 and 3.2,
+# Hermes 2 Pro, Qwen2.5, Mistral v0.3).  A conversation the template
+# refuses must be refused by both.
 use strict;
 use warnings;
 use FindBin;
@@ -41,7 +45,8 @@ sub values_of {
 }
 
 my $conv = "$dir/conv.txt";
-ok(system("node $node/conversations.mjs > $conv") == 0,
+ok(system("node $node/conversations.mjs > $conv") == 0
+   && system("cat $root/t/fixtures/tools/conversations.jsonl >> $conv") == 0,
    "conversations generated");
 open(my $fh, '<', $conv) or die "$conv: $!";
 my $n = () = <$fh>;
@@ -52,12 +57,13 @@ my @configs = (
     "$pkgs/tokenizer-llama3/models/tokenizer_config.json",
     "$pkgs/tokenizer-qwen3/models/tokenizer_config.json",
     glob("$node/templates/*.json"),
+    glob("$root/t/fixtures/tools/templates/*.json"),
     glob("$root/t/py/templates/*.json"),
 );
-cmp_ok(scalar(@configs), '>=', 16, "templates to compare");
+cmp_ok(scalar(@configs), '>=', 20, "templates to compare");
 
 for my $cfg (@configs) {
-    my ($name) = $cfg =~ m{(tokenizer-\w+|[\w-]+/[\w-]+\.json)$};
+    my ($name) = $cfg =~ m{(tokenizer-\w+|[\w-]+/[\w.-]+\.json)$};
     system("$cli --chat $cfg < $conv > $dir/c.txt 2> $dir/c.err");
     ok(system("python3 $root/t/py/jinja2_ref.py $cfg < $conv > $dir/py.txt")
        == 0, "$name: jinja2 rendered");

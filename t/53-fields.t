@@ -62,7 +62,8 @@ sub accepted {
 # is not here
 my @refused = (
     [1, tools => 'false'], [1, tools => '{}'], [1, tools => '""'],
-    [1, tools => '[{"type":"function","function":{"name":"f"}}]'],
+    [1, tools => '[{"type":"function","function":{"name":"f","x":1}}]'],
+    [1, tools => '[{"type":"function","function":{"name":"f g"}}]'],
     [1, tool_choice => 'false'], [1, tool_choice => '[]'],
     [1, tool_choice => '"required"'], [1, tool_choice => '"auto"'],
     [1, tool_choice => '{"type":"function","function":{"name":"f"}}'],
@@ -110,6 +111,7 @@ for my $c (@refused) {
 # the values that ask for nothing, and no-ops
 my @accepted = (
     [1, tools => '[]'], [1, tools => 'null'], [1, tool_choice => '"none"'],
+    [1, tools => '[{"type":"function","function":{"name":"f"}}]'],
     [1, parallel_tool_calls => 'true'],
     [1, parallel_tool_calls => 'false'], [1, functions => '[]'],
     [1, function_call => '"none"'],

@@ -6,6 +6,7 @@
  * AddedToken objects ({"content": ...}); they are passed to the template
  * (with unk_token and pad_token) as variables together with messages and
  * add_generation_prompt, as Hugging Face's apply_chat_template does.
+ * The format of the template's tool calls is read from its text once.
  */
 
 #include <stdio.h>
@@ -18,6 +19,7 @@
 struct pl_chat_s {
     pl_jinja_t  *tpl;
     json_t      *vars;     /* bos_token, eos_token, ... */
+    pl_tools_format_t  tool_format;
 };
 
 static const char *
@@ -69,6 +71,7 @@ pl_chat_new(const char *src, const char *bos, const char *eos, char *err,
         pl_chat_free(c);
         return NULL;
     }
+    c->tool_format = pl_tools_detect(src);
     json_object_set_new(c->vars, "bos_token", json_string(bos ? bos : ""));
     json_object_set_new(c->vars, "eos_token", json_string(eos ? eos : ""));
     return c;
@@ -115,6 +118,12 @@ pl_chat_free(pl_chat_t *c)
         json_decref(c->vars);
         free(c);
     }
+}
+
+pl_tools_format_t
+pl_chat_tool_format(const pl_chat_t *c)
+{
+    return c->tool_format;
 }
 
 char *

@@ -13,6 +13,8 @@
 
 #include <jansson.h>
 
+#include "pl_tools.h"
+
 typedef struct pl_chat_s  pl_chat_t;
 
 /* NULL with a message in err when the file is unreadable, has no
@@ -35,5 +37,8 @@ void pl_chat_free(pl_chat_t *c);
 char *pl_chat_render(const pl_chat_t *c, const json_t *messages,
     int add_generation_prompt, const json_t *extra, char *err,
     size_t errlen);
+
+/* The format the template's tool calls are written in. */
+pl_tools_format_t pl_chat_tool_format(const pl_chat_t *c);
 
 #endif /* PL_CHAT_H */

@@ -460,6 +460,27 @@ pl_j_call(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
     return pl_j_call_macro(c, callee.u.m, &a);
 }
 
+/* jinja2's global functions and transformers' (a name that is not set
+   otherwise): a test of one, such as Llama 3.2's "strftime_now is
+   defined", sees a callable; -1 when subject names none of them */
+int
+pl_j_global_test(const pl_jn_t *subject, const pl_jstr_t *test)
+{
+    static const char  *globals[] = {
+        "range", "dict", "lipsum", "cycler", "joiner", "namespace",
+        "raise_exception", "strftime_now", NULL
+    };
+    int                  i;
+
+    for (i = 0; globals[i] != NULL; i++) {
+        if (strcmp(subject->name->s, globals[i]) == 0) {
+            return strcmp(test->s, "defined") == 0
+                   || strcmp(test->s, "callable") == 0;
+        }
+    }
+    return -1;
+}
+
 /* ---- rendering: tests and filters ---- */
 
 static const char  *pl_j_filter_names[] = {
@@ -813,8 +834,10 @@ pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,
 {
     pl_jv_t  a0 = pl_j_arg(a, 0, NULL), a1 = pl_j_arg(a, 1, NULL);
 
+    /* jinja2's string filters take any value as its str(): an undefined
+       one as "" (Hermes 2 Pro's template trims a missing description) */
     if (strcmp(t, "trim") == 0) {
-        return pl_j_strip(c, pl_j_want_str(c, &v, t), &a0, 1, 1);
+        return pl_j_strip(c, pl_j_tostring(c, &v).u.s, &a0, 1, 1);
     }
     if (strcmp(t, "length") == 0 || strcmp(t, "count") == 0) {
         return pl_jv_int((long long) pl_j_length(c, &v));
@@ -825,7 +848,7 @@ pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,
     if (strcmp(t, "upper") == 0 || strcmp(t, "lower") == 0
         || strcmp(t, "capitalize") == 0)
     {
-        return pl_j_case(c, pl_j_want_str(c, &v, t), t[0] == 'u' ? 'u'
+        return pl_j_case(c, pl_j_tostring(c, &v).u.s, t[0] == 'u' ? 'u'
                          : t[0] == 'l' ? 'l' : 'c');
     }
     if (strcmp(t, "default") == 0 || strcmp(t, "d") == 0) {
@@ -845,7 +868,7 @@ pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,
     if (strcmp(t, "replace") == 0) {
         pl_jv_t  a2 = pl_j_arg(a, 2, NULL);
 
-        return pl_j_replace(c, pl_j_want_str(c, &v, t), &a0, &a1, &a2);
+        return pl_j_replace(c, pl_j_tostring(c, &v).u.s, &a0, &a1, &a2);
     }
     if (strcmp(t, "string") == 0) {
         return pl_j_tostring(c, &v);

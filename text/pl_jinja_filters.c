@@ -599,7 +599,7 @@ pl_j_groupby(pl_jctx_t *c, const pl_jv_t *v, const pl_jargs_t *a)
 static pl_jv_t
 pl_j_title(pl_jctx_t *c, const pl_jv_t *v)
 {
-    const pl_jstr_t  *s = pl_j_want_str(c, v, "title");
+    const pl_jstr_t  *s = pl_j_tostring(c, v).u.s;
     pl_jbuf_t        *b = pl_jbuf_open(c);
     pl_jv_t           w;
     size_t            i = 0, j;

@@ -273,6 +273,7 @@ void pl_j_eval_args(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n,
 const pl_jstr_t *pl_j_want_str(pl_jctx_t *c, const pl_jv_t *v,
     const char *what);
 pl_jv_t pl_j_call(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n);
+int pl_j_global_test(const pl_jn_t *subject, const pl_jstr_t *test);
 int pl_j_test(pl_jctx_t *c, const pl_jstr_t *name, const pl_jv_t *v,
     const pl_jargs_t *a);
 pl_jv_t pl_j_filter(pl_jctx_t *c, pl_jframe_t *f, const char *t, pl_jv_t v,

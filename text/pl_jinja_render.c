@@ -317,6 +317,11 @@ pl_j_eval(pl_jctx_t *c, pl_jframe_t *f, const pl_jn_t *n)
         return pl_j_filter(c, f, n->name->s, a, &args);
     case E_TEST:
         a = pl_j_eval(c, f, n->a);
+        if (a.type == JV_UNDEF && n->a->kind == E_NAME
+            && pl_j_global_test(n->a, n->name) >= 0)
+        {
+            return pl_jv_bool(pl_j_global_test(n->a, n->name) != n->op);
+        }
         pl_j_eval_args(c, f, n->b, &args);
         return pl_jv_bool(pl_j_test(c, n->name, &a, &args) != n->op);
     case E_BIN:
