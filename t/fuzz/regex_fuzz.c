@@ -11,8 +11,9 @@
  *
  *   odd: the rest chooses a regex in the syntax JavaScript and POSIX
  *     extended regexes share (literals a b c 0 1, ".", bracket classes
- *     with ranges and "^", groups, "|", * + ? {m} {m,} {m,n}), which is
- *     compiled here and by the C library's regcomp() as ^(...)$; on
+ *     with ranges and "^", groups, "|", * + ? {m} {m,} {m,n}, two
+ *     quantifiers nested at most), which is compiled here and by the C
+ *     library's regcomp() as ^(...)$; on
  *     strings of a b c 0 1 x chosen by the input and on strings sampled
  *     from the automaton, the two agree on what matches.  The strings
  *     hold no newline and no byte above 0x7f, where JavaScript's "." and
@@ -31,6 +32,9 @@
 #define FR_MAX_RE     512       /* bytes of a chosen regex */
 #define FR_MAX_NODES  24        /* pieces of a chosen regex */
 #define FR_MAX_STR    24        /* bytes of a chosen string */
+#define FR_MAX_REPS   2         /* quantifiers nested in a chosen regex:
+                                   glibc's regcomp and regexec take
+                                   minutes on ((((a)*){1,}){3,}){2,4} */
 
 static const char  fr_lits[] = "abc01";
 static const char  fr_chars[] = "abc01x";
@@ -114,15 +118,19 @@ fr_quantifier(fr_gen_t *g)
 }
 
 
-/* one piece of the regex, depth levels deep at most */
+/* one piece of the regex, depth levels deep at most, inside reps
+   quantifiers */
 static void
-fr_piece(fr_gen_t *g, int depth)
+fr_piece(fr_gen_t *g, int depth, int reps)
 {
     char      one[2] = { 0 };
     unsigned  k = fg_take(&g->r) % 8, i, n;
 
     if (++g->nodes > FR_MAX_NODES || depth == 0) {
         k %= 3;
+    }
+    if (k >= 6 && reps == FR_MAX_REPS) {
+        k = 4;
     }
     switch (k) {
     case 0:
@@ -139,19 +147,19 @@ fr_piece(fr_gen_t *g, int depth)
     case 4:
         n = 2 + fg_take(&g->r) % 2;
         for (i = 0; i < n; i++) {
-            fr_piece(g, depth - 1);
+            fr_piece(g, depth - 1, reps);
         }
         return;
     case 5:
         fr_put(g, "(");
-        fr_piece(g, depth - 1);
+        fr_piece(g, depth - 1, reps);
         fr_put(g, "|");
-        fr_piece(g, depth - 1);
+        fr_piece(g, depth - 1, reps);
         fr_put(g, ")");
         return;
     default:
         fr_put(g, "(");
-        fr_piece(g, depth - 1);
+        fr_piece(g, depth - 1, reps + 1);
         fr_put(g, ")");
         fr_quantifier(g);
     }
@@ -209,7 +217,7 @@ fr_compare(fg_rand_t *r)
     long            len;
     int             k;
 
-    fr_piece(&g, 4);
+    fr_piece(&g, 4, 0);
     *r = g.r;
 
     if (pl_grammar_from_regex(g.re, g.len, &text) != 0) {
