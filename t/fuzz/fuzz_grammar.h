@@ -60,13 +60,16 @@ fg_fail(const char *what)
 }
 
 
-/* the tiny model's vocabulary, for the mask check (LLVMFuzzerInitialize) */
-static void
-fg_init(void)
+/* the tiny model's vocabulary, for the mask check */
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     const char  *build = getenv("PAGEDLLM_BUILD");
     char         path[1024], err[256];
     int32_t      eos = FG_TINY_EOS;
+
+    (void) argc;
+    (void) argv;
 
     snprintf(path, sizeof(path), "%s/models/tiny/tokenizer.json",
              build ? build : "build");
@@ -75,6 +78,8 @@ fg_init(void)
         fprintf(stderr, "fuzz_grammar: %s: %s\n", path, err);
         abort();
     }
+
+    return 0;
 }
 
 

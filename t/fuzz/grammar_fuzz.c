@@ -19,18 +19,6 @@
 
 
 int
-LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void) argc;
-    (void) argv;
-
-    fg_init();
-
-    return 0;
-}
-
-
-int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static uint8_t  out[FG_MAX_SAMPLE];

@@ -47,18 +47,6 @@ typedef struct {
 } fr_gen_t;
 
 
-int
-LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void) argc;
-    (void) argv;
-
-    fg_init();
-
-    return 0;
-}
-
-
 static void
 fr_put(fr_gen_t *g, const char *s)
 {
