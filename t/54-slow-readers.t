@@ -66,7 +66,8 @@ sub slow_readers {
                      stream => JSON::PP::true }));
     my @slow = map { slow_client($t, $body) } 1 .. $N;
 
-    my $c = PagedLLM::Test::read_chunks([$fast], time + 120)->[0];
+    my $c = PagedLLM::Test::read_chunks([$fast],
+        time + PagedLLM::Test::scaled(120))->[0];
     ok($c->{complete} && !$c->{error}, "$name: the reading stream ends");
     my ($ev) = PagedLLM::Test::sse_events($c->{chunks});
     is(scalar(grep { $_->{data} ne '[DONE]' } @$ev), 400,
@@ -85,7 +86,7 @@ sub slow_readers {
     my @why = $t->error_log =~ /client reads too slowly/g;
     is(scalar @why, $N, "$name: the error log says why for each of $N");
 
-    my $deadline = time + 60;
+    my $deadline = time + PagedLLM::Test::scaled(60);
     my @got = map { drain($_, $deadline) } @slow;
     is(scalar(grep { $_->{closed} } @got), $N,
        "$name: the server closed all $N connections mid-stream");

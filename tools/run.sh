@@ -7,6 +7,8 @@
 #   PAGEDLLM_DEVICE (default auto), PAGEDLLM_ENGINE_ARGS (more engine flags),
 #   PAGEDLLM_RUN_DIR (default BUILD/run): the run folder, holding the
 #   engine's socket, both pid files, nginx's configuration and logs.
+#   PAGEDLLM_NGINX (default /usr/sbin/nginx): the nginx binary (make
+#   test-sanitize's, for a sanitized BUILD_DIR's module).
 # One run folder serves one server at a time: a folder whose engine or
 # nginx is alive (by its pid file) is refused, and no socket is ever
 # removed here (the engine replaces a stale one and refuses a live one).
@@ -171,7 +173,8 @@ pagedllm is up on http://127.0.0.1:$port (Ctrl-C stops it)
 
 EOF
 
-/usr/sbin/nginx -p "$run" -c conf/nginx.conf -e stderr -g 'daemon off;' &
+${PAGEDLLM_NGINX:-/usr/sbin/nginx} -p "$run" -c conf/nginx.conf -e stderr \
+    -g 'daemon off;' &
 nginx_pid=$!
 wait "$nginx_pid" || true
 nginx_pid=""
