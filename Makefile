@@ -3,7 +3,8 @@
 #                   one job per core unless -jN is given (or JOBS=N)
 #   make run        start engine + nginx on 127.0.0.1:8080 with the tiny model
 #   make test       build and run every test (prove), then every fuzzer
-#                   for TEST_FUZZ_SECONDS (30) from its seed corpus
+#                   for TEST_FUZZ_SECONDS (30) from its seed corpus, then
+#                   make test-sanitize (TEST_SANITIZE=0 leaves it out)
 #   make test-sanitize  every test again, with nginx, the module, the engine,
 #                   tools and unit tests built with ASan + UBSan (clang)
 #   make fuzz SECONDS=N  every libFuzzer target (t/fuzz/) for N seconds
@@ -179,10 +180,12 @@ run: all
 	tools/run.sh $(BUILD)
 
 TEST_FUZZ_SECONDS ?= 30
+TEST_SANITIZE     ?= 1
 
 test: all test-deps units
 	PAGEDLLM_BUILD=$(abspath $(BUILD)) prove -j2 $(UNITS) $(wildcard t/*.t)
 	$(MAKE) fuzz SECONDS=$(TEST_FUZZ_SECONDS)
+	$(if $(filter 1,$(TEST_SANITIZE)),$(MAKE) test-sanitize)
 
 bench: all $(BENCHES)
 	bench/serve.sh $(BUILD)
