@@ -410,7 +410,8 @@ SAN_REPORTS := $(abspath $(SAN_BUILD))/reports
 # tools/build-nginx-sanitized.sh; print_suppressions=0, so that a process
 # whose leaks were all suppressed writes nothing under reports/.  Waits in
 # the tests are 4 times longer (PAGEDLLM_TEST_TIME_SCALE): the sanitized
-# processes are that slower.
+# processes are that slower.  PAGEDLLM_TEST_SANITIZED: t/54-slow-readers.t
+# runs its small bound alone (docs/RELIABILITY.md says why).
 # -ffp-contract=off: no multiply-add fused where gcc (-std=c11) fuses none,
 # as the CPU kernels' tests compare fused and unfused twins bit for bit.
 # Two warnings gcc does not have are off, as the benchmarks trip them by
@@ -424,7 +425,7 @@ SAN_ENV     := ASAN_OPTIONS=$(SAN_ASAN):log_path=$(SAN_REPORTS)/asan \
                LSAN_OPTIONS=suppressions=$(abspath $(SAN_BUILD))/nginx-asan/lsan.supp:print_suppressions=0 \
                UBSAN_OPTIONS=$(SAN_UBSAN):log_path=$(SAN_REPORTS)/ubsan \
                PAGEDLLM_NGINX=$(abspath $(SAN_BUILD))/nginx-asan/nginx \
-               PAGEDLLM_TEST_TIME_SCALE=4
+               PAGEDLLM_TEST_TIME_SCALE=4 PAGEDLLM_TEST_SANITIZED=1
 
 .PHONY: test-sanitize
 

@@ -103,8 +103,12 @@ sub slow_readers {
     $t->finish;
 }
 
-# 1200 steps of 2 choices with 20 top logprobs each: about 1.6 MiB
+# 1200 steps of 2 choices with 20 top logprobs each: about 1.6 MiB.  make
+# test-sanitize (PAGEDLLM_TEST_SANITIZED) runs the 64k bound alone: the
+# default's 200 streams of about 1.6 MiB take its sanitized engine over
+# 10 minutes on 2 cores (docs/RELIABILITY.md); make test runs both
 slow_readers('max_unsent 64k', "    pagedllm_max_unsent 64k;\n", 65536, 1200);
-slow_readers('default config', '', 1048576, 1200);
+slow_readers('default config', '', 1048576, 1200)
+    unless $ENV{PAGEDLLM_TEST_SANITIZED};
 
 done_testing;
