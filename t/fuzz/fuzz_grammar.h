@@ -27,7 +27,7 @@
 
 #define FG_NOMEM        (-2)      /* pl_grammar_step out of memory */
 #define FG_MAX_SAMPLE   4096      /* bytes of one sampled string */
-#define FG_MAX_BFS      512       /* DFA states a completion may visit */
+#define FG_MAX_BFS      256       /* DFA states a completion may visit */
 #define FG_TINY_IDS     520       /* the tiny model's vocabulary */
 #define FG_TINY_EOS     511
 
