@@ -232,7 +232,7 @@ main(int argc, char **argv)
     double           t0, t1, t2, us;
     float           *row;
     int              n_hit = 0, n_miss = 0, n_apply = 0, d, k, i, ends = 0;
-    char            *schema = make_schema(), err[256];
+    char            *schema, err[256];
     uint8_t         *seen;
     const uint64_t  *m;
     pl_vocab_t      *v;
@@ -256,11 +256,13 @@ main(int argc, char **argv)
         return pl_cli_error("grammar", "DOCS '%s' is not a positive number",
                             argv[2]);
     }
+    schema = make_schema();
 
     t0 = bench_now_us();
     v = pl_vocab_load(path, 128256, eos, 2, err, sizeof(err));
     if (v == NULL) {
         fprintf(stderr, "%s\n", err);
+        free(schema);
         return 1;
     }
     printf("vocabulary: %u ids from %s, loaded in %.0f ms\n",

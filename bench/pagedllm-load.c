@@ -367,6 +367,7 @@ main(int argc, char **argv)
     if (cf.max_model_len == 0) {
         cf.max_model_len = load_fetch_max_model_len(&cf);
         if (cf.max_model_len == 0) {
+            free(cf.rates);
             return 1;
         }
     }
@@ -383,5 +384,6 @@ main(int argc, char **argv)
     if (cf.json_out != stdout) {
         fclose(cf.json_out);
     }
+    free(cf.rates);
     return failed;
 }

@@ -626,6 +626,10 @@ gr_object(gr_schema_t *c, json_t *s, int depth)
         return gr_fail(c, "'properties' must be an object");
     }
     if (json_object_size(props) == 0) {
+        /* a required name is never a property here: refused */
+        if (gr_required(c, s, NULL, 0, NULL) != 0) {
+            return -1;
+        }
         if (json_is_false(extra)) {
             gt_str(c->out, " \"{}\"");
             return 0;

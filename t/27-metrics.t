@@ -53,7 +53,7 @@ sub scrape {
 
 sub wait_metrics {
     my ($cond, $timeout) = @_;
-    my $deadline = time + ($timeout // 5);
+    my $deadline = time + PagedLLM::Test::scaled($timeout // 5);
     my $m;
     while (1) {
         $m = scrape();
@@ -217,7 +217,7 @@ is($t->request(HEAD => '/metrics')->{status}, 200, 'HEAD /metrics: 200');
 
 # a reload keeps the HTTP counters (the shared zone is reused)
 kill 'HUP', $t->{pids}{nginx};
-my $deadline = time + 10;
+my $deadline = time + PagedLLM::Test::scaled(10);
 sleep 0.05 until (() = $t->error_log =~ /worker process \d+ exited with code 0/g)
                  >= 2 || time > $deadline;
 ok((() = $t->error_log =~ /worker process \d+ exited with code 0/g) >= 2,

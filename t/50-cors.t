@@ -147,7 +147,7 @@ for my $bad ('https://app.example/', 'app.example', 'https://') {
     my $c = PagedLLM::Test->new(server => "pagedllm_cors $bad;");
     $c->write_conf;
     my $d = $c->dir;
-    my $out = `$c->{nginx} -t -p $d/ -c $d/nginx.conf -e $d/error.log 2>&1`;
+    my $out = $c->nginx_test_config("-p $d/ -c $d/nginx.conf -e $d/error.log");
     isnt($?, 0, "pagedllm_cors $bad: nginx -t fails");
     like($out, qr/invalid origin/, "pagedllm_cors $bad: says invalid origin");
 }

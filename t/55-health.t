@@ -88,7 +88,7 @@ $t->finish;
 my $bad = PagedLLM::Test->new(
     server => "        location = /health { pagedllm_health soon; }\n");
 $bad->write_conf;
-my $out = `/usr/sbin/nginx -t -p $bad->{dir}/ -c $bad->{dir}/nginx.conf 2>&1`;
+my $out = $bad->nginx_test_config("-p $bad->{dir}/ -c $bad->{dir}/nginx.conf");
 isnt($?, 0, 'pagedllm_health soon: nginx -t fails');
 like($out, qr/invalid max age "soon"/, 'pagedllm_health soon: says why');
 

@@ -251,7 +251,7 @@ sub conf_error {
             . "error_log $d/bad.log;\npid $d/bad.pid;\n"
             . "events {}\nhttp {\n$directive\n}\n";
     close $fh;
-    return scalar `/usr/sbin/nginx -t -p $d/ -c $d/bad.conf -e $d/bad.log 2>&1`;
+    return $t->nginx_test_config("-p $d/ -c $d/bad.conf -e $d/bad.log");
 }
 
 like(conf_error('pagedllm_limit_tokens zone=z:1m key=$x rate=10/h;'),

@@ -141,7 +141,7 @@ http {
     include $tmp/site.conf;
 }
 EOF
-$h->spawn(nginx => "$tmp/nginx.stderr", '/usr/sbin/nginx',
+$h->spawn(nginx => "$tmp/nginx.stderr", $h->{nginx},
           '-p', "$dest/usr/share/nginx/", '-c', "$tmp/nginx.conf",
           '-e', "$tmp/error.log", '-g', 'daemon off;');
 $h->{port} = $port;

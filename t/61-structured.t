@@ -277,6 +277,10 @@ error_ok($t->completion(prompt => 'x', guided_json => { type => 'object',
          'a nested unsupported keyword is named');
 error_ok($t->completion(prompt => 'x', guided_json => { '$ref' => '#/nope' }),
          'guided_json', qr/does not resolve/, 'a dangling $ref');
+error_ok($t->completion(prompt => 'x', guided_json => { type => 'object',
+                                                        required => ['a'] }),
+         'guided_json', qr/required property a is not in 'properties'/,
+         'required without properties (found by t/fuzz/schema_fuzz.c)');
 error_ok($t->completion(prompt => 'x', guided_json => '{"type":'),
          'guided_json', qr/not valid JSON/, 'guided_json as broken text');
 error_ok($t->completion(prompt => 'x', guided_regex => 'a(b'),

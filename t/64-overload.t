@@ -164,17 +164,21 @@ sub idle_ok {
 # A full submission ring: 700 prompts of 2000 token ids (8 KB each in the
 # ring) arrive while the engine is stopped; the 4 MiB ring takes about 500,
 # the rest are answered 503 at once, and every one that went in is served
-# once the engine runs again.
+# once the engine runs again (no --max-queue-time cuts the last of them
+# first: the sanitized engine, make test-sanitize, takes longer than the
+# default minute to prefill the 500).
 {
     my $n = 700;
-    my $t = PagedLLM::Test->new(worker_connections => $n + 64);
+    my $t = PagedLLM::Test->new(worker_connections => $n + 64,
+                                engine_args => ['--max-queue-time', '86400']);
     start_attached($t);
 
     engine_signal($t, 'STOP');
     my $body = $J->encode({ prompt => [(7) x 2000], max_tokens => 2 });
     my @socks = map { $t->send_request(POST => '/v1/completions', $body) }
                 1 .. $n;
-    sleep 2;        # nginx reads and submits (or refuses) all of them
+    # nginx reads and submits (or refuses) all of them
+    sleep PagedLLM::Test::scaled(2);
 
     my @early = grep { IO::Select->new($_)->can_read(0) } @socks;
     engine_signal($t, 'CONT');

@@ -70,8 +70,17 @@ ln -sfn "${tree#"$out"/}" "$out/src"
 # alignment and pointer-overflow checks are off for nginx's sources (named
 # relative to the tree), on for the module's (named by absolute path); so is
 # nonnull-attribute (ngx_pstrdup of an empty prefix in ngx_init_cycle)
-printf '[alignment|pointer-overflow|nonnull-attribute]\nsrc:src/*\n' \
-    >"$out/ignorelist.txt"
+#
+# Every dynamic module defines ngx_modules, ngx_module_names and
+# ngx_module_order, which the nginx binary defines too (and exports): the
+# module's references resolve to the binary's arrays, so ASan, registering
+# the module's 2-entry ngx_modules at that address, would poison the
+# binary's array past its second entry, and a reload's ngx_cycle_modules
+# (a memcpy of the whole array) would abort the master.  Those three
+# arrays get no redzone, in the binary and in the module alike.
+printf '%s\n' '[alignment|pointer-overflow|nonnull-attribute]' 'src:src/*' \
+    '[address]' 'global:ngx_modules' 'global:ngx_module_names' \
+    'global:ngx_module_order' >"$out/ignorelist.txt"
 
 # A worker that exits (reload, stop) leaves its connections and events,
 # allocated once in ngx_event_process_init, to the kernel: LeakSanitizer's

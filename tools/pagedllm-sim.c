@@ -428,6 +428,7 @@ main(int argc, char **argv)
         return 1;
     }
     if (make_workload(&c, req) != 0) {
+        free(req);
         return pl_cli_error(SIM_NAME, "--workload %s: sharegpt or alpaca",
                             c.workload);
     }
@@ -447,6 +448,7 @@ main(int argc, char **argv)
     for (p = 0; p < 4; p++) {
         if (simulate(&c, (pl_kv_policy_t) p, req, &r) != 0) {
             fprintf(stderr, "pagedllm-sim: %s failed\n", names[p]);
+            free(req);
             return 1;
         }
         printf("%-12s %7.1f%% %10.1f %9d %11llu %14.4f %10.2f %8.1f%%\n",

@@ -7,6 +7,8 @@
 #   PAGEDLLM_DEVICE (default auto), PAGEDLLM_ENGINE_ARGS (more engine flags),
 #   PAGEDLLM_RUN_DIR (default BUILD/run): the run folder, holding the
 #   engine's socket, the pid files, nginx's configuration and logs.
+#   PAGEDLLM_NGINX (default /usr/sbin/nginx): the nginx binary (make
+#   test-sanitize's, for a sanitized BUILD_DIR's module).
 # --engines N starts N engines of the model (sockets engine0.sock ..,
 # pid files engine0.pid ..) behind one nginx, in one pagedllm_engines
 # group routed by PAGEDLLM_ROUTE (default least_load); --per-gpu starts
@@ -272,7 +274,8 @@ pagedllm is up on http://127.0.0.1:$port (Ctrl-C stops it)
 
 EOF
 
-/usr/sbin/nginx -p "$run" -c conf/nginx.conf -e stderr -g 'daemon off;' &
+${PAGEDLLM_NGINX:-/usr/sbin/nginx} -p "$run" -c conf/nginx.conf -e stderr \
+    -g 'daemon off;' &
 nginx_pid=$!
 wait "$nginx_pid" || true
 nginx_pid=""

@@ -17,9 +17,13 @@
 import { chromium } from "playwright-core";
 
 const [exe, shots, ...pages] = process.argv.slice(2);
+// bounds on waiting, in ms, times PAGEDLLM_TEST_TIME_SCALE (make
+// test-sanitize: its engine and nginx run several times slower)
+const scale = Number(process.env.PAGEDLLM_TEST_TIME_SCALE) || 1;
+const ms = (n) => n * scale;
 
 async function mapUsed(page, cond, timeout) {
-  const deadline = Date.now() + timeout;
+  const deadline = Date.now() + ms(timeout);
   for (;;) {
     const used = await page.$eval("#map", (m) => +m.dataset.used);
     if (cond(used) || Date.now() > deadline) return used;
@@ -53,7 +57,7 @@ async function run(browser, name, url, shoot) {
   await page.goto(url);
   await page.waitForFunction(
     () => document.querySelectorAll("#model option").length > 0, null,
-    { timeout: 15000 });
+    { timeout: ms(15000) });
   r.model = await page.$eval("#model", (s) => s.value);
   await page.check("input[name=mode][value=completion]");
   await page.fill("#temperature", "0");
@@ -76,7 +80,8 @@ async function run(browser, name, url, shoot) {
   }
   r.used_during = await sendLong(page, 1800);
   await page.waitForFunction(() => document.getElementById("owners")
-    .textContent.includes("this page's request"), null, { timeout: 2000 })
+    .textContent.includes("this page's request"), null,
+    { timeout: ms(2000) })
     .catch(() => {});
   r.owners = await page.$eval("#owners", (o) => o.textContent);
   r.mine_listed = r.owners.includes("this page's request");
@@ -84,7 +89,7 @@ async function run(browser, name, url, shoot) {
     await mapUsed(page, (u) => u >= 40, 5000);
     await page.waitForFunction(
       () => document.getElementById("out-0").textContent.length > 0, null,
-      { timeout: 5000 }).catch(() => {});
+      { timeout: ms(5000) }).catch(() => {});
     await page.screenshot({ path: shots + "/ui-playground.png" });
     await page.locator("#kv").screenshot({ path: shots + "/ui-blockmap.png" });
     await page.evaluate(() => window.neighbour.abort());
@@ -95,7 +100,7 @@ async function run(browser, name, url, shoot) {
   r.map_updates_per_s = ((await page.$eval("#map", (m) => +m.dataset.updates))
                          - u0) * 1000 / (Date.now() - t0);
   await page.waitForFunction(() => !document.getElementById("send").disabled,
-                             null, { timeout: 120000 });
+                             null, { timeout: ms(120000) });
   r.used_after_end = await mapUsed(page, (u) => u === 0, 5000);
   r.updates = await page.evaluate(() => window.updates);
   r.text_len = await page.$eval("#out-0", (o) => o.textContent.length);

@@ -26,6 +26,12 @@ use Time::HiRes qw(time sleep);
 our $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
 our $SEQ = 0;       # order in which chunks of all streams arrived
 
+# Seconds to wait at most, times PAGEDLLM_TEST_TIME_SCALE (make
+# test-sanitize sets 4: its processes run several times slower).  Only
+# bounds on waiting are scaled: a wait ends as soon as what it waits for
+# happens, so a longer bound never makes a check pass.
+sub scaled { $_[0] * ($ENV{PAGEDLLM_TEST_TIME_SCALE} || 1) }
+
 sub new {
     my ($class, %opt) = @_;
 
@@ -126,7 +132,7 @@ sub spawn_engine {
                  '--device', 'cpu', '--listen', $sock,
                  '--threads', '1', '--kv-cache-memory', '16', @args);
 
-    my $deadline = time + 30;
+    my $deadline = time + scaled(30);
     until (-S $sock) {
         $self->running($name)
             or $self->fail_start("pagedllm-engine ($name) exited before "
@@ -198,7 +204,7 @@ sub start_nginx {
                  '-c', "$d/nginx.conf", '-e', "$d/error.log",
                  '-g', 'daemon off;');
 
-    my $deadline = time + 10;
+    my $deadline = time + scaled(10);
     while (1) {
         $self->running('nginx')
             or $self->fail_start("nginx exited at start");
@@ -210,7 +216,7 @@ sub start_nginx {
             last;
         }
         time < $deadline
-            or $self->fail_start("nginx did not listen in 10 s");
+            or $self->fail_start("nginx did not listen in time");
         sleep 0.05;
     }
 }
@@ -220,7 +226,7 @@ sub stop {
     my $pid = delete $self->{pids}{$name} or return;
 
     kill $signal // 'TERM', $pid;
-    my $deadline = time + 10;
+    my $deadline = time + scaled(10);
     while (waitpid($pid, WNOHANG) == 0) {
         if (time > $deadline) {
             kill 'KILL', $pid;
@@ -372,7 +378,7 @@ sub request {
     my ($self, $method, $path, $body, %h) = @_;
     my $timeout = delete $h{timeout} // 30;
     my $s = $self->send_request($method, $path, $body, %h);
-    return read_response($s, time + $timeout, $method);
+    return read_response($s, time + scaled($timeout), $method);
 }
 
 # The whole response on a socket send_request opened (closed after):
@@ -425,7 +431,8 @@ sub stream_start {
     my ($self, $path, $body) = @_;
     my $s = $self->send_request(POST => $path, $body);
     my $buf = '';
-    my $r = read_head($s, \$buf, time + 30) or die "no response head\n";
+    my $r = read_head($s, \$buf, time + scaled(30))
+        or die "no response head\n";
     $r->{sock} = $s;
     $r->{buf} = $buf;
     return $r;
@@ -530,7 +537,7 @@ sub status {
 # Polls the status endpoint until $cond->($json) holds or $timeout passes.
 sub wait_status {
     my ($self, $cond, $timeout) = @_;
-    my $deadline = time + ($timeout // 5);
+    my $deadline = time + scaled($timeout // 5);
     my $r;
     while (1) {
         $r = $self->status;
@@ -552,7 +559,7 @@ sub stream_json {
     my ($self, $path, %req) = @_;
     my $body = $JSON->encode({ %req, stream => JSON::PP::true });
     my $s = $self->stream_start($path, $body);
-    my $c = read_chunks([$s], time + 60)->[0];
+    my $c = read_chunks([$s], time + scaled(60))->[0];
     close $s->{sock};
     my ($ev, $err) = sse_events($c->{chunks});
     my @data = map { $_->{data} } @$ev;
@@ -560,6 +567,19 @@ sub stream_json {
     pop @data if $done;
     return { status => $s->{status}, error => $c->{error} // $err,
              done => $done, events => [ map { $JSON->decode($_) } @data ] };
+}
+
+# nginx -t with the given arguments (a string): its output, with $? set.
+# nginx's test mode returns from main without freeing main's first pool
+# (the process ends there, by nginx's design), so under make test-sanitize
+# LeakSanitizer is off for this one process; the configuration's parsing
+# is leak-checked in every server the tests start, whose master frees its
+# cycle when it exits (docs/RELIABILITY.md, Sanitizers).
+sub nginx_test_config {
+    my ($self, $args) = @_;
+    local $ENV{ASAN_OPTIONS} = join ':', grep { length }
+                               $ENV{ASAN_OPTIONS} // '', 'detect_leaks=0';
+    return scalar `$self->{nginx} -t $args 2>&1`;
 }
 
 1;
