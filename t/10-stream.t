@@ -138,9 +138,9 @@ my $nested = $t->completion(prompt => [[510, 72, 101, 108]], max_tokens => 5,
 is($nested->{json}{choices}[0]{text}, $ids->{json}{choices}[0]{text},
    'one-element array of token ids: same text as the flat array');
 
-my $one = $t->completion(prompt => ['Hello'], max_tokens => $max,
-                         ignore_eos => JSON::PP::true, temperature => 0);
-is($one->{json}{choices}[0]{text}, $streamed,
+my $one_str = $t->completion(prompt => ['Hello'], max_tokens => $max,
+                             ignore_eos => JSON::PP::true, temperature => 0);
+is($one_str->{json}{choices}[0]{text}, $streamed,
    'one-element array of a string: same text as the string');
 
 my $named = $t->completion(model => $model, prompt => 'Hi', max_tokens => 3);

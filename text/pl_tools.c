@@ -478,7 +478,9 @@ pl_tools_add(json_t *calls, const json_t *c, const char *text, size_t start,
 }
 
 
-/* the JSON value at text[*i..len), *i moved past it; NULL when none */
+/* the JSON value at text[*i..len), *i moved past it; NULL when none, or
+   when an object in it repeats a key (the call's arguments are taken
+   from the text by their key, which must name one value) */
 static json_t *
 pl_tools_value(const char *text, size_t len, size_t *i)
 {
@@ -486,7 +488,8 @@ pl_tools_value(const char *text, size_t len, size_t *i)
     json_t       *v;
 
     v = json_loadb(text + *i, len - *i,
-                   JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY, &err);
+                   JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY
+                   | JSON_REJECT_DUPLICATES, &err);
     if (v != NULL) {
         *i += err.position;
     }

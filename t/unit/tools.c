@@ -159,6 +159,9 @@ test_parse(void)
     parse_is(M, "[TOOL_CALLS] [{\"name\": \"get_time\", \"arguments\": {}}",
              "-", 0, "an unclosed list: content");
     parse_is(M, "[1, 2, 3]", "-", 0, "a list of numbers: content");
+    parse_is(M, "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": "
+             "\"get_time\", \"arguments\": {}}]", "-", 0,
+             "a repeated key: content (found by t/fuzz/tools_fuzz.c)");
 
     /* json (unknown templates) */
     parse_is(J, "[{\"name\": \"get_time\", \"arguments\": {}}]",
