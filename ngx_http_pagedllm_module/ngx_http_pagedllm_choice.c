@@ -217,22 +217,6 @@ ngx_http_pagedllm_batch_cached(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index)
 }
 
 
-/* The prompt text choice index begins with (echo): its own prompt's when
-   the prompts were batched, the one prompt's otherwise; empty without
-   echo. */
-ngx_str_t *
-ngx_http_pagedllm_choice_echo(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index)
-{
-    ngx_http_pagedllm_params_t  *p = &ctx->params;
-
-    if (p->n_parts > 1) {
-        return &p->parts[index / (p->n / p->n_parts)].echo;
-    }
-
-    return &p->echo;
-}
-
-
 /* Room for n more pieces (and their logprobs). */
 static ngx_int_t
 ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx,

@@ -573,6 +573,23 @@ ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
+/* The prompt text choice index begins with (echo): its own prompt's when
+   the prompts were batched, the one prompt's otherwise; empty without
+   echo.  Here, not in _choice.c, so that the request parser's fuzz target
+   links without the engine connection. */
+ngx_str_t *
+ngx_http_pagedllm_choice_echo(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index)
+{
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    if (p->n_parts > 1) {
+        return &p->parts[index / (p->n / p->n_parts)].echo;
+    }
+
+    return &p->echo;
+}
+
+
 /* the choice's text, after the prompt's with echo */
 static json_t *
 ngx_http_pagedllm_choice_text(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
