@@ -101,7 +101,10 @@ for my $format (sort keys %templates) {
     cmp_ok($o->{calls} // 0, '>=', 30,
            "$format: $o->{calls} calls made, $o->{cut} choices cut by "
            . 'max_tokens');
-    cmp_ok($o->{fragments_max} // 0, '>', 8,
+    # how many fragments depends on how many tokens the worker finds
+    # waiting at each flush, so on the machine's speed; more than two
+    # means the arguments were not held back to the end
+    cmp_ok($o->{fragments_max} // 0, '>', 2,
            "$format: forced calls stream their arguments as they are "
            . "written (up to $o->{fragments_max} fragments a call)");
     cmp_ok($o->{parallel_max} // 0, '>', 1,
