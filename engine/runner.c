@@ -187,11 +187,14 @@ pl_runner_moves(pl_model_t *m, const pl_block_manager_t *bm, void *host_pool,
     char *err, size_t errlen)
 {
     const pl_block_move_t  *mv;
-    int32_t                *src = NULL, *dst;
+    int32_t                *src, *dst;
     int                     i, j, k, n, rc = 0;
 
     mv = pl_bm_moves(bm, &n);
-    if (n > 0 && (src = malloc(2 * (size_t) n * sizeof(int32_t))) == NULL) {
+    if (n == 0) {
+        return 0;
+    }
+    if ((src = malloc(2 * (size_t) n * sizeof(int32_t))) == NULL) {
         snprintf(err, errlen, "out of memory for %d KV block moves", n);
         return -1;
     }
