@@ -462,9 +462,11 @@ ngx_http_pagedllm_group_find(ngx_conf_t *cf,
     group = pmcf->groups.elts;
 
     for (i = 0; i < pmcf->groups.nelts; i++) {
+        /* the unnamed group's name is { 0, NULL }: no strncmp on NULL */
         if (group[i].name.len == plcf->group_name.len
-            && ngx_strncmp(group[i].name.data, plcf->group_name.data,
-                           plcf->group_name.len) == 0)
+            && (plcf->group_name.len == 0
+                || ngx_strncmp(group[i].name.data, plcf->group_name.data,
+                               plcf->group_name.len) == 0))
         {
             plcf->group = &group[i];
             return NGX_CONF_OK;
