@@ -80,6 +80,8 @@ typedef struct {
 
     size_t                     weight_bytes;    /* for the start-up log */
     size_t                     activation_bytes;
+    size_t                     free_at_open;    /* device memory free when
+                                                   the engine opened it */
     uint64_t                   summary_at;      /* the periodic log line */
     pl_stats_t                 summary_totals;  /* as it was then */
     pl_block_map_t             map;             /* the live block map */

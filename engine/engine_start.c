@@ -89,6 +89,16 @@ pl_engine_open_backend(pl_engine_t *e)
     pl_log(PL_LOG_INFO, "device: %s%s", e->totals.device,
            strcmp(e->cfg.device, "auto") == 0 ? " (auto)" : "");
 
+    /* what others (another engine on this GPU) hold is theirs: the
+       budget counts only what this engine takes from here on */
+    if (e->be->mem_info != NULL) {
+        size_t  total;
+
+        if (e->be->mem_info(e->be, &e->free_at_open, &total) != 0) {
+            e->free_at_open = 0;
+        }
+    }
+
     return 0;
 }
 
@@ -161,19 +171,23 @@ pl_engine_memory_summary(pl_engine_t *e)
 
 /*
  * Bytes of the GPU the KV cache may take: --gpu-memory-utilization of the
- * card, minus everything in use after a profiling run of the largest
+ * card, minus what this engine holds after a profiling run of the largest
  * batch the scheduler may plan (weights, activation scratch, workspaces
  * and whatever else the backend makes on first use) but the run's own
  * temporary cache, minus room for the decode graphs recorded later (one
- * measured, times the shapes possible).  0, or -1 when it cannot be
- * measured.
+ * measured, times the shapes possible).  What this engine holds is the
+ * device's free memory when it opened the device less the free memory
+ * now, so the fraction is the engine's own: two engines at 0.45 share a
+ * card as two halves, whichever starts first.  What is free now (less the
+ * graphs' room) bounds the result, so a fraction others have already
+ * taken is never promised.  0, or -1 when it cannot be measured.
  */
 static int
 pl_engine_gpu_budget(pl_engine_t *e, double *budget)
 {
     pl_model_profile_t  prof;
     size_t              free_b, total_b;
-    double              in_use, graphs;
+    double              in_use, graphs, free_now;
     char                err[512];
 
     if (pl_model_profile(e->model, e->cfg.block_size, e->max_model_len,
@@ -187,13 +201,16 @@ pl_engine_gpu_budget(pl_engine_t *e, double *budget)
         return -1;
     }
 
-    in_use = (double) (total_b - free_b) - (double) prof.kv_bytes;
+    free_now = (double) free_b + (double) prof.kv_bytes;
+    in_use = e->free_at_open > free_b
+             ? (double) (e->free_at_open - free_b) - (double) prof.kv_bytes
+             : 0;
     graphs = (double) prof.graph_bytes * prof.graph_shapes;
 
     pl_log(PL_LOG_INFO, "profiling run of %d tokens in %d sequences: "
-           "%.0f MiB of the device's %.0f MiB in use after it",
-           prof.tokens, prof.seqs, in_use / PL_MIB,
-           (double) total_b / PL_MIB);
+           "this engine holds %.0f MiB of the device's %.0f MiB after it, "
+           "%.0f MiB are free", prof.tokens, prof.seqs, in_use / PL_MIB,
+           (double) total_b / PL_MIB, free_now / PL_MIB);
     if (prof.graph_shapes > 0) {
         pl_log(PL_LOG_INFO, "decode graphs: up to %d shapes, recorded when "
                "first used; one took %.1f MiB, %.1f MiB kept for them",
@@ -203,6 +220,12 @@ pl_engine_gpu_budget(pl_engine_t *e, double *budget)
 
     *budget = e->cfg.gpu_memory_utilization * (double) total_b - in_use
               - graphs;
+    if (*budget > free_now - graphs) {
+        pl_log(PL_LOG_WARN, "--gpu-memory-utilization %.2f asks for more "
+               "than the device has free; the KV cache takes what is",
+               e->cfg.gpu_memory_utilization);
+        *budget = free_now - graphs;
+    }
 
     return 0;
 }

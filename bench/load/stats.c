@@ -123,14 +123,18 @@ load_summarize(const load_record_t *r, size_t n, load_summary_t *s)
 }
 
 
-/* the value of the sample line "name value" (name with its labels) */
+/* The sum of the samples of NAME whose labels hold LABEL (any samples when
+   LABEL is NULL): one engine's unlabelled line, or every engine's line of
+   a pagedllm_engines group (labelled engine="..."); -1 when there is none */
 static int
-metric_value(const char *text, size_t len, const char *name, double *v)
+metric_sum(const char *text, size_t len, const char *name, const char *label,
+    double *v)
 {
     size_t       nlen = strlen(name), i = 0;
-    const char  *line, *end;
-    char         num[64];
+    const char  *line, *end, *val, *close;
+    int          found = 0;
 
+    *v = 0;
     while (i < len) {
         line = text + i;
         end = memchr(line, '\n', len - i);
@@ -139,17 +143,31 @@ metric_value(const char *text, size_t len, const char *name, double *v)
         }
         i = end - text + 1;
 
-        if ((size_t) (end - line) > nlen + 1
-            && (size_t) (end - line) - nlen - 1 < sizeof(num)
-            && memcmp(line, name, nlen) == 0 && line[nlen] == ' ')
+        if ((size_t) (end - line) <= nlen + 1
+            || memcmp(line, name, nlen) != 0
+            || (line[nlen] != ' ' && line[nlen] != '{'))
         {
-            memcpy(num, line + nlen + 1, end - line - nlen - 1);
-            num[end - line - nlen - 1] = '\0';
-            *v = strtod(num, NULL);
-            return 0;
+            continue;
         }
+        val = line + nlen;
+        if (*val == '{') {
+            close = memchr(val, '}', end - val);
+            if (close == NULL) {
+                continue;
+            }
+            if (label != NULL
+                && memmem(val, close - val, label, strlen(label)) == NULL)
+            {
+                continue;
+            }
+            val = close + 1;
+        } else if (label != NULL) {
+            continue;
+        }
+        *v += strtod(val, NULL);
+        found = 1;
     }
-    return -1;
+    return found ? 0 : -1;
 }
 
 
@@ -157,11 +175,12 @@ int
 load_metrics_parse(const char *text, size_t len, double *running,
     double *kv_used, double *kv_capacity)
 {
-    if (metric_value(text, len, "pagedllm_requests_running", running) != 0
-        || metric_value(text, len, "pagedllm_kv_blocks{state=\"used\"}",
-                        kv_used) != 0
-        || metric_value(text, len, "pagedllm_kv_blocks_capacity",
-                        kv_capacity) != 0)
+    if (metric_sum(text, len, "pagedllm_requests_running", NULL, running)
+            != 0
+        || metric_sum(text, len, "pagedllm_kv_blocks", "state=\"used\"",
+                      kv_used) != 0
+        || metric_sum(text, len, "pagedllm_kv_blocks_capacity", NULL,
+                      kv_capacity) != 0)
     {
         return -1;
     }

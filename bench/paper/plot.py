@@ -36,6 +36,8 @@ TITLES = {
     ("h200", "batch"): "Figs. 16-17 on the unconstrained H200",
     ("llama3", "latency"): "Figs. 14-15: Llama-3-8B shape, KV held at 15,728 tokens",
     ("llama3", "batch"): "Figs. 16-17: Llama-3-8B shape, KV held at 15,728 tokens",
+    ("engines", "latency"): "One engine at 0.90 against two at 0.45 on one H200, Llama-3-8B shape",
+    ("engines", "throughput"): "One engine at 0.90 against two at 0.45 on one H200, Llama-3-8B shape",
     ("sampling", "latency"): "Figs. 18-19: parallel sampling and beam search, Alpaca",
     ("memsave", "saving"): "Figs. 20-21: KV blocks saved by sharing, Alpaca lengths",
     ("prefix", "latency"): "Figs. 22-23: shared prefix",
@@ -43,7 +45,8 @@ TITLES = {
     ("blocksize", "latency"): "Figs. 25-26: block size, KV held at 15,728 tokens",
     ("preempt", "latency"): "Fig. 27: recompute, swap and auto preemption",
 }
-RATE_GROUPS = ("basic", "h200", "llama3", "sampling", "prefix", "chat")
+RATE_GROUPS = ("basic", "h200", "llama3", "sampling", "prefix", "chat",
+               "engines")
 BATCH_GROUPS = ("basic", "h200", "llama3")
 
 
@@ -80,7 +83,7 @@ def tokens_per_iteration(r):
 
 def table(panels):
     cols = ("x", "req/s", "ok", "fail", "norm s/tok", "p50", "p99",
-            "ttft p50 ms", "running", "tok/iter", "kv use", "preempt",
+            "ttft p50 ms", "ttft p99 ms", "running", "tok/iter", "kv use", "preempt",
             "out tok/s")
     for panel, series in panels.items():
         print(f"\n== {panel}")
@@ -94,6 +97,7 @@ def table(panels):
                        fmt(ld.get("norm_latency_p50_s")),
                        fmt(ld.get("norm_latency_p99_s")),
                        fmt(ld.get("ttft_p50_ms")),
+                       fmt(ld.get("ttft_p99_ms")),
                        fmt(ld.get("running_mean")),
                        fmt(tokens_per_iteration(r)),
                        fmt(ld.get("kv_usage_mean")),
@@ -260,6 +264,10 @@ def main(argv):
         plot_lines(plt, panels, "norm_latency_mean_s",
                    "normalized latency (s/token)", "request rate (req/s)",
                    os.path.join(d, "latency.png"), TITLES[group, "latency"])
+    if group == "engines":
+        plot_lines(plt, panels, "output_tokens_per_s", "output tokens/s",
+                   "request rate (req/s)", os.path.join(d, "throughput.png"),
+                   TITLES[group, "throughput"])
     if group in BATCH_GROUPS:
         plot_lines(plt, panels, "running_mean", "mean running requests",
                    "request rate (req/s)", os.path.join(d, "batch.png"),

@@ -57,6 +57,12 @@
 #              KV sizing, --gpu-memory-utilization 0.90), 480 s.
 #   llama3     Figs. 14-17 on the Llama-3-8B shape (GQA, 8 KV heads),
 #              held KV, 480 s.
+#   engines    Not the paper's: one engine at --gpu-memory-utilization
+#              0.90 against two at 0.45 on the same GPU behind one nginx
+#              (a pagedllm_engines group, PAPER_ROUTE least_load), the
+#              Llama-3-8B shape with each engine's default KV sizing:
+#              ShareGPT-like Poisson sweeps (PAPER_ENGINES_RATES, 10..70
+#              req/s, PAPER_ENGINES_SECS 8 s of arrivals a rate), 480 s.
 #
 # Output: the logs of a group (engine and nginx logs, pagedllm-load's
 # output, one JSON line per run in runs.jsonl, /metrics before and after
@@ -113,6 +119,8 @@ PORT=${PAPER_PORT:-18480}
 HELD_TOKENS=15728
 MAX_LEN=2048
 SOCK=/tmp/paper-engine.sock
+ENGINES=1                   # engines per served configuration
+ROUTE=${PAPER_ROUTE:-least_load}
 JOBS=$(nproc 2>/dev/null || echo 4)
 
 if [ "$SMOKE" = 1 ]; then
@@ -231,13 +239,34 @@ http_get() {
 # the engine counters a run's record carries, as JSON members
 counters() {
     http_get /metrics | awk '
-        /^pagedllm_iterations_total / { it = $2 }
-        /^pagedllm_generation_tokens_total / { gen = $2 }
-        /^pagedllm_prompt_tokens_total / { pr = $2 }
+        /^pagedllm_iterations_total[ {]/ { it += $2 }
+        /^pagedllm_generation_tokens_total[ {]/ { gen += $2 }
+        /^pagedllm_prompt_tokens_total[ {]/ { pr += $2 }
         /^pagedllm_preemptions_total/ { pre += $2 }
-        /^pagedllm_swapped_blocks_total\{direction="out"\}/ { sw = $2 }
-        /^pagedllm_kv_blocks_capacity / { cap = $2 }
+        /^pagedllm_swapped_blocks_total\{.*direction="out"/ { sw += $2 }
+        /^pagedllm_kv_blocks_capacity[ {]/ { cap += $2 }
         END { printf "%d %d %d %d %d %d\n", it, gen, pr, pre, sw, cap }'
+}
+
+# the engines' directive: one engine, or ENGINES of them in the group
+# "paper" routed by ROUTE
+engines_conf() {
+    local i=0
+    if [ "$ENGINES" -le 1 ]; then
+        echo "pagedllm_engine unix:$SOCK;"
+        return
+    fi
+    printf 'pagedllm_engines paper {'
+    while [ $i -lt "$ENGINES" ]; do
+        printf ' engine unix:%s;' "$(engine_sock $i)"
+        i=$((i + 1))
+    done
+    printf ' }\n    pagedllm_route %s;\n' "$ROUTE"
+}
+
+# engine I's socket: SOCK itself for the only engine
+engine_sock() {
+    if [ "$ENGINES" -le 1 ]; then echo "$SOCK"; else echo "${SOCK%.sock}$1.sock"; fi
 }
 
 nginx_conf() {
@@ -258,10 +287,10 @@ http {
     fastcgi_temp_path $run/tmp/fastcgi;
     uwsgi_temp_path $run/tmp/uwsgi;
     scgi_temp_path $run/tmp/scgi;
-    pagedllm_engine unix:$SOCK;
+    $(engines_conf)
     server {
         listen 127.0.0.1:$PORT backlog=4096;
-        location /v1/ { pagedllm; }
+        location /v1/ { pagedllm$( [ "$ENGINES" -gt 1 ] && echo " paper"); }
         location = /pagedllm/status { pagedllm_status; }
         location = /metrics { pagedllm_metrics; }
     }
@@ -269,60 +298,75 @@ http {
 EOF
 }
 
-# serve LABEL ENGINE_FLAGS...: the engine and nginx up, attached and warm;
-# ENGINE_FLAGS is kept for the runs' records
+# serve LABEL ENGINE_FLAGS...: ENGINES engines (one unless set) and nginx
+# up, attached and warm; ENGINE_FLAGS is kept for the runs' records.  The
+# engines start one after another, each measuring its memory on a device
+# the previous ones have finished taking theirs from
 serve() {
-    local label=$1 i=0
+    local label=$1 i=0 k=0 sock attached
     shift
     ENGINE_FLAGS="$*"
-    rm -f "$SOCK"
-    # shellcheck disable=SC2086
-    "$B/pagedllm-engine" --model "$MODEL" --listen "$SOCK" --device "$DEVICE" \
-        --max-model-len $MAX_LEN $ENGINE_COMMON "$@" \
-        > "$W/logs/engine-$label.log" 2>&1 &
-    ENGINE_PID=$!
-    while [ ! -S "$SOCK" ]; do
-        i=$((i + 1))
-        if [ $i -gt 1800 ] || ! kill -0 $ENGINE_PID 2>/dev/null; then
-            say "engine $label did not start: $(tail -3 "$W/logs/engine-$label.log")"
-            unserve
-            return 1
-        fi
-        sleep 0.1
+    ENGINE_PID=""
+    while [ $k -lt "$ENGINES" ]; do
+        sock=$(engine_sock $k)
+        rm -f "$sock"
+        # shellcheck disable=SC2086
+        "$B/pagedllm-engine" --model "$MODEL" --listen "$sock" \
+            --device "$DEVICE" --max-model-len $MAX_LEN $ENGINE_COMMON "$@" \
+            > "$W/logs/engine-$label-$k.log" 2>&1 &
+        ENGINE_PID="$ENGINE_PID $!"
+        i=0
+        while [ ! -S "$sock" ]; do
+            i=$((i + 1))
+            if [ $i -gt 1800 ] || ! kill -0 $! 2>/dev/null; then
+                say "engine $label $k did not start: $(tail -3 "$W/logs/engine-$label-$k.log")"
+                unserve
+                return 1
+            fi
+            sleep 0.1
+        done
+        k=$((k + 1))
     done
     nginx_conf "$W/nginx"
     "$NGINX" -p "$W/nginx" -c conf/nginx.conf -e stderr -g 'daemon off;' \
         > "$W/logs/nginx-$label.log" 2>&1 &
     NGINX_PID=$!
     i=0
-    until http_get /metrics | grep -q '^pagedllm_engine_attached 1'; do
+    while :; do
+        attached=$(http_get /metrics | awk '
+            /^pagedllm_engine_attached[ {]/ { n += $2 } END { print n + 0 }')
+        [ "$attached" -ge "$ENGINES" ] && break
         i=$((i + 1))
         if [ $i -gt 300 ]; then
-            say "nginx did not attach to engine $label"
+            say "nginx did not attach to engine $label ($attached of $ENGINES)"
             unserve
             return 1
         fi
         sleep 0.1
     done
     # CUDA graphs and allocator warm, not measured
-    "$LOAD" -p $PORT -V "$VOCAB" --rate inf -n 8 -P 64 -G 16 \
+    "$LOAD" -p $PORT -V "$VOCAB" --rate inf -n $((8 * ENGINES)) -P 64 -G 16 \
         --metrics-url none > "$W/logs/warmup-$label.log" 2>&1
-    say "serving $label: $(grep -o 'KV cache:.*' "$W/logs/engine-$label.log" \
-        | tail -1)"
+    say "serving $label: $(cat "$W"/logs/engine-"$label"-*.log \
+        | grep -o 'KV cache:.*' | paste -sd ';' -)"
 }
 
 unserve() {
+    local p k=0
     if [ -n "$NGINX_PID" ]; then
         kill -TERM "$NGINX_PID" 2>/dev/null
         wait "$NGINX_PID" 2>/dev/null
         NGINX_PID=""
     fi
-    if [ -n "$ENGINE_PID" ]; then
-        kill -TERM "$ENGINE_PID" 2>/dev/null
-        wait "$ENGINE_PID" 2>/dev/null
-        ENGINE_PID=""
-    fi
-    rm -f "$SOCK"
+    for p in $ENGINE_PID; do
+        kill -TERM "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
+    ENGINE_PID=""
+    while [ $k -lt "$ENGINES" ]; do
+        rm -f "$(engine_sock $k)"
+        k=$((k + 1))
+    done
 }
 
 trap 'unserve' EXIT
@@ -443,6 +487,27 @@ group_h200() {
 group_llama3() {
     use_model llama3-8b || return 1
     policy_sweeps "--num-blocks $HELD" "$SG_RATES" "$AL_RATES"
+}
+
+group_engines() {
+    local rates=${PAPER_ENGINES_RATES:-10 20 30 40 45 50 55 60 70}
+    local secs=${PAPER_ENGINES_SECS:-8} s
+    use_model llama3-8b || return 1
+    ENGINES=1
+    s=$(( $(share 2) - START_S ))
+    if serve one-engine --gpu-memory-utilization 0.90; then
+        sweep sharegpt "1x0.90" "$s" "$rates" "$secs" "$SG_MIN" \
+            --dist sharegpt
+        unserve
+    fi
+    ENGINES=2
+    s=$(( $(share 1) - 2 * START_S ))
+    if serve two-engines --gpu-memory-utilization 0.45; then
+        sweep sharegpt "2x0.45" "$s" "$rates" "$secs" "$SG_MIN" \
+            --dist sharegpt
+        unserve
+    fi
+    ENGINES=1
 }
 
 group_sampling() {
@@ -588,7 +653,7 @@ budget_of() {
     memsave) echo 300 ;;
     prefix|chat) echo 420 ;;
     blocksize|preempt) echo 540 ;;
-    h200|llama3) echo 480 ;;
+    h200|llama3|engines) echo 480 ;;
     *) echo 0 ;;
     esac
 }

@@ -119,6 +119,27 @@ test_metrics(void)
 }
 
 
+static void
+test_metrics_group(void)
+{
+    static const char  text[] =
+        "pagedllm_requests_running{engine=\"/r/e0.sock\"} 3\n"
+        "pagedllm_requests_running{engine=\"/r/e1.sock\"} 4\n"
+        "pagedllm_kv_blocks{engine=\"/r/e0.sock\",state=\"used\"} 10\n"
+        "pagedllm_kv_blocks{engine=\"/r/e0.sock\",state=\"free\"} 90\n"
+        "pagedllm_kv_blocks{engine=\"/r/e1.sock\",state=\"used\"} 20\n"
+        "pagedllm_kv_blocks_capacity{engine=\"/r/e0.sock\"} 100\n"
+        "pagedllm_kv_blocks_capacity{engine=\"/r/e1.sock\"} 100\n";
+    double  running = -1, used = -1, cap = -1;
+
+    ok(load_metrics_parse(text, sizeof(text) - 1, &running, &used, &cap)
+       == 0, "metrics of a group: all three series found");
+    near(running, 7, "running: every engine's, summed");
+    near(used, 30, "KV used: every engine's state=\"used\" series");
+    near(cap, 200, "KV capacity: every engine's, summed");
+}
+
+
 typedef struct {
     char    body[4096];
     size_t  len;
@@ -233,6 +254,7 @@ main(void)
     test_summary();
     test_percentile();
     test_metrics();
+    test_metrics_group();
     test_http();
     return done_testing();
 }
