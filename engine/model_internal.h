@@ -172,6 +172,9 @@ struct pl_shard_s {
     int                 block_size;
     void              **k_cache;        /* [num_layers] */
     void              **v_cache;
+    void              **kv_bases;       /* every layer's K then V base, for
+                                           the backend's copy_blocks; NULL
+                                           when it cannot take this cache */
 
     pl_decode_t         dec;
 };

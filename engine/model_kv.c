@@ -30,8 +30,10 @@ model_free_kv(pl_shard_t *m)
     }
     free(m->k_cache);
     free(m->v_cache);
+    free(m->kv_bases);
     m->k_cache = NULL;
     m->v_cache = NULL;
+    m->kv_bases = NULL;
     m->num_blocks = 0;
 }
 
@@ -42,6 +44,37 @@ pl_shard_kv_block_bytes(const pl_shard_t *m, int block_size)
     return 2 * (size_t) m->cfg.num_layers * (size_t) block_size
            * (size_t) m->sh.n_kv_heads * (size_t) m->cfg.head_dim
            * pl_dtype_size(m->be->act_dtype);
+}
+
+
+/* The base of every layer's K then V cache, as the backend's copy_blocks
+   takes them, or NULL when it has no such call or the cache does not suit
+   it (its copies move 16-byte words: every base and the block's bytes in
+   one layer must be multiples of 16).  Made once with the cache: the
+   copies of every step use it. */
+static void **
+kv_copy_bases(pl_shard_t *m)
+{
+    void  **base;
+    int     l, layers = m->cfg.num_layers;
+
+    if (m->be->copy_blocks == NULL
+        || pl_shard_kv_block_bytes(m, m->block_size) / 2 / layers % 16 != 0
+        || (base = malloc(2 * (size_t) layers * sizeof(void *))) == NULL)
+    {
+        return NULL;
+    }
+    for (l = 0; l < layers; l++) {
+        base[l] = m->k_cache[l];
+        base[layers + l] = m->v_cache[l];
+        if ((uintptr_t) base[l] % 16 != 0
+            || (uintptr_t) base[layers + l] % 16 != 0)
+        {
+            free(base);
+            return NULL;
+        }
+    }
+    return base;
 }
 
 
@@ -78,6 +111,7 @@ pl_shard_kv_alloc(pl_shard_t *m, int num_blocks, int block_size, char *err,
     }
     m->num_blocks = num_blocks;
     m->block_size = block_size;
+    m->kv_bases = kv_copy_bases(m);
     return 0;
 }
 
@@ -138,28 +172,11 @@ static int
 kv_copy_blocks_at_once(pl_shard_t *m, const int32_t *src,
     const int32_t *dst, int n, size_t lb)
 {
-    void  **base;
-    int     l, layers = m->cfg.num_layers;
-
-    if (m->be->copy_blocks == NULL || lb % 16 != 0
-        || !kv_copies_disjoint(src, dst, n)
-        || (base = malloc(2 * (size_t) layers * sizeof(void *))) == NULL)
-    {
+    if (m->kv_bases == NULL || !kv_copies_disjoint(src, dst, n)) {
         return -1;
     }
-    for (l = 0; l < layers; l++) {
-        base[l] = m->k_cache[l];
-        base[layers + l] = m->v_cache[l];
-        if ((uintptr_t) base[l] % 16 != 0
-            || (uintptr_t) base[layers + l] % 16 != 0)
-        {
-            free(base);
-            return -1;
-        }
-    }
-    m->be->copy_blocks(m->be, base, 2 * layers, lb, src, dst, n);
-    free(base);
-
+    m->be->copy_blocks(m->be, m->kv_bases, 2 * m->cfg.num_layers, lb, src,
+                       dst, n);
     return 0;
 }
 
