@@ -223,7 +223,7 @@ sub conf_error {
     my $bad = PagedLLM::Test->new(engines_conf => $groups,
         api => "        location /v1/ { $api }\n");
     $bad->write_conf;
-    my $out = `$bad->{nginx} -t -p $bad->{dir}/ -c $bad->{dir}/nginx.conf 2>&1`;
+    my $out = $bad->nginx_test_config("-p $bad->{dir}/ -c $bad->{dir}/nginx.conf");
     isnt($?, 0, "$name: nginx -t fails");
     like($out, $why, "$name: says why");
 }
