@@ -6,7 +6,7 @@
 # token and the k most likely there, each {logprob, rank, decoded_token}.
 # Checked: the shape; the values are the echo-with-logprobs path's for
 # the same prompt; ranks agree with the top entries and across k; n > 1,
-# batched prompts and a prompt of many records; the openai npm client
+# best_of, batched prompts and a prompt of many records; the openai npm client
 # passes the field through; bad values, a stream with k > 0 and beam
 # search are 400s naming why; the KV blocks all come back.
 
@@ -200,6 +200,13 @@ my $two = ok_json($t->completion(prompt => $prompt, max_tokens => 2, n => 2,
                   'n 2');
 is_deeply([ map { $_->{prompt_logprobs} } @{ $two->{choices} } ], [ $l3, $l3 ],
           'n 2: each choice carries the prompt\'s list');
+
+my $best = ok_json($t->completion(prompt => $prompt, max_tokens => 2, n => 2,
+                                  best_of => 3, temperature => 1, seed => 5,
+                                  prompt_logprobs => 3),
+                  'best_of 3, n 2');
+is_deeply([ map { $_->{prompt_logprobs} } @{ $best->{choices} } ],
+          [ $l3, $l3 ], 'best_of 3: each choice returned carries the list');
 
 my @prompts = ('The sea', $prompt);
 my $batch = ok_json($t->completion(prompt => \@prompts, max_tokens => 1,
