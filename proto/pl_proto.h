@@ -28,7 +28,7 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      6u
+#define PL_PROTO_VERSION      7u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
