@@ -1027,7 +1027,8 @@ pl_engine_flush_prompt(pl_conn_t *c, pl_seq_t *s, uint32_t index)
 {
     const pl_seq_t  *l = s->leader;
     uint32_t         top = (uint32_t) l->prompt_lp_top, n;
-    uint32_t         max = pl_ipc_max_tokens_per_record(c, 1, top);
+    uint32_t         max = pl_ipc_max_tokens_per_record(c, 1, top,
+                                                        PL_TOKENS_PROMPT);
 
     if (l->prompt_lp == NULL) {
         return 0;
@@ -1060,7 +1061,7 @@ pl_engine_flush_seq(pl_conn_t *c, pl_seq_t *s)
 {
     int       want_lp = s->logprobs != NULL;
     uint32_t  n_top = want_lp ? (uint32_t) s->sampling.logprobs - 1 : 0;
-    uint32_t  max = pl_ipc_max_tokens_per_record(c, want_lp, n_top), n;
+    uint32_t  max = pl_ipc_max_tokens_per_record(c, want_lp, n_top, 0), n;
     uint32_t  index = (uint32_t) (s->leader->index_base + s->out_index);
     int       rc = pl_engine_flush_prompt(c, s, index);
 

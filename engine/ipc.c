@@ -605,32 +605,42 @@ pl_ipc_write(pl_conn_t *c, uint32_t type, const void *a, uint32_t alen,
 }
 
 
+/* Bytes per token of a TOKENS record: its id, with logprobs its own and
+   n_top best, and for prompt tokens (PL_TOKENS_PROMPT) its rank. */
 static uint32_t
-pl_ipc_token_bytes(int logprobs, uint32_t n_top)
+pl_ipc_token_bytes(int logprobs, uint32_t n_top, uint16_t flags)
 {
-    return logprobs ? sizeof(int32_t) + sizeof(float)
-                      + n_top * sizeof(pl_top_logprob_t)
-                    : sizeof(int32_t);
+    uint32_t  size = sizeof(int32_t);
+
+    if (logprobs) {
+        size += sizeof(float) + n_top * sizeof(pl_top_logprob_t);
+    }
+    if (flags & PL_TOKENS_PROMPT) {
+        size += sizeof(uint32_t);
+    }
+
+    return size;
 }
 
 
 uint32_t
 pl_ipc_max_tokens_per_record(const pl_conn_t *c, int logprobs,
-    uint32_t n_top)
+    uint32_t n_top, uint16_t flags)
 {
     return (pl_ring_max_payload(&c->comp) - sizeof(pl_rec_tokens_t))
-           / pl_ipc_token_bytes(logprobs, n_top);
+           / pl_ipc_token_bytes(logprobs, n_top, flags);
 }
 
 
-/* ids, logprobs and top entries laid out as the TOKENS record wants */
+/* ids, logprobs, top entries and (prompt tokens) ranks laid out as the
+   TOKENS record wants */
 static void
 pl_ipc_pack_logprobs(uint8_t *out, const int32_t *ids, uint32_t n,
-    const pl_logprobs_t *lp, uint32_t n_top)
+    const pl_logprobs_t *lp, uint32_t n_top, uint16_t flags)
 {
     pl_top_logprob_t  *top;
     float             *chosen;
-    uint32_t           i, j;
+    uint32_t           i, j, rank;
 
     memcpy(out, ids, n * sizeof(int32_t));
     chosen = (float *) (out + n * sizeof(int32_t));
@@ -643,6 +653,12 @@ pl_ipc_pack_logprobs(uint8_t *out, const int32_t *ids, uint32_t n,
             top->logprob = lp[i].top_logprobs[j];
             top++;
         }
+    }
+
+    for (i = 0; (flags & PL_TOKENS_PROMPT) && i < n; i++) {
+        rank = (uint32_t) lp[i].rank;
+        memcpy((uint8_t *) top + i * sizeof(uint32_t), &rank,
+               sizeof(uint32_t));
     }
 }
 
@@ -664,14 +680,14 @@ pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
 
     r.flags |= PL_TOKENS_LOGPROBS;
     r.n_top = (uint16_t) n_top;
-    size = n * pl_ipc_token_bytes(1, n_top);
+    size = n * pl_ipc_token_bytes(1, n_top, flags);
 
     buf = malloc(size);
     if (buf == NULL) {
         return -1;
     }
 
-    pl_ipc_pack_logprobs(buf, ids, n, lp, n_top);
+    pl_ipc_pack_logprobs(buf, ids, n, lp, n_top, flags);
     rc = pl_ipc_write(c, PL_REC_TOKENS, &r, sizeof(r), buf, size);
     free(buf);
 

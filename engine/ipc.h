@@ -148,7 +148,8 @@ int        pl_ipc_next(pl_conn_t *c, void *buf, uint32_t cap,
 
 /* Completion records; 0, or -1 when the ring is full now.  index is the
    request's sequence (choice) they are about; lp (NULL: none) holds the
-   n tokens' log-probabilities with n_top best each; FINISH carries the
+   n tokens' log-probabilities with n_top best each (and, with
+   PL_TOKENS_PROMPT in flags, their ranks); FINISH carries the
    sequence's cumulative log-probability (beam search; 0 otherwise). */
 int        pl_ipc_send_tokens(pl_conn_t *c, uint64_t req_id, uint32_t index,
     const int32_t *ids, uint32_t n, const pl_logprobs_t *lp, uint32_t n_top,
@@ -158,9 +159,9 @@ int        pl_ipc_send_error(pl_conn_t *c, uint64_t req_id, uint32_t status,
     const char *msg);
 
 /* Most tokens one TOKENS record may carry (with n_top logprobs each, or
-   none when logprobs is 0). */
+   none when logprobs is 0; with ranks when flags has PL_TOKENS_PROMPT). */
 uint32_t   pl_ipc_max_tokens_per_record(const pl_conn_t *c, int logprobs,
-    uint32_t n_top);
+    uint32_t n_top, uint16_t flags);
 
 /* Write the completion doorbell if anything was written this pass. */
 void       pl_ipc_flush_doorbell(pl_conn_t *c);

@@ -360,10 +360,12 @@ pl_sampler_logprobs(const pl_sampler_t *s, const float *logits, int32_t id,
     v = logits[id];
     lp->logprob = isnan(v) ? -INFINITY : (float) (v - lse);
     lp->n_top = 0;
+    lp->rank = 0;
 
-    for (i = 0; i < s->vocab_size && n > 0; i++) {
+    for (i = 0; i < s->vocab_size; i++) {
         v = isnan(logits[i]) ? -INFINITY : (float) (logits[i] - lse);
-        if (lp->n_top == n && !(v > lp->top_logprobs[n - 1])) {
+        lp->rank += v >= lp->logprob;
+        if (n == 0 || (lp->n_top == n && !(v > lp->top_logprobs[n - 1]))) {
             continue;
         }
         j = lp->n_top < n ? lp->n_top++ : n - 1;

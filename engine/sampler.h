@@ -55,6 +55,9 @@ typedef struct {
 /* Log-probabilities of one sampled position (raw model log-softmax). */
 typedef struct {
     float             logprob;            /* of the chosen token */
+    int32_t           rank;               /* of the chosen token: the ids
+                                             whose logprob is >= its own
+                                             (1 for the best) */
     int32_t           n_top;
     int32_t           top_ids[PL_SAMPLER_MAX_LOGPROBS];
     float             top_logprobs[PL_SAMPLER_MAX_LOGPROBS];
@@ -116,7 +119,8 @@ int      pl_sampler_restrict(pl_sampler_t *s, int i,
 /* Highest logit, lowest id on ties; NaN never wins. */
 int32_t  pl_argmax(const float *logits, int n);
 
-/* The raw model log-softmax of row logits: of id, and the n best. */
+/* The raw model log-softmax of row logits: of id (with its rank), and
+   the n best. */
 void     pl_sampler_logprobs(const pl_sampler_t *s, const float *logits,
     int32_t id, int n, pl_logprobs_t *lp);
 

@@ -83,7 +83,7 @@ struct pl_seq_s {
     int                    silent;        /* ended with its batch, whose
                                              failed prompt tells the
                                              worker: sends nothing */
-    /* prompt logprobs (echo with logprobs), on the leader: prompt_lp[j]
+    /* prompt logprobs (prompt_logprobs), on the leader: prompt_lp[j]
        for prompt position j >= 1, from the logits of position j - 1;
        positions from prompt_lp_next on are still owed */
     pl_logprobs_t         *prompt_lp;     /* [n_prompt], or NULL */

@@ -6,9 +6,9 @@
  * strings are matched here on the decoded text, across token boundaries:
  * a match cuts the choice's text where the stop string starts and ends
  * that choice (the generation is aborted once no choice is left).  With
- * echo and logprobs a choice's first tokens are its prompt's, with their
- * logprobs: they become its first pieces, not counted as completion
- * tokens nor searched for stop strings.
+ * prompt logprobs a choice's first tokens are its prompt's, with their
+ * logprobs: kept for vLLM's prompt_logprobs list, and with echo and
+ * logprobs its first pieces.
  */
 
 
@@ -20,6 +20,13 @@
 #define NGX_HTTP_PAGEDLLM_DETOK_MAX    256
 
 
+static ngx_int_t ngx_http_pagedllm_on_prompt(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, const int32_t *ids, ngx_uint_t n,
+    const float *lp, const pl_top_logprob_t *top, ngx_uint_t n_top,
+    const uint32_t *rank);
+static long ngx_http_pagedllm_piece_add(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, int32_t id, const float *lp,
+    const pl_top_logprob_t *top);
 static void ngx_http_pagedllm_choice_end(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch);
 static void ngx_http_pagedllm_batch_cached(ngx_http_pagedllm_ctx_t *ctx,
@@ -38,14 +45,11 @@ static void ngx_http_pagedllm_finish_text(ngx_http_pagedllm_ctx_t *ctx,
 ngx_int_t
 ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
     const int32_t *ids, ngx_uint_t n, const float *lp,
-    const pl_top_logprob_t *top, ngx_uint_t n_top)
+    const pl_top_logprob_t *top, ngx_uint_t n_top, const uint32_t *rank)
 {
     long                          len;
-    ngx_uint_t                    i, prompt;
-    ngx_http_pagedllm_engine_t   *engine;
+    ngx_uint_t                    i;
     ngx_http_pagedllm_choice_t   *ch;
-
-    engine = ngx_http_pagedllm_channel_engine(ctx);
 
     if (ctx->finished) {
         return NGX_OK;
@@ -69,58 +73,134 @@ ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx, ngx_uint_t index,
                        (uint64_t) ctx->node.key);
     }
 
-    if ((lp && n_top != ctx->n_top)
+    if (ch->prompt_left > 0) {
+        return ngx_http_pagedllm_on_prompt(ctx, ch, ids, n, lp, top, n_top,
+                                           rank);
+    }
+
+    if (rank != NULL || (lp && n_top != ctx->n_top)
         || ngx_http_pagedllm_pieces_reserve(ctx, ch, n) != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    if (ch->prompt_left > 0 && n > ch->prompt_left) {
-        return NGX_ERROR;           /* a record across the prompt's end */
-    }
-
     for (i = 0; i < n; i++) {
-        if (ids[i] < 0 || (uint32_t) ids[i] >= engine->vocab_size
-            || ngx_http_pagedllm_text_reserve(ctx, ch,
-                                              NGX_HTTP_PAGEDLLM_DETOK_MAX)
-               != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        len = pl_detok_push(&ch->detok, ids[i], (char *) ch->text
-                            + ch->text_len, NGX_HTTP_PAGEDLLM_DETOK_MAX);
+        len = ngx_http_pagedllm_piece_add(ctx, ch, ids[i],
+                                          lp ? &lp[i] : NULL,
+                                          top + i * n_top);
         if (len < 0) {
             return NGX_ERROR;
         }
 
-        ch->text_len += len;
-        prompt = ch->prompt_left > 0;
+        ch->completion_tokens++;
 
-        if (prompt) {
-            ch->prompt_left--;
-            ch->prompt_pieces++;
-
-        } else {
-            ch->completion_tokens++;
-        }
-
-        if (lp) {
-            ch->piece_lp[ch->npieces] = lp[i];
-            ngx_memcpy(ch->piece_top + ch->npieces * n_top, top + i * n_top,
-                       n_top * sizeof(pl_top_logprob_t));
-        }
-
-        ch->piece_end[ch->npieces++] = (uint32_t) ch->text_len;
-
-        if (ctx->params.n_stop && !prompt
-            && ngx_http_pagedllm_stop_check(ctx, ch, len))
+        if (ctx->params.n_stop && ngx_http_pagedllm_stop_check(ctx, ch, len))
         {
             return NGX_OK;
         }
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * Prompt tokens with their logprobs, each of n_top (the request's
+ * prompt_logprobs) best entries and a rank: kept for the prompt_logprobs
+ * list, and with echo and logprobs made the choice's first pieces (with
+ * the first logprobs entries of each), neither counted as completion
+ * tokens nor searched for stop strings.
+ */
+static ngx_int_t
+ngx_http_pagedllm_on_prompt(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, const int32_t *ids, ngx_uint_t n,
+    const float *lp, const pl_top_logprob_t *top, ngx_uint_t n_top,
+    const uint32_t *rank)
+{
+    ngx_uint_t                      i;
+    ngx_http_pagedllm_prompt_lp_t  *plp = ch->plp;
+
+    if (lp == NULL || rank == NULL || n > ch->prompt_left
+        || n_top != ctx->params.prompt_logprobs)
+    {
+        return NGX_ERROR;           /* or a record across the prompt's end */
+    }
+
+    if (plp) {
+        ngx_memcpy(plp->ids + plp->n, ids, n * sizeof(int32_t));
+        ngx_memcpy(plp->lp + plp->n, lp, n * sizeof(float));
+        ngx_memcpy(plp->rank + plp->n, rank, n * sizeof(uint32_t));
+        ngx_memcpy(plp->top + plp->n * n_top, top,
+                   n * n_top * sizeof(pl_top_logprob_t));
+        plp->n += n;
+    }
+
+    ch->prompt_left -= n;
+
+    if (!ctx->params.echo_lp) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_pieces_reserve(ctx, ch, n) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (ngx_http_pagedllm_piece_add(ctx, ch, ids[i], &lp[i],
+                                        top + i * n_top)
+            < 0)
+        {
+            return NGX_ERROR;
+        }
+
+        ch->prompt_pieces++;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Token id decoded onto ch's text as its next piece, with its logprob and
+ * the first n_top (the request's logprobs) of its top entries when lp is
+ * not NULL; the bytes it added, or -1 for an id outside the vocabulary
+ * or no memory.
+ */
+static long
+ngx_http_pagedllm_piece_add(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, int32_t id, const float *lp,
+    const pl_top_logprob_t *top)
+{
+    long                         len;
+    ngx_http_pagedllm_engine_t  *engine;
+
+    engine = ngx_http_pagedllm_channel_engine(ctx);
+
+    if (id < 0 || (uint32_t) id >= engine->vocab_size
+        || ngx_http_pagedllm_text_reserve(ctx, ch,
+                                          NGX_HTTP_PAGEDLLM_DETOK_MAX)
+           != NGX_OK)
+    {
+        return -1;
+    }
+
+    len = pl_detok_push(&ch->detok, id, (char *) ch->text + ch->text_len,
+                        NGX_HTTP_PAGEDLLM_DETOK_MAX);
+    if (len < 0) {
+        return -1;
+    }
+
+    ch->text_len += len;
+
+    if (lp) {
+        ch->piece_lp[ch->npieces] = *lp;
+        ngx_memcpy(ch->piece_top + ch->npieces * ctx->n_top, top,
+                   ctx->n_top * sizeof(pl_top_logprob_t));
+    }
+
+    ch->piece_end[ch->npieces++] = (uint32_t) ch->text_len;
+
+    return len;
 }
 
 

@@ -55,8 +55,8 @@ static ngx_http_pagedllm_engine_t *ngx_http_pagedllm_same_engine(
     ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx);
 static ngx_int_t ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx);
 static ngx_uint_t ngx_http_pagedllm_echo_text(ngx_http_pagedllm_params_t *p);
-static void ngx_http_pagedllm_prompt_expected(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_choice_t *ch);
+static ngx_int_t ngx_http_pagedllm_prompt_expected(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
 static ngx_uint_t ngx_http_pagedllm_job_failed(ngx_http_request_t *r,
     ngx_http_pagedllm_ctx_t *ctx);
 static void ngx_http_pagedllm_batch_next(ngx_http_request_t *r,
@@ -335,9 +335,7 @@ ngx_http_pagedllm_echo(ngx_http_request_t *r, ngx_http_pagedllm_ctx_t *ctx)
 {
     ngx_http_pagedllm_params_t  *p = &ctx->params;
 
-    if (!p->want_echo || p->text != NULL
-        || (p->flags & PL_SUBMIT_PROMPT_LOGPROBS))
-    {
+    if (!p->want_echo || p->text != NULL || p->echo_lp) {
         p->echo.data = p->text;
         p->echo.len = ngx_http_pagedllm_echo_text(p) ? p->text_len : 0;
         ngx_http_pagedllm_submit(r, ctx);
@@ -733,26 +731,58 @@ ngx_http_pagedllm_prompt_lens(ngx_http_pagedllm_params_t *p, u_char *dst)
 static ngx_uint_t
 ngx_http_pagedllm_echo_text(ngx_http_pagedllm_params_t *p)
 {
-    return p->want_echo && !(p->flags & PL_SUBMIT_PROMPT_LOGPROBS);
+    return p->want_echo && !p->echo_lp;
 }
 
 
-/* Echo with logprobs: the prompt tokens choice ch receives first, its
-   own prompt's when the prompts were batched. */
-static void
+/* Prompt logprobs: the prompt tokens choice ch receives first, its own
+   prompt's when the prompts were batched; the first choice of each
+   prompt keeps them for the prompt_logprobs list. */
+static ngx_int_t
 ngx_http_pagedllm_prompt_expected(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch)
 {
-    ngx_http_pagedllm_params_t  *p = &ctx->params;
+    ngx_uint_t                      per, n, top;
+    ngx_pool_t                     *pool = ctx->request->pool;
+    ngx_http_pagedllm_params_t     *p = &ctx->params;
+    ngx_http_pagedllm_prompt_lp_t  *plp;
 
     if (!(p->flags & PL_SUBMIT_PROMPT_LOGPROBS)) {
-        return;
+        return NGX_OK;
     }
 
-    ch->prompt_left = p->n_parts > 1
-                      ? p->parts[ch->index / (p->n / p->n_parts)].n_ids
-                      : p->n_prompt;
-    ch->prompt_first = 1;
+    per = p->n / ngx_max(p->n_parts, 1);
+    n = p->n_parts > 1 ? p->parts[ch->index / per].n_ids : p->n_prompt;
+
+    ch->prompt_left = n;
+    ch->prompt_first = p->echo_lp;
+
+    if (!p->want_prompt_lp || ch->index % per != 0) {
+        return NGX_OK;
+    }
+
+    top = p->prompt_logprobs;
+
+    plp = ngx_pcalloc(pool, sizeof(ngx_http_pagedllm_prompt_lp_t));
+    if (plp == NULL) {
+        return NGX_ERROR;
+    }
+
+    plp->ids = ngx_palloc(pool, n * sizeof(int32_t));
+    plp->lp = ngx_palloc(pool, n * sizeof(float));
+    plp->rank = ngx_palloc(pool, n * sizeof(uint32_t));
+    plp->top = ngx_palloc(pool, n * (top + 1) * sizeof(pl_top_logprob_t));
+    plp->n_top = top;
+
+    if (plp->ids == NULL || plp->lp == NULL || plp->rank == NULL
+        || plp->top == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    ch->plp = plp;
+
+    return NGX_OK;
 }
 
 
@@ -772,7 +802,12 @@ ngx_http_pagedllm_choices(ngx_http_pagedllm_ctx_t *ctx)
         ctx->choices[i].index = i;
         pl_detok_init(&ctx->choices[i].detok, ctx->tok->tokenizer,
                       !ctx->params.keep_specials);
-        ngx_http_pagedllm_prompt_expected(ctx, &ctx->choices[i]);
+
+        if (ngx_http_pagedllm_prompt_expected(ctx, &ctx->choices[i])
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
     ctx->n_top = (ctx->params.flags & PL_SUBMIT_LOGPROBS)

@@ -123,7 +123,8 @@ static void
 ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch, uint32_t len)
 {
     u_char                   *p;
-    uint64_t                  need;
+    uint32_t                  want;
+    uint64_t                  need, lp_end;
     pl_rec_tokens_t           rec;
     ngx_http_pagedllm_ctx_t  *ctx;
 
@@ -141,18 +142,29 @@ ngx_http_pagedllm_tokens(ngx_http_pagedllm_channel_t *ch, uint32_t len)
                                     + rec.n_top * sizeof(pl_top_logprob_t));
     }
 
+    lp_end = need;
+
+    /* prompt tokens: their ranks follow, and the request asked for them */
+    if (rec.flags & PL_TOKENS_PROMPT) {
+        need += (uint64_t) rec.n * sizeof(uint32_t);
+    }
+
+    want = (rec.flags & PL_TOKENS_PROMPT) ? PL_SUBMIT_PROMPT_LOGPROBS
+                                          : PL_SUBMIT_LOGPROBS;
     p = ch->rec + sizeof(pl_rec_tokens_t);
 
     if (need > len - sizeof(pl_rec_tokens_t)
         || rec.n_top > PL_MAX_LOGPROBS
         || ((rec.flags & PL_TOKENS_LOGPROBS) != 0)
-           != ((ctx->params.flags & PL_SUBMIT_LOGPROBS) != 0)
+           != ((ctx->params.flags & want) != 0)
         || ctx->events->tokens(ctx, rec.index, (int32_t *) p, rec.n,
                (rec.flags & PL_TOKENS_LOGPROBS)
                ? (float *) (p + rec.n * sizeof(int32_t)) : NULL,
                (pl_top_logprob_t *) (p + rec.n * (sizeof(int32_t)
                                                   + sizeof(float))),
-               rec.n_top)
+               rec.n_top,
+               (rec.flags & PL_TOKENS_PROMPT) ? (uint32_t *) (p + lp_end)
+                                              : NULL)
            != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, ch->log, 0,

@@ -68,6 +68,8 @@ static ngx_int_t ngx_http_pagedllm_f_keep_stop(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_echo(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_prompt_logprobs(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_logit_bias(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stop(
@@ -134,10 +136,6 @@ static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_priority =
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_allowed_ids =
     { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[]",
       "the sampler takes no list of allowed tokens" };
-static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_prompt_logprobs =
-    { NGX_HTTP_PAGEDLLM_J(JSON_INTEGER), "an integer", "[]",
-      "vLLM's prompt_logprobs list is not returned; 'echo' with "
-      "'logprobs' gives the prompt's logprobs" };
 static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_bad_words =
     { NGX_HTTP_PAGEDLLM_J(JSON_ARRAY), "an array", "[[]]",
       "bad word lists are not implemented" };
@@ -231,7 +229,7 @@ ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "add_special_tokens", ngx_http_pagedllm_f_add_special, -1, NULL },
     { "priority", NGX_HTTP_PAGEDLLM_TYPED(priority) },
     { "allowed_token_ids", NGX_HTTP_PAGEDLLM_TYPED(allowed_ids) },
-    { "prompt_logprobs", NGX_HTTP_PAGEDLLM_TYPED(prompt_logprobs) },
+    { "prompt_logprobs", ngx_http_pagedllm_f_prompt_logprobs, -1, NULL },
     { "bad_words", NGX_HTTP_PAGEDLLM_TYPED(bad_words) },
     { "logits_processors", NGX_HTTP_PAGEDLLM_TYPED(processors) },
     { "return_tokens_as_token_ids", NGX_HTTP_PAGEDLLM_TYPED(token_ids_out) },
@@ -1026,6 +1024,99 @@ ngx_http_pagedllm_f_echo(ngx_http_pagedllm_parse_t *ps, json_t *v)
     }
 
     ps->params->want_echo = b;
+
+    return NGX_OK;
+}
+
+
+/*
+ * What the engine computes of the prompt, once every field is read.  Echo
+ * with logprobs makes the prompt's tokens each choice's first pieces, with
+ * logprobs entries each (echo_lp), and, as in vLLM, also gives the
+ * prompt_logprobs list, of that many entries when prompt_logprobs is not
+ * given.  The engine is asked for the larger of the two counts.  As in
+ * vLLM, a stream carries no prompt_logprobs list: above 0 it is refused,
+ * 0 asks for nothing.
+ */
+ngx_int_t
+ngx_http_pagedllm_prompt_logprobs(ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_error_t *err)
+{
+    if (p->want_prompt_lp && p->stream) {
+        if (p->prompt_top > 0) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "prompt_logprobs",
+                                        "`prompt_logprobs` are not available "
+                                        "when `stream=True`.");
+            return NGX_ERROR;
+        }
+
+        p->want_prompt_lp = 0;
+    }
+
+    p->echo_lp = p->want_echo && (p->flags & PL_SUBMIT_LOGPROBS);
+
+    if (p->echo_lp && !p->want_prompt_lp && !p->stream) {
+        p->want_prompt_lp = 1;
+        p->prompt_top = p->logprobs;
+    }
+
+    if (!p->echo_lp && !p->want_prompt_lp) {
+        return NGX_OK;
+    }
+
+    p->flags |= PL_SUBMIT_PROMPT_LOGPROBS;
+    p->prompt_logprobs = p->want_prompt_lp ? p->prompt_top : 0;
+
+    if (p->echo_lp) {
+        p->prompt_logprobs = ngx_max(p->prompt_logprobs, p->logprobs);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * vLLM's prompt_logprobs: k >= 0 most likely ids (and the prompt's own)
+ * at each prompt position.  k is capped as the engine caps logprobs
+ * (PL_MAX_LOGPROBS, vLLM's default max_logprobs); -1, vLLM's whole
+ * vocabulary, is past the cap.
+ */
+static ngx_int_t
+ngx_http_pagedllm_f_prompt_logprobs(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    json_int_t                   k;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pagedllm_integral(v, &k) != NGX_OK) {
+        return ngx_http_pagedllm_type_error(ps, "an integer");
+    }
+
+    if (k < -1) {
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST,
+                                    "prompt_logprobs",
+                                    "`prompt_logprobs` must be a positive "
+                                    "value or -1.");
+        return NGX_ERROR;
+    }
+
+    if (k == -1 || k > PL_MAX_LOGPROBS) {
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST,
+                                    "prompt_logprobs",
+                                    "Requested prompt logprobs of %L%s, "
+                                    "which is greater than max allowed: %d",
+                                    (int64_t) k,
+                                    k == -1 ? " (the whole vocabulary)" : "",
+                                    PL_MAX_LOGPROBS);
+        return NGX_ERROR;
+    }
+
+    p->prompt_top = (uint32_t) k;
+    p->want_prompt_lp = 1;
 
     return NGX_OK;
 }

@@ -47,7 +47,7 @@ void ngx_http_pagedllm_limit_finish(ngx_http_pagedllm_ctx_t *ctx);
 /* choice */
 ngx_int_t ngx_http_pagedllm_on_tokens(ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t index, const int32_t *ids, ngx_uint_t n, const float *lp,
-    const pl_top_logprob_t *top, ngx_uint_t n_top);
+    const pl_top_logprob_t *top, ngx_uint_t n_top, const uint32_t *rank);
 ngx_int_t ngx_http_pagedllm_on_finish(ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t index, uint32_t reason, double cum_logprob);
 void ngx_http_pagedllm_on_error(ngx_http_pagedllm_ctx_t *ctx,

@@ -237,6 +237,8 @@ typedef struct {
     uint32_t                      logprobs;      /* top-N, with the flag */
     uint32_t                      prompt_logprobs;  /* top-N, with the
                                                        prompt flag */
+    uint32_t                      prompt_top;    /* prompt_logprobs: of
+                                                    them, in the list */
     float                         length_penalty;   /* beam search */
     uint32_t                      early_stopping;   /* PL_EARLY_STOPPING_* */
     pl_bias_pair_t               *bias;
@@ -259,6 +261,11 @@ typedef struct {
     size_t                        grammar_len;
     const char                   *grammar_field;   /* which set it */
     unsigned                      want_echo:1;      /* completions' echo */
+    unsigned                      echo_lp:1;        /* echo with logprobs:
+                                                       the prompt's tokens
+                                                       are pieces */
+    unsigned                      want_prompt_lp:1; /* the prompt_logprobs
+                                                       list */
     /* batched prompts (n_parts > 1): once joined, prompt holds them end
        to end and n counts the choices of them all, n per prompt */
     ngx_http_pagedllm_part_t     *parts;
@@ -335,7 +342,7 @@ typedef struct {
                                     ngx_uint_t index, const int32_t *ids,
                                     ngx_uint_t n, const float *lp,
                                     const pl_top_logprob_t *top,
-                                    ngx_uint_t n_top);
+                                    ngx_uint_t n_top, const uint32_t *rank);
     ngx_int_t                   (*finish)(ngx_http_pagedllm_ctx_t *ctx,
                                     ngx_uint_t index, uint32_t reason,
                                     double cum_logprob);
@@ -344,6 +351,18 @@ typedef struct {
                                     size_t len);
     void                        (*flush)(ngx_http_pagedllm_ctx_t *ctx);
 } ngx_http_pagedllm_events_t;
+
+
+/* A prompt's logprobs for the prompt_logprobs list: per token its id,
+   logprob, rank and n_top most likely entries, as the engine sent them. */
+typedef struct {
+    int32_t                      *ids;
+    float                        *lp;
+    uint32_t                     *rank;
+    pl_top_logprob_t             *top;
+    ngx_uint_t                    n;             /* tokens received */
+    ngx_uint_t                    n_top;
+} ngx_http_pagedllm_prompt_lp_t;
 
 
 /* One choice (one of the request's n sequences) and its output. */
@@ -372,7 +391,10 @@ typedef struct {
     unsigned                      final_sent:1;  /* its finish_reason */
     unsigned                      role_sent:1;   /* chat: first delta */
     unsigned                      echo_sent:1;   /* echo: the prompt */
-    /* echo with logprobs: the prompt's tokens come first, as pieces */
+    /* prompt logprobs: the prompt's tokens come first; with echo_lp as
+       pieces; kept for the prompt_logprobs list by the first choice of
+       each prompt (plp; NULL for the others) */
+    ngx_http_pagedllm_prompt_lp_t  *plp;
     ngx_uint_t                    prompt_left;   /* still to come */
     ngx_uint_t                    prompt_pieces; /* of the pieces kept */
     unsigned                      prompt_first:1;   /* piece 0 is the

@@ -493,10 +493,8 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
-    /* echo with logprobs: the prompt's tokens come back with theirs */
-    if (p->want_echo && (p->flags & PL_SUBMIT_LOGPROBS)) {
-        p->flags |= PL_SUBMIT_PROMPT_LOGPROBS;
-        p->prompt_logprobs = p->logprobs;
+    if (ngx_http_pagedllm_prompt_logprobs(p, err) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     if (ngx_http_pagedllm_given(root, "stream_options") && !p->stream) {

@@ -77,6 +77,8 @@ extern ngx_http_pagedllm_field_t  ngx_http_pagedllm_detokenize_fields[];
 /* fields */
 void ngx_http_pagedllm_param_set(ngx_http_pagedllm_params_t *p,
     pl_param_id_t id, double v);
+ngx_int_t ngx_http_pagedllm_prompt_logprobs(ngx_http_pagedllm_params_t *p,
+    ngx_http_pagedllm_error_t *err);
 
 /* prompt */
 json_t *ngx_http_pagedllm_content(json_t *c, ngx_pool_t *pool);

@@ -41,6 +41,13 @@ static size_t ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok,
 static json_t *ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t first, ngx_uint_t n);
+static json_t *ngx_http_pagedllm_prompt_entry(ngx_http_pagedllm_ctx_t *ctx,
+    int32_t id, float lp, uint32_t rank);
+static json_t *ngx_http_pagedllm_prompt_lp_json(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_prompt_lp_t *plp);
+static json_t *ngx_http_pagedllm_prompt_position(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_prompt_lp_t *plp,
+    ngx_uint_t i);
 static json_t *ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t first, ngx_uint_t n);
@@ -53,6 +60,9 @@ static json_t *ngx_http_pagedllm_choice_text(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
 static json_t *ngx_http_pagedllm_choice_json(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
+static json_t *ngx_http_pagedllm_choice_prompt_lp(
+    ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
+    json_t *j);
 
 static u_char *ngx_http_pagedllm_sse_head(u_char *p,
     ngx_http_pagedllm_ctx_t *ctx);
@@ -396,6 +406,104 @@ ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
+/* {"logprob", "rank", "decoded_token"}, vLLM's Logprob, of token id */
+static json_t *
+ngx_http_pagedllm_prompt_entry(ngx_http_pagedllm_ctx_t *ctx, int32_t id,
+    float lp, uint32_t rank)
+{
+    char    text[2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
+    size_t  len;
+
+    len = ngx_http_pagedllm_token_text(ctx->tok->tokenizer, id, text);
+
+    return json_pack("{s:f,s:I,s:s%}",
+                     "logprob", ngx_http_pagedllm_lp_value(lp),
+                     "rank", (json_int_t) rank,
+                     "decoded_token", text, len);
+}
+
+
+/*
+ * vLLM's prompt_logprobs list: null for the first token (nothing came
+ * before it), then for each later one an object keyed by token id (as
+ * text): the prompt's own token with its rank, then the prompt_logprobs
+ * most likely, ranked 1.. by their place (the prompt's token among them
+ * takes its place's rank, as vLLM gives it).
+ */
+static json_t *
+ngx_http_pagedllm_prompt_lp_json(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_prompt_lp_t *plp)
+{
+    json_t      *list;
+    ngx_uint_t   i;
+
+    list = json_array();
+
+    for (i = 0; list && i < plp->n; i++) {
+        if (json_array_append_new(list,
+                i ? ngx_http_pagedllm_prompt_position(ctx, plp, i)
+                  : json_null())
+            != 0)
+        {
+            json_decref(list);
+            return NULL;
+        }
+    }
+
+    return list;
+}
+
+
+/* The object of prompt position i > 0 */
+static json_t *
+ngx_http_pagedllm_prompt_position(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_prompt_lp_t *plp, ngx_uint_t i)
+{
+    u_char             key[NGX_INT32_LEN];
+    json_t            *pos, *own;
+    size_t             len;
+    ngx_uint_t         k;
+    pl_top_logprob_t  *t;
+
+    pos = json_object();
+    own = ngx_http_pagedllm_prompt_entry(ctx, plp->ids[i], plp->lp[i],
+                                         plp->rank[i]);
+    len = ngx_sprintf(key, "%D", plp->ids[i]) - key;
+
+    if (pos == NULL || json_object_setn_new(pos, (char *) key, len, own)) {
+        json_decref(pos);
+        return NULL;
+    }
+
+    for (k = 0; k < ctx->params.prompt_top; k++) {
+        t = &plp->top[i * plp->n_top + k];
+
+        if (t->id == plp->ids[i]) {
+            if (json_object_set_new(own, "rank", json_integer(k + 1))) {
+                break;
+            }
+            continue;
+        }
+
+        len = ngx_sprintf(key, "%D", t->id) - key;
+
+        if (json_object_setn_new(pos, (char *) key, len,
+                ngx_http_pagedllm_prompt_entry(ctx, t->id, t->logprob,
+                                               (uint32_t) k + 1)))
+        {
+            break;
+        }
+    }
+
+    if (k < ctx->params.prompt_top) {
+        json_decref(pos);
+        return NULL;
+    }
+
+    return pos;
+}
+
+
 /* Characters (code points) in valid UTF-8: the bytes that start one. */
 size_t
 ngx_http_pagedllm_utf8_chars(u_char *p, size_t n)
@@ -638,6 +746,13 @@ ngx_http_pagedllm_choice_json(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
         text = ngx_http_pagedllm_tools_message_out(ctx, ch, text);
     }
 
+    if (ctx->params.want_prompt_lp && !ctx->params.chat) {
+        return ngx_http_pagedllm_choice_prompt_lp(ctx, ch, json_pack(
+                   "{s:I,s:o,s:O,s:s}", "index", (json_int_t) ch->index,
+                   api->text_key, text, "logprobs", lp, "finish_reason",
+                   ngx_http_pagedllm_reason(ch->finish_reason)));
+    }
+
     if (ctx->params.flags & PL_SUBMIT_BEAM_SEARCH) {
         return json_pack("{s:I,s:o,s:O,s:s,s:f}", "index",
                          (json_int_t) ch->index, api->text_key, text,
@@ -650,6 +765,31 @@ ngx_http_pagedllm_choice_json(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
                      api->text_key, text, "logprobs", lp,
                      "finish_reason",
                      ngx_http_pagedllm_reason(ch->finish_reason));
+}
+
+
+/* /v1/completions: choice j carries its prompt's prompt_logprobs list,
+   which the first choice of that prompt kept */
+static json_t *
+ngx_http_pagedllm_choice_prompt_lp(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, json_t *j)
+{
+    ngx_uint_t                   per;
+    ngx_http_pagedllm_params_t  *p = &ctx->params;
+
+    per = p->n / ngx_max(p->n_parts, 1);
+
+    if (j != NULL
+        && json_object_set_new(j, "prompt_logprobs",
+               ngx_http_pagedllm_prompt_lp_json(ctx,
+                   ctx->choices[ch->index - ch->index % per].plp))
+           != 0)
+    {
+        json_decref(j);
+        return NULL;
+    }
+
+    return j;
 }
 
 
@@ -682,6 +822,15 @@ ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx)
     }
 
     choices = json_object_get(j, "choices");
+
+    /* chat: one list for the request, after the usage, as vLLM puts it */
+    if (ctx->params.want_prompt_lp && ctx->params.chat
+        && json_object_set_new(j, "prompt_logprobs",
+               ngx_http_pagedllm_prompt_lp_json(ctx, ctx->choices[0].plp))
+           != 0)
+    {
+        return NULL;
+    }
 
     for (i = 0; i < ctx->params.n; i++) {
         if (json_array_append_new(choices,

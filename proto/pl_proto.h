@@ -28,7 +28,7 @@
 #include <string.h>
 
 #define PL_PROTO_MAGIC        0x4d4c4c50u      /* "PLLM" */
-#define PL_PROTO_VERSION      6u
+#define PL_PROTO_VERSION      7u
 
 #define PL_MAX_EOS            8
 #define PL_MODEL_NAME_LEN     128
@@ -241,12 +241,14 @@ pl_bmap_bytes(uint32_t num_blocks, uint32_t num_host_blocks)
  * prompt k's sequences are sent as indexes k * n .. k * n + n - 1, ABORT
  * ends them all, and an ERROR of one ends the others (ABORT, no records).
  *
- * Prompt logprobs (PL_SUBMIT_PROMPT_LOGPROBS; echo with logprobs): each
- * sequence's first TOKENS records, before any generated token, carry its
- * prompt (all n_prompt ids of its prompt, in order, over as many records
- * as it takes) with PL_TOKENS_PROMPT | PL_TOKENS_LOGPROBS: the logprob of
+ * Prompt logprobs (PL_SUBMIT_PROMPT_LOGPROBS; vLLM's prompt_logprobs, or
+ * echo with logprobs): each sequence's first TOKENS records, before any
+ * generated token, carry its prompt (all n_prompt ids of its prompt, in
+ * order, over as many records as it takes) with PL_TOKENS_PROMPT |
+ * PL_TOKENS_LOGPROBS: the logprob of
  * each prompt token given the ones before it and the prompt_logprobs most
- * likely ids there; the first token has none (NaN, its top ids -1).
+ * likely ids there, and its rank; the first token has none (NaN, its
+ * top ids -1, rank 0).
  */
 typedef struct {
     uint64_t   req_id;
@@ -292,7 +294,10 @@ typedef struct {
  * followed by int32_t ids[n]; with PL_TOKENS_LOGPROBS then float
  * logprob[n] (of each token) and, for each token in turn, n_top
  * pl_top_logprob_t (the most likely ids first).  PL_TOKENS_PROMPT: the
- * ids are prompt tokens (see pl_rec_submit_t), not generated ones.
+ * ids are prompt tokens (see pl_rec_submit_t), not generated ones, and
+ * uint32_t rank[n] follows: each token's rank there, the ids whose
+ * logprob is at least its own (1: the most likely; 0 for the first
+ * token, which has none).
  * index: which of the request's n sequences (choices; n per prompt when
  * batched) the tokens belong to.
  */

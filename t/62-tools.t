@@ -17,7 +17,9 @@
 # the text before them as content), a call to an unknown function stays
 # content, and with tool_choice "none" so does a well-formed call.  A conversation with the calls and their results sent back.
 # The 400s, each naming its field.  Then the rendered prompt: the tools
-# are in it, as the template writes them.
+# are in it, as the template writes them.  Last, Hermes 2 Pro's config of
+# named templates: "tool_use" renders a request with tools and gives the
+# call format, "default" renders one without.
 
 use strict;
 use warnings;
@@ -152,6 +154,46 @@ for my $format (sort keys %templates) {
                "$format: the template renders the tools into the prompt");
     }
 
+    $t->stop_all;
+}
+
+# Hermes 2 Pro's published config has named templates: "default" (plain
+# ChatML) and "tool_use", which renders a request with tools, as
+# transformers picks; the tool-call format is read from tool_use's text
+{
+    my $t = PagedLLM::Test->new(model => model_with(
+        "$root/t/fixtures/tools/templates/hermes-2-pro.json"))->start;
+    my %tool = (type => 'function', function => {
+        name => 'get_time', description => 'The time',
+        parameters => { type => 'object', properties => {},
+                        additionalProperties => JSON::PP::false } });
+    my $chat = sub {
+        $t->request(POST => '/v1/chat/completions', $J->encode({
+            messages => [{ role => 'user', content => 'Hi' }], @_ }));
+    };
+    my $plain = $chat->(max_tokens => 1);
+    my $ids = $t->request(POST => '/v1/tokenize', $J->encode({
+        messages => [{ role => 'user', content => 'Hi' }] }))->{json};
+    my $text = $t->request(POST => '/v1/detokenize', $J->encode({
+        tokens => $ids->{tokens} }))->{json}{prompt};
+    is($text, "<|begin_of_text|><|im_start|>user\nHi<|im_end|>\n"
+              . "<|im_start|>assistant\n",
+       'hermes-2-pro: without tools, the default template (ChatML)');
+    is($plain->{json}{usage}{prompt_tokens}, $ids->{count},
+       'hermes-2-pro: and a request without tools is that prompt');
+    my $with = $chat->(max_tokens => 1, tools => [\%tool]);
+    cmp_ok($with->{json}{usage}{prompt_tokens}, '>',
+           $plain->{json}{usage}{prompt_tokens} + 50,
+           'hermes-2-pro: with tools, tool_use renders them');
+    my $forced = $chat->(max_tokens => 200, tools => [\%tool], seed => 1,
+                         tool_choice => { type => 'function',
+                                          function => { name => 'get_time' } });
+    my $c = $forced->{json}{choices}[0] // {};
+    is($c->{finish_reason}, 'tool_calls',
+       'hermes-2-pro: a forced call in the <tool_call> format of tool_use')
+        or diag($forced->{body});
+    is($c->{message}{tool_calls}[0]{function}{name}, 'get_time',
+       'hermes-2-pro: the call parsed back');
     $t->stop_all;
 }
 

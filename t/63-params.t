@@ -134,7 +134,6 @@ refused(post(0, add_special_tokens => '1'), 'add_special_tokens',
 my @rows = (
     [2, priority => '0', '1', qr/first come, first served/],
     [2, allowed_token_ids => undef, '[1,2]', qr/allowed tokens/],
-    [2, prompt_logprobs => undef, '1', qr/echo' with 'logprobs/],
     [2, bad_words => '[]', '["x"]', qr/bad word/],
     [2, logits_processors => '[]', '["m.f"]', qr/no code/],
     [2, return_tokens_as_token_ids => 'false', 'true', qr/text/],

@@ -445,13 +445,53 @@ pl_tools_member(const char *text, size_t end, size_t i, const char *key,
 
 
 /*
- * Call object c, written at text[start..end), appended to calls as
- * {"name", "arguments": the arguments' text as the model wrote it}; -1
- * when c is not a call to one of names.
+ * Whether a call of format f may carry key, of value v, beside its name
+ * and arguments: Mistral v0.3's template writes each call of the history
+ * with its "id" (a string), and Llama 3 models write the "type":
+ * "function" of the tools they were shown.  The call is the same without.
  */
 static int
-pl_tools_add(json_t *calls, const json_t *c, const char *text, size_t start,
-    size_t end, const json_t *names)
+pl_tools_extra(pl_tools_format_t f, const char *key, const json_t *v)
+{
+    if (f == PL_TOOLS_MISTRAL && strcmp(key, "id") == 0) {
+        return json_is_string(v);
+    }
+    if (f == PL_TOOLS_LLAMA && strcmp(key, "type") == 0) {
+        return json_is_string(v)
+               && strcmp(json_string_value(v), "function") == 0;
+    }
+    return 0;
+}
+
+
+/* whether call object c has keys other than its name, its arguments
+   (under args_key) and the extras format f allows */
+static int
+pl_tools_stray_key(pl_tools_format_t f, const json_t *c,
+    const char *args_key)
+{
+    const char  *key;
+    json_t      *v;
+
+    json_object_foreach((json_t *) c, key, v) {
+        if (strcmp(key, "name") != 0 && strcmp(key, args_key) != 0
+            && !pl_tools_extra(f, key, v))
+        {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+
+/*
+ * Call object c of format f, written at text[start..end), appended to
+ * calls as {"name", "arguments": the arguments' text as the model wrote
+ * it}; -1 when c is not a call to one of names.
+ */
+static int
+pl_tools_add(pl_tools_format_t f, json_t *calls, const json_t *c,
+    const char *text, size_t start, size_t end, const json_t *names)
 {
     json_t      *name, *args;
     const char  *key = "arguments";
@@ -464,7 +504,7 @@ pl_tools_add(json_t *calls, const json_t *c, const char *text, size_t start,
         args = json_object_get(c, key);
     }
 
-    if (!json_is_object(c) || json_object_size(c) != 2
+    if (!json_is_object(c) || pl_tools_stray_key(f, c, key)
         || !json_is_string(name) || !json_is_object(args)
         || !pl_tools_known(names, json_string_value(name))
         || pl_tools_member(text, end, start, key, &at, &n) != 0)
@@ -497,10 +537,10 @@ pl_tools_value(const char *text, size_t len, size_t *i)
 }
 
 
-/* one call object at text[*i..len) */
+/* one call object of format f at text[*i..len) */
 static int
-pl_tools_object(json_t *calls, const char *text, size_t len, size_t *i,
-    const json_t *names)
+pl_tools_object(pl_tools_format_t f, json_t *calls, const char *text,
+    size_t len, size_t *i, const json_t *names)
 {
     json_t  *c;
     size_t   start = *i;
@@ -510,17 +550,17 @@ pl_tools_object(json_t *calls, const char *text, size_t len, size_t *i,
         return -1;
     }
     c = pl_tools_value(text, len, i);
-    rc = c ? pl_tools_add(calls, c, text, start, *i, names) : -1;
+    rc = c ? pl_tools_add(f, calls, c, text, start, *i, names) : -1;
     json_decref(c);
 
     return rc;
 }
 
 
-/* a non-empty array of call objects at text[*i..len) */
+/* a non-empty array of call objects of format f at text[*i..len) */
 static int
-pl_tools_array(json_t *calls, const char *text, size_t len, size_t *i,
-    const json_t *names)
+pl_tools_array(pl_tools_format_t f, json_t *calls, const char *text,
+    size_t len, size_t *i, const json_t *names)
 {
     if (*i >= len || text[*i] != '[') {
         return -1;
@@ -528,7 +568,7 @@ pl_tools_array(json_t *calls, const char *text, size_t len, size_t *i,
 
     for ((*i)++; ; (*i)++) {
         *i = pl_tools_skip_space(text, len, *i);
-        if (pl_tools_object(calls, text, len, i, names) != 0) {
+        if (pl_tools_object(f, calls, text, len, i, names) != 0) {
             return -1;
         }
         *i = pl_tools_skip_space(text, len, *i);
@@ -554,7 +594,9 @@ pl_tools_hermes(json_t *calls, const char *text, size_t len, size_t i,
         }
         i = pl_tools_skip_space(text, len,
                                 i + sizeof(PL_TOOLS_HERMES_OPEN) - 1);
-        if (pl_tools_object(calls, text, len, &i, names) != 0) {
+        if (pl_tools_object(PL_TOOLS_HERMES, calls, text, len, &i, names)
+            != 0)
+        {
             return -1;
         }
         i = pl_tools_skip_space(text, len, i);
@@ -579,7 +621,9 @@ pl_tools_llama(json_t *calls, const char *text, size_t len, size_t i,
 
     for ( ;; ) {
         i = pl_tools_skip_space(text, len, i);
-        if (pl_tools_object(calls, text, len, &i, names) != 0) {
+        if (pl_tools_object(PL_TOOLS_LLAMA, calls, text, len, &i, names)
+            != 0)
+        {
             return -1;
         }
         i = pl_tools_skip_space(text, len, i);
@@ -628,7 +672,7 @@ pl_tools_parse(pl_tools_format_t f, const char *text, size_t len,
             start = start < len ? start : 0;
         }
         i = pl_tools_skip_space(text, len, i);
-        rc = pl_tools_array(calls, text, len, &i, names);
+        rc = pl_tools_array(f, calls, text, len, &i, names);
         if (rc == 0 && pl_tools_skip_space(text, len, i) != len) {
             rc = -1;
         }

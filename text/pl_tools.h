@@ -30,9 +30,13 @@
  * object of arguments; anything else is not a call, and the text stays
  * content.  "arguments" and "parameters" are both accepted as the key of
  * the arguments in every format, and a call's arguments are given as the
- * model wrote them.  The forced form, which the grammar guarantees, is
- * also read while it is being written (pl_tools_progress), so that a
- * stream can send each call's name and arguments as they come.
+ * model wrote them.  Two more keys are taken where the real models write
+ * them: a Mistral call's "id" (the v0.3 template writes one into each
+ * call of the history) and a Llama call's "type": "function" (Llama 3
+ * models copy it from the tools they are shown).  The forced form, which
+ * the grammar guarantees, is also read while it is being written
+ * (pl_tools_progress), so that a stream can send each call's name and
+ * arguments as they come.
  */
 
 #ifndef PL_TOOLS_H

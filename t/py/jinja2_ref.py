@@ -9,7 +9,9 @@ Reads the JSON lines pagedllm-tokenize --chat reads (an array of messages,
 or an object with "messages", "add_generation_prompt" and other template
 variables) and prints one JSON value a line: the rendered prompt, or null
 when the template refuses the conversation (raise_exception, a type
-error, anything the sandbox forbids).
+error, anything the sandbox forbids).  A config with named templates
+renders with its "tool_use" one when the conversation gives tools and its
+"default" one otherwise, as transformers picks.
 """
 
 import json
@@ -39,6 +41,12 @@ def token_text(t):
     return t.get("content") if isinstance(t, dict) else t
 
 
+def named_templates(chat_template):
+    if isinstance(chat_template, str):
+        return {"default": chat_template}
+    return {t["name"]: t["template"] for t in chat_template}
+
+
 def main():
     with open(sys.argv[1], encoding="utf-8") as f:
         cfg = json.load(f)
@@ -47,12 +55,16 @@ def main():
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
-    template = env.from_string(cfg["chat_template"])
+    templates = {name: env.from_string(src) for name, src
+                 in named_templates(cfg["chat_template"]).items()}
     for line in sys.stdin:
         if not line.strip():
             continue
         conv = json.loads(line)
         ctx = dict(conv) if isinstance(conv, dict) else {"messages": conv}
+        template = templates["default"]
+        if ctx.get("tools") is not None and "tool_use" in templates:
+            template = templates["tool_use"]
         ctx["add_generation_prompt"] = bool(
             isinstance(conv, dict) and conv.get("add_generation_prompt"))
         ctx["bos_token"] = token_text(cfg.get("bos_token")) or ""

@@ -578,7 +578,7 @@ test_logprobs(void)
     pl_sampling_params_t  hot = params(1.0f, 1.0f, 0);
     float                 l[300];
     double                max = -1e30, sum = 0, lse, mass = 0;
-    int                   i, sorted = 1;
+    int                   i, want, sorted = 1;
     int32_t               t;
 
     pl_sampler_init(&s, 300);
@@ -602,6 +602,7 @@ test_logprobs(void)
 
     is_int(lp.n_top, 20, "logprobs 20 gives 20 top entries");
     is_int(lp.top_ids[0], t, "under greedy the top-1 is the chosen token");
+    is_int(lp.rank, 1, "and its rank is 1");
     ok(fabs(lp.logprob - lp.top_logprobs[0]) < 1e-6 && lp.logprob <= 0,
        "and its logprob (%.5f) is the top-1's and <= 0", lp.logprob);
     ok(fabs(lp.logprob - (l[t] - lse)) < 1e-4,
@@ -622,6 +623,14 @@ test_logprobs(void)
     ok(t == 5 && fabs(lp.logprob - (l[5] - lse)) < 1e-4,
        "logprobs are the raw model's: a biased token keeps its own "
        "(%.4f)", lp.logprob);
+
+    for (i = 0, want = 0; i < 300; i++) {
+        want += !isnan(l[i]) && l[i] >= l[17];
+    }
+    pl_sampler_logprobs(&s, l, 17, 0, &lp);
+    ok(lp.rank == want && lp.n_top == 0,
+       "a token's rank counts the ids at least as likely, with no top "
+       "entries asked (rank %d, want %d)", lp.rank, want);
 
     pl_sampler_logprobs(&s, l, 9, 3, &lp);
     ok(isinf(lp.logprob) && lp.logprob < 0, "a NaN logit has logprob -inf");

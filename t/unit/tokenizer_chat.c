@@ -222,8 +222,44 @@ test_chat_api(void)
     is_str(out, "<B>default",
            "named templates: default chosen; AddedToken bos_token");
     free(out);
+    is_int(c ? (int) pl_chat_tool_format(c) : -1, PL_TOOLS_JSON,
+           "named templates: the tool format of tool_use's text");
+    {
+        json_t  *tools = json_pack("{s:[]}", "tools");
+        json_t  *none = json_pack("{s:n}", "tools");
+
+        out = c ? pl_chat_render(c, msgs, 0, tools, err, sizeof(err)) : NULL;
+        is_str(out, "tools", "named templates: tool_use with tools, as "
+               "transformers picks");
+        free(out);
+        out = c ? pl_chat_render(c, msgs, 0, none, err, sizeof(err)) : NULL;
+        is_str(out, "<B>default", "named templates: tools null, default");
+        free(out);
+        json_decref(tools);
+        json_decref(none);
+    }
     pl_chat_free(c);
     json_decref(msgs);
+
+    f = fopen(path, "w");
+    fputs("{\"chat_template\": [{\"name\": \"default\", \"template\": "
+          "\"d\"}, {\"name\": \"tool_use\", \"template\": "
+          "\"<tool_call>{{ tools }}\"}]}", f);
+    fclose(f);
+    c = pl_chat_load(path, err, sizeof(err));
+    is_int(c ? (int) pl_chat_tool_format(c) : -1, PL_TOOLS_HERMES,
+           "named templates: tool_use writes <tool_call>: hermes, though "
+           "default does not");
+    pl_chat_free(c);
+
+    f = fopen(path, "w");
+    fputs("{\"chat_template\": [{\"name\": \"default\", \"template\": "
+          "\"d\"}, {\"name\": \"tool_use\", \"template\": "
+          "\"{% if %}\"}]}", f);
+    fclose(f);
+    c = pl_chat_load(path, err, sizeof(err));
+    ok(c == NULL && strstr(err, "tool_use"), "a bad tool_use template: %s",
+       err);
 
     f = fopen(path, "w");
     fputs("{\"bos_token\": \"<s>\"}", f);

@@ -117,6 +117,12 @@ test_parse(void)
              "arguments a string: content");
     parse_is(H, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}, "
              "\"x\": 1}\n</tool_call>", "-", 0, "an extra key: content");
+    parse_is(H, "<tool_call>\n{\"arguments\": {}, \"name\": \"get_time\"}"
+             "\n</tool_call>", "get_time({});", 0,
+             "arguments first, as Hermes 2 Pro was trained to write them");
+    parse_is(H, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}, "
+             "\"id\": \"abcDEF123\"}\n</tool_call>", "-", 0,
+             "an id, not Hermes': content");
     parse_is(H, "Just text, no calls.", "-", 0, "plain text: content");
     parse_is(H, "", "-", 0, "empty: content");
     parse_is(H, "<tool_call>\n{\"name\": \"get_weather\", \"argu\\u006dents\""
@@ -143,6 +149,14 @@ test_parse(void)
              "a dangling separator: content");
     parse_is(L, "{\"name\": \"get_time\"}", "-", 0,
              "no arguments: content");
+    parse_is(L, "{\"type\": \"function\", \"name\": \"get_weather\", "
+             "\"parameters\": {\"city\": \"Rome\"}}",
+             "get_weather({\"city\": \"Rome\"});", 0,
+             "\"type\": \"function\" first, as Llama 3 models write it");
+    parse_is(L, "{\"type\": \"tool\", \"name\": \"get_time\", "
+             "\"parameters\": {}}", "-", 0, "another type: content");
+    parse_is(L, "{\"name\": \"get_time\", \"parameters\": {}, \"id\": "
+             "\"abcDEF123\"}", "-", 0, "an id, not Llama's: content");
 
     /* mistral */
     parse_is(M, "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": "
@@ -155,6 +169,15 @@ test_parse(void)
              "text, then the marker");
     parse_is(M, "[{\"name\": \"get_time\", \"arguments\": {}}]",
              "get_time({});", 0, "the marker dropped by decoding");
+    parse_is(M, " [{\"name\": \"get_weather\", \"arguments\": "
+             "{\"city\": \"Nice\"}, \"id\": \"abcDEF123\"}]",
+             "get_weather({\"city\": \"Nice\"});", 0,
+             "an id, as v0.3's history writes it, after the dropped marker");
+    parse_is(M, "[{\"name\": \"get_time\", \"arguments\": {}, \"id\": 9}]",
+             "-", 0, "an id not a string: content");
+    parse_is(M, "[{\"name\": \"get_time\", \"arguments\": {}, "
+             "\"type\": \"function\"}]", "-", 0,
+             "a type, not Mistral's: content");
     parse_is(M, "[TOOL_CALLS] []", "-", 0, "an empty list: content");
     parse_is(M, "[TOOL_CALLS] [{\"name\": \"get_time\", \"arguments\": {}}",
              "-", 0, "an unclosed list: content");
