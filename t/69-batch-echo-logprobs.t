@@ -24,17 +24,6 @@ my $t = PagedLLM::Test->new->start;
 
 my %greedy = (temperature => 0, ignore_eos => JSON::PP::true);
 
-sub ok_json {
-    my ($r, $name) = @_;
-    is($r->{status}, 200, "$name: 200") or diag($r->{body});
-    return $r->{json} // {};
-}
-
-sub ids_of {
-    $t->request(POST => '/v1/tokenize',
-                $J->encode({ prompt => $_[0] }))->{json}{tokens};
-}
-
 sub close_all {
     my ($got, $want, $tol) = @_;
     return 0 unless @$got == @$want;
@@ -46,14 +35,14 @@ sub close_all {
 }
 
 my $prompt = 'Once upon a time there was';
-my @ids = @{ ids_of($prompt) };
+my @ids = @{ $t->token_ids($prompt) };
 my $np = @ids;
 
 # ---- the answer's shape -----------------------------------------------------
 
-my $plain = ok_json($t->completion(prompt => $prompt, max_tokens => 4,
+my $plain = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 4,
                                    logprobs => 2, %greedy), 'logprobs');
-my $e = ok_json($t->completion(prompt => $prompt, max_tokens => 4,
+my $e = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 4,
                                logprobs => 2, echo => JSON::PP::true,
                                %greedy), 'echo with logprobs');
 my $c = $e->{choices}[0];
@@ -81,7 +70,7 @@ is($e->{usage}{prompt_tokens}, $np, 'and the prompt as usual');
 # ---- the engine's own logprobs ---------------------------------------------
 
 # a greedy continuation, its tokens and logprobs from the decode steps
-my $cont = ok_json($t->completion(prompt => \@ids, max_tokens => 6,
+my $cont = $t->json_ok($t->completion(prompt => \@ids, max_tokens => 6,
                                   logprobs => 3, %greedy),
                    'a greedy continuation of the ids');
 my @gen_lp = @{ $cont->{choices}[0]{logprobs}{token_logprobs} };
@@ -98,7 +87,7 @@ for my $text (@{ $cont->{choices}[0]{logprobs}{tokens} }) {
 }
 my $k = @gen_ids;
 ok($k >= 3, "the first $k generated tokens known by id");
-my $back = ok_json($t->completion(prompt => [ @ids, @gen_ids ],
+my $back = $t->json_ok($t->completion(prompt => [ @ids, @gen_ids ],
                                   max_tokens => 1, logprobs => 3,
                                   echo => JSON::PP::true, %greedy),
                    'the continuation fed back as prompt');
@@ -113,7 +102,7 @@ is_deeply([ map { [ sort keys %{ $tops_back[$np + $_] } ] } 0 .. $k - 1 ],
           'and their top_logprobs name the same tokens');
 
 # the same with ids straight from the engine: no re-tokenizing
-my $tok_cont = ok_json($t->completion(prompt => \@ids, max_tokens => 5,
+my $tok_cont = $t->json_ok($t->completion(prompt => \@ids, max_tokens => 5,
                                       logprobs => 1, echo => JSON::PP::true,
                                       %greedy), 'echo of ids');
 my @all_lp = @{ $tok_cont->{choices}[0]{logprobs}{token_logprobs} };
@@ -124,7 +113,7 @@ is(scalar @all_lp, $np + 5, 'prompt and completion tokens');
 
 my $ctx = $t->request(GET => '/v1/models')->{json}{data}[0]{max_model_len};
 my @long = map { 1 + ($_ * 37) % 400 } 1 .. 600;
-my $l1 = ok_json($t->completion(prompt => \@long, max_tokens => 1,
+my $l1 = $t->json_ok($t->completion(prompt => \@long, max_tokens => 1,
                                 logprobs => 1, echo => JSON::PP::true,
                                 %greedy), '600-token prompt, echo logprobs');
 my @llp = @{ $l1->{choices}[0]{logprobs}{token_logprobs} };
@@ -135,7 +124,7 @@ is(scalar(grep { defined $_ && $_ <= 0 } @llp[1 .. 599]), 599,
 # position k's logprob is the last prompt position's of the first k + 1
 my @spot;
 for my $k (5, 130, 257, 599) {
-    my $r = ok_json($t->completion(prompt => [ @long[0 .. $k] ],
+    my $r = $t->json_ok($t->completion(prompt => [ @long[0 .. $k] ],
                                    max_tokens => 1, logprobs => 1,
                                    echo => JSON::PP::true, %greedy),
                     "the first " . ($k + 1) . " tokens alone");
@@ -147,13 +136,13 @@ ok(close_all([ map { $llp[$_->[0]] } @spot ], [ map { $_->[1] } @spot ],
     or diag($J->encode([ map { [ $_->[0], $llp[$_->[0]], $_->[1] ] } @spot ]));
 
 # its blocks are in the prefix cache now: still every position, the same
-my $again = ok_json($t->completion(prompt => \@long, max_tokens => 1,
+my $again = $t->json_ok($t->completion(prompt => \@long, max_tokens => 1,
                                    logprobs => 1, echo => JSON::PP::true,
                                    %greedy), 'the same prompt, cached');
 ok(close_all([ @{ $again->{choices}[0]{logprobs}{token_logprobs} }[1 .. 599] ],
              [ @llp[1 .. 599] ], 1e-5),
    'a cached prefix is scored again, to the same logprobs');
-my $plain_again = ok_json($t->completion(prompt => \@long, max_tokens => 1),
+my $plain_again = $t->json_ok($t->completion(prompt => \@long, max_tokens => 1),
                           'the same prompt without echo');
 ok($plain_again->{usage}{prompt_tokens_details}{cached_tokens} >= 512,
    'which the prefix cache serves');
@@ -177,7 +166,7 @@ is_deeply(\@st_lp, $lp->{token_logprobs}, 'streamed: the same logprobs');
 
 # ---- n 2 and batched prompts ---------------------------------------------------
 
-my $two = ok_json($t->completion(prompt => $prompt, max_tokens => 3, n => 2,
+my $two = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 3, n => 2,
                                  seed => 3, temperature => 1,
                                  logprobs => 1, echo => JSON::PP::true),
                   'n 2');
@@ -187,11 +176,11 @@ is_deeply([ map { [ @{ $_->{logprobs}{token_logprobs} }[0 .. $np - 1] ] }
           'n 2: each choice begins with the prompt\'s logprobs');
 
 my @prompts = ('The sea', $prompt);
-my $batch = ok_json($t->completion(prompt => \@prompts, max_tokens => 2,
+my $batch = $t->json_ok($t->completion(prompt => \@prompts, max_tokens => 2,
                                logprobs => 2, echo => JSON::PP::true,
                                %greedy), 'batched prompts');
 my @bc = sort { $a->{index} <=> $b->{index} } @{ $batch->{choices} };
-my $n0 = @{ ids_of($prompts[0]) };
+my $n0 = @{ $t->token_ids($prompts[0]) };
 is(scalar @{ $bc[0]{logprobs}{tokens} }, $n0 + 2,
    'batched: the first choice has the first prompt\'s tokens');
 is_deeply([ @{ $bc[1]{logprobs}{token_logprobs} }[0 .. $np - 1] ],

@@ -25,12 +25,6 @@ my @prompts = ('Once upon a time', 'The sea', 'Numbers: 1, 2, 3');
 my %greedy = (max_tokens => 5, temperature => 0,
               ignore_eos => JSON::PP::true);
 
-sub ok_json {
-    my ($r, $name) = @_;
-    is($r->{status}, 200, "$name: 200") or diag($r->{body});
-    return $r->{json} // {};
-}
-
 sub refused {
     my ($r, $name, $why) = @_;
     my $e = ($r->{json} // {})->{error} // {};
@@ -41,12 +35,12 @@ sub refused {
 }
 
 # each prompt alone, the reference
-my @alone = map { ok_json($t->completion(prompt => $_, %greedy),
+my @alone = map { $t->json_ok($t->completion(prompt => $_, %greedy),
                           "'$_' alone") } @prompts;
 
 # ---- a list of strings, n = 2 --------------------------------------------
 
-my $batch = ok_json($t->completion(prompt => \@prompts, n => 2, %greedy),
+my $batch = $t->json_ok($t->completion(prompt => \@prompts, n => 2, %greedy),
                 'three prompts, n 2');
 my @ch = sort { $a->{index} <=> $b->{index} } @{ $batch->{choices} // [] };
 is(scalar @ch, 6, 'three prompts x n 2: six choices');
@@ -69,7 +63,7 @@ is(scalar(grep { ($_->{finish_reason} // '') eq 'length' } @ch), 6,
 my @ids = map { $t->request(POST => '/v1/tokenize',
                             $J->encode({ prompt => $_ }))->{json}{tokens} }
           @prompts;
-my $bi = ok_json($t->completion(prompt => \@ids, %greedy),
+my $bi = $t->json_ok($t->completion(prompt => \@ids, %greedy),
                  'three prompts of ids');
 is_deeply([ map { $_->{text} }
             sort { $a->{index} <=> $b->{index} } @{ $bi->{choices} } ],
@@ -105,14 +99,14 @@ is($usage->{completion_tokens}, 30, 'streamed usage: completions summed');
 
 # ---- echo: each choice begins with its own prompt --------------------------
 
-my $e = ok_json($t->completion(prompt => \@prompts, echo => JSON::PP::true,
+my $e = $t->json_ok($t->completion(prompt => \@prompts, echo => JSON::PP::true,
                                %greedy), 'batched echo');
 is_deeply([ map { $_->{text} }
             sort { $a->{index} <=> $b->{index} } @{ $e->{choices} } ],
           [ map { $prompts[$_] . $alone[$_]{choices}[0]{text} } 0 .. 2 ],
           'echo: each choice is its prompt, then its completion');
 
-my $ei = ok_json($t->completion(prompt => \@ids, echo => JSON::PP::true,
+my $ei = $t->json_ok($t->completion(prompt => \@ids, echo => JSON::PP::true,
                                 %greedy), 'batched echo of ids');
 my @decoded = map { $t->request(POST => '/v1/detokenize',
                                 $J->encode({ tokens => $_ }))->{json}{prompt} }
@@ -126,16 +120,16 @@ is_deeply([ map { $_->{text} }
 
 my %seeded = (max_tokens => 6, temperature => 1, seed => 11,
               ignore_eos => JSON::PP::true);
-my @seeded_alone = map { ok_json($t->completion(prompt => $_, %seeded),
+my @seeded_alone = map { $t->json_ok($t->completion(prompt => $_, %seeded),
                                  "seeded '$_' alone")->{choices}[0]{text} }
                    @prompts[0, 1];
-my $sb = ok_json($t->completion(prompt => [ @prompts[0, 1] ], %seeded),
+my $sb = $t->json_ok($t->completion(prompt => [ @prompts[0, 1] ], %seeded),
                  'two seeded prompts');
 is_deeply([ map { $_->{text} }
             sort { $a->{index} <=> $b->{index} } @{ $sb->{choices} } ],
           \@seeded_alone, 'a seed gives each prompt its own draw as alone');
 
-my $bo = ok_json($t->completion(prompt => [ @prompts[0, 1] ], n => 1,
+my $bo = $t->json_ok($t->completion(prompt => [ @prompts[0, 1] ], n => 1,
                                 best_of => 3, %seeded),
                  'two prompts, best_of 3');
 is_deeply([ sort map { $_->{index} } @{ $bo->{choices} } ], [0, 1],
@@ -144,12 +138,12 @@ is_deeply([ sort map { $_->{index} } @{ $bo->{choices} } ], [0, 1],
 # ---- usage: the prefix cache's tokens summed over the prompts -----------------
 
 my $lead = 'A long shared opening that fills a few blocks of the cache: ' x 3;
-ok_json($t->completion(prompt => $lead, max_tokens => 1), 'a long prompt');
-my $one = ok_json($t->completion(prompt => $lead . 'one', max_tokens => 1),
+$t->json_ok($t->completion(prompt => $lead, max_tokens => 1), 'a long prompt');
+my $one = $t->json_ok($t->completion(prompt => $lead . 'one', max_tokens => 1),
                   'its prefix again');
 my $hit = $one->{usage}{prompt_tokens_details}{cached_tokens};
 ok($hit >= 16, "one prompt reuses its prefix's blocks ($hit tokens)");
-my $two = ok_json($t->completion(prompt => [ $lead . 'two', $lead . 'three',
+my $two = $t->json_ok($t->completion(prompt => [ $lead . 'two', $lead . 'three',
                                              'Unrelated' ],
                                  max_tokens => 1), 'two of them batched');
 is($two->{usage}{prompt_tokens_details}{cached_tokens}, 2 * $hit,
@@ -159,7 +153,7 @@ is($two->{usage}{prompt_tokens_details}{cached_tokens}, 2 * $hit,
 
 refused($t->completion(prompt => [ ('x') x 65 ], max_tokens => 1),
         '65 prompts', qr/more than the 64/);
-ok_json($t->completion(prompt => [ ('x') x 64 ], max_tokens => 1),
+$t->json_ok($t->completion(prompt => [ ('x') x 64 ], max_tokens => 1),
         '64 prompts');
 refused($t->completion(prompt => [ 'a', [1, 2] ], max_tokens => 1),
         'a string and a list of ids', qr/all strings or all arrays/);
@@ -206,7 +200,7 @@ ok($idle->{json}{generation_tokens_total} < 3 * $long,
    'the generations stopped early');
 
 # and the server goes on
-ok_json($t->completion(prompt => \@prompts, max_tokens => 2), 'after that');
+$t->json_ok($t->completion(prompt => \@prompts, max_tokens => 2), 'after that');
 
 $t->finish;
 done_testing();

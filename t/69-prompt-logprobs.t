@@ -26,17 +26,6 @@ my $t = PagedLLM::Test->new->start;
 
 my %greedy = (temperature => 0, ignore_eos => JSON::PP::true);
 
-sub ok_json {
-    my ($r, $name) = @_;
-    is($r->{status}, 200, "$name: 200") or diag($r->{body});
-    return $r->{json} // {};
-}
-
-sub ids_of {
-    $t->request(POST => '/v1/tokenize',
-                $J->encode({ prompt => $_[0] }))->{json}{tokens};
-}
-
 sub chat {
     my (%req) = @_;
     return $t->request(POST => '/v1/chat/completions', $J->encode(\%req));
@@ -87,12 +76,12 @@ sub shape_problem {
 }
 
 my $prompt = 'Once upon a time there was';
-my @ids = @{ ids_of($prompt) };
+my @ids = @{ $t->token_ids($prompt) };
 my $np = @ids;
 
 # ---- completions: the shape ------------------------------------------------
 
-my $r3 = ok_json($t->completion(prompt => $prompt, max_tokens => 3,
+my $r3 = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 3,
                                 prompt_logprobs => 3, %greedy),
                  'prompt_logprobs 3');
 my $l3 = $r3->{choices}[0]{prompt_logprobs};
@@ -101,7 +90,7 @@ is(shape_problem($l3, \@ids, 3), '',
 ok(!defined $r3->{choices}[0]{logprobs},
    'logprobs not asked: the choice\'s logprobs null');
 ok(!exists $r3->{prompt_logprobs}, 'completions: nothing beside the choices');
-my $plain = ok_json($t->completion(prompt => $prompt, max_tokens => 3,
+my $plain = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 3,
                                    %greedy), 'without');
 ok(!exists $plain->{choices}[0]{prompt_logprobs},
    'not asked: no prompt_logprobs');
@@ -114,7 +103,7 @@ is($l3->[1]{ $ids[1] }{decoded_token},
                $J->encode({ tokens => [ $ids[1] ] }))->{json}{prompt},
    'decoded_token: the token\'s text alone');
 
-my $r0 = ok_json($t->completion(prompt => $prompt, max_tokens => 1,
+my $r0 = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 1,
                                 prompt_logprobs => 0, %greedy),
                  'prompt_logprobs 0');
 is(shape_problem($r0->{choices}[0]{prompt_logprobs}, \@ids, 0), '',
@@ -122,7 +111,7 @@ is(shape_problem($r0->{choices}[0]{prompt_logprobs}, \@ids, 0), '',
 
 # ---- the values: the echo with logprobs path's --------------------------------
 
-my $echo = ok_json($t->completion(prompt => $prompt, max_tokens => 3,
+my $echo = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 3,
                                   logprobs => 3, echo => JSON::PP::true,
                                   %greedy), 'echo with logprobs 3');
 my $elp = $echo->{choices}[0]{logprobs};
@@ -147,7 +136,7 @@ is_deeply($echo->{choices}[0]{prompt_logprobs}, $l3,
           'echo with logprobs carries the same list, as vLLM does');
 
 # echo with logprobs 1 and prompt_logprobs 4: each gets its own count
-my $both = ok_json($t->completion(prompt => $prompt, max_tokens => 1,
+my $both = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 1,
                                   logprobs => 1, echo => JSON::PP::true,
                                   prompt_logprobs => 4, %greedy),
                    'echo with logprobs 1, prompt_logprobs 4');
@@ -158,7 +147,7 @@ is(scalar(grep { ref $_ eq 'HASH' && keys %$_ == 1 }
    $np - 1, 'echo\'s top_logprobs the top 1');
 
 # ranks: the same whatever k; within the top, the place in it
-my $r20 = ok_json($t->completion(prompt => $prompt, max_tokens => 1,
+my $r20 = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 1,
                                  prompt_logprobs => 20, %greedy),
                   'prompt_logprobs 20');
 my $l20 = $r20->{choices}[0]{prompt_logprobs};
@@ -178,12 +167,12 @@ ok(!grep({ $l20->[$_]{ $ids[$_] }{rank} > 20
 my $messages = [ { role => 'user', content => 'Hello there' } ];
 my $c = $t->request(POST => '/v1/tokenize',
                     $J->encode({ messages => $messages }))->{json};
-my $cr = ok_json(chat(messages => $messages, max_tokens => 2,
+my $cr = $t->json_ok(chat(messages => $messages, max_tokens => 2,
                       prompt_logprobs => 2, %greedy), 'chat');
 is(shape_problem($cr->{prompt_logprobs}, $c->{tokens}, 2), '',
    'chat: the rendered prompt\'s list beside the choices');
 ok(!exists $cr->{choices}[0]{prompt_logprobs}, 'and none in the choice');
-my $cl = ok_json(chat(messages => $messages, max_tokens => 2,
+my $cl = $t->json_ok(chat(messages => $messages, max_tokens => 2,
                       logprobs => JSON::PP::true, top_logprobs => 1,
                       prompt_logprobs => 2, %greedy),
                  'chat with logprobs too');
@@ -194,14 +183,14 @@ is(scalar @{ $cl->{choices}[0]{logprobs}{content} }, 2,
 
 # ---- n 2, batched prompts, a prompt of many records ---------------------------
 
-my $two = ok_json($t->completion(prompt => $prompt, max_tokens => 2, n => 2,
+my $two = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 2, n => 2,
                                  temperature => 1, seed => 5,
                                  prompt_logprobs => 3),
                   'n 2');
 is_deeply([ map { $_->{prompt_logprobs} } @{ $two->{choices} } ], [ $l3, $l3 ],
           'n 2: each choice carries the prompt\'s list');
 
-my $best = ok_json($t->completion(prompt => $prompt, max_tokens => 2, n => 2,
+my $best = $t->json_ok($t->completion(prompt => $prompt, max_tokens => 2, n => 2,
                                   best_of => 3, temperature => 1, seed => 5,
                                   prompt_logprobs => 3),
                   'best_of 3, n 2');
@@ -209,11 +198,11 @@ is_deeply([ map { $_->{prompt_logprobs} } @{ $best->{choices} } ],
           [ $l3, $l3 ], 'best_of 3: each choice returned carries the list');
 
 my @prompts = ('The sea', $prompt);
-my $batch = ok_json($t->completion(prompt => \@prompts, max_tokens => 1,
+my $batch = $t->json_ok($t->completion(prompt => \@prompts, max_tokens => 1,
                                    n => 2, prompt_logprobs => 3, %greedy),
                     'batched prompts');
 my @bc = sort { $a->{index} <=> $b->{index} } @{ $batch->{choices} };
-my @ids0 = @{ ids_of($prompts[0]) };
+my @ids0 = @{ $t->token_ids($prompts[0]) };
 is(shape_problem($bc[0]{prompt_logprobs}, \@ids0, 3), '',
    'batched: the first prompt\'s choices its list');
 is_deeply($bc[1]{prompt_logprobs}, $bc[0]{prompt_logprobs},
@@ -222,13 +211,13 @@ is_deeply([ $bc[2]{prompt_logprobs}, $bc[3]{prompt_logprobs} ], [ $l3, $l3 ],
           'batched: the second prompt\'s choices its own');
 
 my @long = map { 1 + ($_ * 37) % 400 } 1 .. 600;
-my $lr = ok_json($t->completion(prompt => \@long, max_tokens => 1,
+my $lr = $t->json_ok($t->completion(prompt => \@long, max_tokens => 1,
                                 prompt_logprobs => 20, %greedy),
                  '600-token prompt, prompt_logprobs 20');
 my $ll = $lr->{choices}[0]{prompt_logprobs};
 is(shape_problem($ll, \@long, 20), '',
    '600 positions, over many records, each in shape');
-my $le = ok_json($t->completion(prompt => \@long, max_tokens => 1,
+my $le = $t->json_ok($t->completion(prompt => \@long, max_tokens => 1,
                                 logprobs => 1, echo => JSON::PP::true,
                                 %greedy), 'the same prompt, echo');
 is_deeply([ map { $ll->[$_]{ $long[$_] }{logprob} } 1 .. 599 ],

@@ -381,6 +381,22 @@ sub request {
     return read_response($s, time + scaled($timeout), $method);
 }
 
+# A response's JSON, after a test named NAME that it came with 200 (the
+# body in the diagnostics when not); {} when it has none.
+sub json_ok {
+    my ($self, $r, $name) = @_;
+    is($r->{status}, 200, "$name: 200") or diag($r->{body});
+    return $r->{json} // {};
+}
+
+# The token ids /v1/tokenize gives TEXT (the model's special tokens added
+# as a prompt's are).
+sub token_ids {
+    my ($self, $text) = @_;
+    return $self->request(POST => '/v1/tokenize',
+                          $JSON->encode({ prompt => $text }))->{json}{tokens};
+}
+
 # The whole response on a socket send_request opened (closed after):
 # { status, headers, body, json }; status 0 when no head came by $deadline.
 sub read_response {
