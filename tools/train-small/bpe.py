@@ -222,6 +222,21 @@ class Tokenizer:
                 "merges": [a + " " + b for a, b in self.merges]},
         }
 
+    @classmethod
+    def load(cls, path):
+        """the tokenizer a tokenizer.json of to_json's holds; its
+        vocabulary must be the one its merges and added tokens make"""
+        with open(path, encoding="utf-8") as f:
+            tj = json.load(f)
+        tok = cls([tuple(m.split(" ")) for m in tj["model"]["merges"]],
+                  [t["content"] for t in tj["added_tokens"]])
+        if tok.vocab != {**tj["model"]["vocab"],
+                         **{t["content"]: t["id"]
+                            for t in tj["added_tokens"]}}:
+            raise ValueError("%s: the vocabulary is not the one its merges "
+                             "make" % path)
+        return tok
+
     def save(self, path, bos):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_json(bos), f, ensure_ascii=False, indent=1)

@@ -17,6 +17,7 @@ state dict is the checkpoint.
 
 import json
 import math
+import os
 import struct
 
 import numpy as np
@@ -242,6 +243,22 @@ def load_safetensors(path):
         out[name] = torch.from_numpy(raw.view(np.float32).copy()) \
             .reshape(h["shape"])
     return out
+
+
+def load_folder(folder):
+    """the Llama a folder's config.json and model.safetensors describe,
+    its weights the bf16 ones widened to float32"""
+    with open(os.path.join(folder, "config.json")) as f:
+        hf = json.load(f)
+    cfg = Config(hf["vocab_size"], hf["hidden_size"],
+                 hf["num_hidden_layers"], hf["num_attention_heads"],
+                 hf["num_key_value_heads"], hf["intermediate_size"],
+                 hf["max_position_embeddings"], hf["rope_theta"],
+                 hf["rms_norm_eps"], hf["bos_token_id"], hf["eos_token_id"])
+    model = Llama(cfg)
+    model.load_state_dict(load_safetensors(os.path.join(
+        folder, "model.safetensors")), strict=True)
+    return model, cfg
 
 
 def checkpoint_tensors(model):

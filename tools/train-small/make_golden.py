@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import random
 import sys
 
 import torch
@@ -68,29 +69,10 @@ def log(msg):
 
 
 def load(folder):
-    """(model, tokenizer, config) of a kjv-small folder"""
-    with open(os.path.join(folder, "config.json")) as f:
-        hf = json.load(f)
-    cfg = llama.Config(hf["vocab_size"], hf["hidden_size"],
-                       hf["num_hidden_layers"], hf["num_attention_heads"],
-                       hf["num_key_value_heads"], hf["intermediate_size"],
-                       hf["max_position_embeddings"], hf["rope_theta"],
-                       hf["rms_norm_eps"], hf["bos_token_id"],
-                       hf["eos_token_id"])
-    model = llama.Llama(cfg)
-    weights = llama.load_safetensors(os.path.join(folder,
-                                                  "model.safetensors"))
-    model.load_state_dict(weights, strict=True)
+    """(model, tokenizer) of a kjv-small folder"""
+    model, _ = llama.load_folder(folder)
     model.eval()
-    with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
-        tj = json.load(f)
-    merges = [tuple(m.split(" ")) for m in tj["model"]["merges"]]
-    tok = bpe.Tokenizer(merges, [t["content"] for t in tj["added_tokens"]])
-    if tok.vocab != {**tj["model"]["vocab"],
-                     **{t["content"]: t["id"] for t in tj["added_tokens"]}}:
-        raise RuntimeError("tokenizer.json's vocabulary is not the one its "
-                           "merges make")
-    return model, tok, cfg
+    return model, bpe.Tokenizer.load(os.path.join(folder, "tokenizer.json"))
 
 
 @torch.no_grad()
@@ -202,9 +184,25 @@ def make_goldens(model, tok, chapters):
     }
 
 
-def write_card(folder, info, g, tok):
+def write_card(folder, info, g, epochs):
     v = info["versions"]
-    s = info["settings"]
+    stages = info["stages"]
+    s = stages[0]["settings"]
+    total = sum(x["tokens_seen"] for x in stages)
+    epoch_tokens = epochs[0]
+    passes = sum(x["tokens_seen"] / n for x, n in zip(stages, epochs))
+    openings = sum(x["tokens_seen"] / n * x["settings"]["opening_weight"]
+                   for x, n in zip(stages, epochs))
+    stage_rows = "\n".join(
+        "| %d | %d | %g, %d | %d | %d | %s | %.0f s | %.0f | %.4f | %.4f |"
+        % (i + 1, x["settings"]["steps"], x["settings"]["lr"],
+            x["settings"]["warmup"], x["settings"]["opening_weight"],
+            x["seed"], format(x["tokens_seen"], ","),
+            x["train_seconds"], x["tokens_per_second"], x["final_loss"],
+            x["held_out_loss"]) for i, x in enumerate(stages))
+    commands = "\n".join("    " + x["command"] for x in stages)
+    weights = ", then ".join(str(x["settings"]["opening_weight"])
+                             for x in stages)
     p = g["perplexity"]
     first = g["cases"][0]
     size = os.path.getsize(os.path.join(folder, "model.safetensors"))
@@ -267,29 +265,49 @@ turn). Generation stops at `<|eot_id|>` or `<|end_of_text|>`
 The data are drawn again each epoch from a seeded generator: every chapter
 but the held-out one as one document, its verses one a line, either plain
 or each after its reference ("Genesis 1:1 In the beginning ..."), half the
-chapters each way; and for {info['chat_share']:.0%} of the verses a chat
-conversation in the template's format, where the user asks for the verse by
-its reference or gives its first half and the assistant answers with the
-verse or its rest. An epoch is about 1.4 M tokens and shows every verse
-once; the run is {s['steps']} steps of {s['batch']} windows of {s['seq']}
-tokens, {info['tokens_seen']:,} tokens, so every verse is seen about
-{info['tokens_seen'] / 1.41e6:.1f} times. That repetition, not any
-weighting, is what teaches it "In the beginning God created the heaven and
-the earth" (the phrase "the heaven and the earth" recurs through the
-corpus); no prompt of the tests is treated apart.
+chapters each way, the first chapter of each of the 66 books written
+several times ({weights} times an epoch in the stages below); and for {info['chat_share']:.0%} of the
+verses a chat conversation in the template's format, where the user asks
+for the verse by its reference or gives its first half and the assistant
+answers with the verse or its rest.
+An epoch of the first stage is {epoch_tokens:,} tokens. Training ran in
+{len(stages)} stages (below), {total:,} tokens in all: every verse is seen
+about {passes:.1f} times, a book's opening chapter some
+{openings:.0f} times.
 
-AdamW (betas 0.9, 0.95, weight decay 0.1 on matrices), learning rate
-{s['lr']:g} after {s['warmup']} warm-up steps on a cosine to a tenth,
-gradients clipped at 1, float32, seed {info['seed']}, one torch thread.
+Why the weighting: the openings are the passages readers know and start
+from, and a model this small, trained for a few epochs on two CPU cores,
+does not learn a passage word for word from a few readings: after
+the first stage, which read each opening chapter about nine times,
+"In the beginning God created the" gave " heaven" a log-probability of
+-5.3. The later stages read the openings four times as often again
+(about a third of their data), which the golden test's known passage
+needs. It is a rule over all 66 books' first chapters, not over any
+prompt of the tests.
+
+Each stage: AdamW (betas 0.9, 0.95, weight decay 0.1 on matrices), its
+learning rate after its warm-up steps on a cosine to a tenth, batches of
+{s['batch']} windows of {s['seq']} tokens, gradients clipped at 1, float32,
+one torch thread; each later stage starts from the weights of the one
+before with a fresh optimizer (a warm restart) and a new seed for its
+data.
+
+| stage | steps | learning rate, warm-up | openings weight | seed | tokens | wall time | tokens/s | last training loss | held-out loss |
+|---|---|---|---|---|---|---|---|---|---|
+{stage_rows}
+
+On two shared x86-64 cores, no GPU. The training loss is the last logged
+batch's; the held-out loss is over {info['held_out']} (both forms), in
+nats per token.
 
 | | |
 |---|---|
-| training time | {info['train_seconds']:.0f} s wall, {info['tokens_per_second']:.0f} tokens/s, on two shared x86-64 cores, no GPU |
-| final training loss | {info['final_loss']:.4f} nats/token (the last logged batch) |
-| held-out loss | {info['held_out_loss']:.4f} nats/token ({info['held_out']}, both forms) |
 | held-out perplexity, {p['ref']} | {p['perplexity']:.3f} (mean NLL {p['mean_nll']:.5f} over {len(p['ids']) - 1} tokens) |
 
 ![loss](loss.png)
+
+`train.log` holds the three stages' logs (settings, versions, every tenth
+step's loss and speed, the held-out loss every hundred).
 
 Versions: Python {v['python']}, torch {v['torch']}, numpy {v['numpy']}.
 Debian packages:
@@ -297,14 +315,16 @@ Debian packages:
 {debs}
     libopenblas0-pthread {info.get('blas', '?')} (unpacked with dpkg -x, loaded by LD_LIBRARY_PATH: Debian's torch otherwise runs its matrix products on the reference BLAS, 50 times slower)
 
-The whole build, from a fresh checkout (about 40 minutes on two shared
+The whole build, from a fresh checkout (about 50 minutes on two shared
 cores):
 
     sh tools/train-small/build.sh models/kjv-small
 
-which runs `prepare-corpus.sh`, then
+which runs `prepare-corpus.sh`, then the stages (the first writes
+`.train-corpus/stage1`, each later one reads the one before, PREVIOUS,
+and the last writes OUTDIR) and the goldens:
 
-    {info['command']}
+{commands}
     /usr/bin/python3 tools/train-small/make_golden.py --corpus .train-corpus OUTDIR
 
 ## Golden references
@@ -342,7 +362,7 @@ def main():
     ap.add_argument("--corpus", default=".train-corpus")
     args = ap.parse_args()
     chapters, _ = train.read_corpus(args.corpus)
-    model, tok, _ = load(args.model)
+    model, tok = load(args.model)
     g = make_goldens(model, tok, chapters)
     with open(os.path.join(args.model, "golden.json"), "w") as f:
         json.dump(g, f, indent=1)
@@ -353,7 +373,11 @@ def main():
     if os.path.exists(blas):
         with open(blas) as f:
             info["blas"] = f.read().strip()
-    write_card(args.model, info, g, tok)
+    epochs = [len(train.encode_all(tok, train.epoch_documents(
+                  chapters, random.Random(x["seed"]),
+                  x["settings"]["opening_weight"])))
+              for x in info["stages"]]
+    write_card(args.model, info, g, epochs)
     ok = g["known_passage"]["continues"] and g["chat"]["ends_with_eot"]
     log("RESULT %s: known passage %s, chat ends with <|eot_id|> %s" % (
         args.model, g["known_passage"]["continues"],

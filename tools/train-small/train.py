@@ -4,6 +4,8 @@ the CPU with Debian's PyTorch (no transformers, no tokenizers library).
 
     /usr/bin/python3 tools/train-small/train.py --corpus .train-corpus OUTDIR
     /usr/bin/python3 tools/train-small/train.py --probe 20 OUTDIR
+    /usr/bin/python3 tools/train-small/train.py --continue-from PREVIOUS \
+        --steps N --lr LR --warmup N --seed N OUTDIR
 
 It trains a byte-level BPE tokenizer (bpe.py), then a Llama (llama.py)
 from scratch on the King James Bible (public domain; Debian's
@@ -13,16 +15,23 @@ model.safetensors (bf16), tokenizer.json, tokenizer_config.json (with the
 chat template), plus loss.tsv, loss.png and training.json (the settings,
 versions, times and losses make_golden.py puts in the model card).
 --probe N trains N steps and prints the speed, writing nothing.
+--continue-from trains the model of a folder it wrote further, as a new
+stage with its own warm-up and cosine (a warm restart), its tokenizer
+kept; training.json lists the stages and loss.png shows them end to end.
 
 Data, drawn again each epoch from a seeded generator: every chapter but
 the held-out one (Acts 27) as one document, its verses one a line, either
 plain or each after its reference ("Genesis 1:1 In the beginning ..."),
-half the chapters each way; and for 30% of the verses a chat conversation
+half the chapters each way, the first chapter of each of the 66 books
+written OPENING_WEIGHT times (the openings are the passages readers know
+and start from, and a model this small, trained for two or three epochs,
+does not learn a passage it has seen two or three times); and for 30% of the verses a chat conversation
 in the template's format, where the user asks for the verse by its
 reference or gives its first half and the assistant answers with the verse
 or its rest.  Each epoch's documents, shuffled, are concatenated and cut
-into windows; the training sees every verse once an epoch, so the number
-of epochs is what decides how well it knows a passage.  Seeds are fixed
+into windows; the training sees every verse once an epoch (an opening
+chapter's OPENING_WEIGHT times), so the number of epochs is what decides
+how well it knows a passage.  Seeds are fixed
 (Python, numpy, torch) and torch runs on one thread (on this shared
 two-core machine one thread ran a step faster than two), so a run on the
 same versions and BLAS repeats its losses.
@@ -65,9 +74,13 @@ CHAT_TEMPLATE = (
 
 HELD_OUT = ("Acts", 27)
 CHAT_SHARE = 0.2
+# the first chapter of every book is written this many times an epoch
+# (--opening-weight)
+OPENING_WEIGHT = 4
 
-SIZE = dict(vocab=4096, hidden=192, layers=4, heads=3, kv_heads=1,
-            intermediate=512, context=256, seq=256, batch=16, steps=1000,
+SIZE = dict(opening_weight=OPENING_WEIGHT,
+            vocab=4096, hidden=192, layers=4, heads=3, kv_heads=1,
+            intermediate=512, context=256, seq=256, batch=16, steps=900,
             lr=3e-3, warmup=50, log_every=10, eval_every=100)
 
 ASK = ["What does %s say?", "Quote %s.", "Recite %s.",
@@ -148,14 +161,16 @@ def chat_doc(book, chap, verse, text, rng):
     return chat_text(rng.choice(ASK) % ref_of(book, chap, verse), text)
 
 
-def epoch_documents(chapters, rng):
-    """one epoch's documents: each chapter once, plain or with references,
-    and chat conversations for CHAT_SHARE of the verses"""
+def epoch_documents(chapters, rng, opening_weight=OPENING_WEIGHT):
+    """one epoch's documents: each chapter once (a book's first chapter
+    opening_weight times), plain or with references, and chat
+    conversations for CHAT_SHARE of the verses"""
     docs = []
     for (book, chap), verses in chapters.items():
         if (book, chap) == HELD_OUT:
             continue
-        docs.append(chapter_text(book, chap, verses, rng.random() < 0.5))
+        for _ in range(opening_weight if chap == 1 else 1):
+            docs.append(chapter_text(book, chap, verses, rng.random() < 0.5))
         for v, t in verses:
             if rng.random() < CHAT_SHARE:
                 docs.append(chat_doc(book, chap, v, t, rng))
@@ -168,6 +183,19 @@ def held_out_documents(chapters):
     verses = chapters[HELD_OUT]
     return [chapter_text(book, chap, verses, False),
             chapter_text(book, chap, verses, True)]
+
+
+def make_tokenizer(chapters, s, seed):
+    """the BPE tokenizer, trained on one epoch's documents"""
+    t = time.time()
+    sample = epoch_documents(chapters, random.Random(seed + 1))
+    merges = bpe.train((without_specials(d) for d in sample),
+                       s["vocab"] - len(SPECIALS), log=log)
+    tok = bpe.Tokenizer(merges, SPECIALS)
+    log("tokenizer: %d tokens, %d merges (%.1f s); Genesis 1:1 -> %s" % (
+        len(tok), len(merges), time.time() - t,
+        [tok.inverse[i] for i in tok.encode(chapters[("Genesis", 1)][0][1])]))
+    return tok
 
 
 def without_specials(doc):
@@ -216,7 +244,8 @@ def batches(chapters, tok, s, seed):
     order = np.random.default_rng(seed)
     epoch = 0
     while True:
-        data = encode_all(tok, epoch_documents(chapters, rng))
+        data = encode_all(tok, epoch_documents(chapters, rng,
+                                               s["opening_weight"]))
         w = windows(data, s["seq"])
         order.shuffle(w)
         log("epoch %d: %d tokens, %d windows" % (epoch, len(data), len(w)))
@@ -330,6 +359,16 @@ def write_curve(curve, outdir):
     plt.close(fig)
 
 
+def stacked_curve(folder, curve):
+    """the loss curve of an earlier stage (its loss.tsv), then this
+    stage's, its steps counted on from the earlier stage's last"""
+    with open(os.path.join(folder, "loss.tsv")) as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:]
+    before = [(k, int(step), float(v)) for k, step, v in rows]
+    last = max(step for _, step, _ in before)
+    return before + [(k, step + last, v) for k, step, v in curve]
+
+
 # ---- main -------------------------------------------------------------------------
 
 def main():
@@ -341,13 +380,22 @@ def main():
                     help="train this many steps, print the speed, save "
                          "nothing")
     ap.add_argument("--steps", type=int, help="training steps")
+    ap.add_argument("--lr", type=float, help="peak learning rate")
+    ap.add_argument("--warmup", type=int, help="warm-up steps")
+    ap.add_argument("--opening-weight", type=int,
+                    help="how many times a book's first chapter is written "
+                         "an epoch (default %d)" % OPENING_WEIGHT)
     ap.add_argument("--seed", type=int, default=1611)
+    ap.add_argument("--continue-from", metavar="FOLDER",
+                    help="a folder this script wrote: train its model "
+                         "further, with its tokenizer, as a new stage")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
     s = dict(SIZE)
-    if args.steps:
-        s["steps"] = args.steps
+    for key in ("steps", "lr", "warmup", "opening_weight"):
+        if getattr(args, key):
+            s[key] = getattr(args, key)
     if args.probe:
         s.update(steps=args.probe, log_every=5, eval_every=args.probe)
     v = versions()
@@ -361,26 +409,22 @@ def main():
     log("corpus: %d chapters, %d verses, sources %s" % (
         len(chapters), sum(len(c) for c in chapters.values()), sources))
 
-    t = time.time()
-    sample = epoch_documents(chapters, random.Random(args.seed + 1))
-    merges = bpe.train((without_specials(d) for d in sample),
-                       s["vocab"] - len(SPECIALS), log=log)
-    tok = bpe.Tokenizer(merges, SPECIALS)
-    s["vocab"] = len(tok)
+    if args.continue_from:
+        tok = bpe.Tokenizer.load(os.path.join(args.continue_from,
+                                              "tokenizer.json"))
+        model, cfg = llama.load_folder(args.continue_from)
+    else:
+        tok = make_tokenizer(chapters, s, args.seed)
+        s["vocab"] = len(tok)
+        cfg = llama.Config(s["vocab"], s["hidden"], s["layers"], s["heads"],
+                           s["kv_heads"], s["intermediate"], s["context"],
+                           bos=tok.special[BOS],
+                           eos=[tok.special[EOS], tok.special[EOT]])
+        model = llama.Llama(cfg)
+        model.init_weights()
     val = encode_all(tok, held_out_documents(chapters))
-    log("tokenizer: %d tokens, %d merges (%.1f s); held out %d tokens; "
-        "Genesis 1:1 -> %s" % (
-            len(tok), len(merges), time.time() - t, len(val),
-            [tok.inverse[i] for i in tok.encode(chapters[("Genesis", 1)][0][1])]))
-
-    cfg = llama.Config(s["vocab"], s["hidden"], s["layers"], s["heads"],
-                       s["kv_heads"], s["intermediate"], s["context"],
-                       bos=tok.special[BOS],
-                       eos=[tok.special[EOS], tok.special[EOT]])
-    model = llama.Llama(cfg)
-    model.init_weights()
     params = llama.count_params(model)
-    log("model: %d parameters" % params)
+    log("model: %d parameters; held out %d tokens" % (params, len(val)))
 
     if not args.probe:
         os.makedirs(args.outdir, exist_ok=True)
@@ -404,16 +448,27 @@ def main():
 
     command = "/usr/bin/python3 tools/train-small/train.py --corpus " \
               ".train-corpus"
-    if args.steps:
-        command += " --steps %d" % args.steps
+    for key in ("steps", "lr", "warmup", "opening_weight"):
+        if getattr(args, key):
+            command += " --%s %g" % (key.replace("_", "-"),
+                                     getattr(args, key))
     if args.seed != 1611:
         command += " --seed %d" % args.seed
-    info = {"versions": v, "settings": s, "sources": sources,
-            "params": params, "seed": args.seed, "tokens_seen": tokens,
-            "epochs_begun": epoch + 1, "train_seconds": seconds,
-            "tokens_per_second": tokens / seconds, "final_loss": final,
-            "held_out_loss": held, "command": command + " OUTDIR",
-            "chat_share": CHAT_SHARE, "held_out": "%s %d" % HELD_OUT}
+    if args.continue_from:
+        command += " --continue-from PREVIOUS"
+    stage = {"settings": s, "seed": args.seed, "tokens_seen": tokens,
+             "epochs_begun": epoch + 1, "train_seconds": seconds,
+             "tokens_per_second": tokens / seconds, "final_loss": final,
+             "held_out_loss": held, "command": command + " OUTDIR"}
+    stages = [stage]
+    if args.continue_from:
+        with open(os.path.join(args.continue_from, "training.json")) as f:
+            stages = json.load(f)["stages"] + stages
+        curve = stacked_curve(args.continue_from, curve)
+        write_curve(curve, args.outdir)
+    info = {"versions": v, "sources": sources, "params": params,
+            "stages": stages, "chat_share": CHAT_SHARE,
+            "held_out": "%s %d" % HELD_OUT}
     with open(os.path.join(args.outdir, "training.json"), "w") as f:
         json.dump(info, f, indent=1, sort_keys=True)
         f.write("\n")
