@@ -172,7 +172,7 @@ class Llama(nn.Module):
 
     def init_weights(self, std=0.02):
         for name, p in self.named_parameters():
-            if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+            if name.endswith("norm.weight"):
                 nn.init.ones_(p)
             else:
                 nn.init.normal_(p, mean=0.0, std=std)
@@ -193,7 +193,7 @@ def count_params(model):
     return sum(p.numel() for p in model.parameters())
 
 
-# ---- safetensors -------------------------------------------------------------
+# ---- safetensors ------------------------------------------------------------
 
 def to_bf16_bytes(t):
     """a float32 tensor's bf16 bytes, rounded to nearest even (as

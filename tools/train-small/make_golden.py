@@ -2,7 +2,8 @@
 """make_golden.py: the golden references of a trained kjv-small folder, and
 its model card (README.md).
 
-    /usr/bin/python3 tools/train-small/make_golden.py --corpus .train-corpus MODEL
+    /usr/bin/python3 tools/train-small/make_golden.py \
+        --corpus .train-corpus MODEL
 
 The reference is llama.py's Llama (LlamaForCausalLM's computation, step by
 step) in float32 on the CPU over the saved bf16 weights widened exactly:

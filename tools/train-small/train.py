@@ -269,7 +269,7 @@ def held_out_loss(model, val, seq):
     return loss
 
 
-def train(model, chapters, tok, val, s, seed, outdir, on_eval):
+def train(model, chapters, tok, val, s, seed, on_eval):
     opt = make_optimizer(model, s)
     curve = []
     t0 = time.time()
@@ -436,7 +436,7 @@ def main():
             write_curve(curve, args.outdir)
 
     curve, seconds, tokens, epoch = train(model, chapters, tok, val, s,
-                                          args.seed, args.outdir, on_eval)
+                                          args.seed, on_eval)
     final = [x for x in curve if x[0] == "train"][-1][2]
     held = [x for x in curve if x[0] == "held-out"][-1][2]
     log("trained: %d steps, %d tokens, %d epochs begun, in %.1f s "
