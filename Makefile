@@ -1,7 +1,7 @@
 # pagedllm: nginx module + engine + kernels.
 #   make            build everything (installs missing Debian packages);
 #                   one job per core unless -jN is given (or JOBS=N)
-#   make run        start engine + nginx on 127.0.0.1:8080 with the tiny model
+#   make run        start engine + nginx on 127.0.0.1:8080 with models/kjv-small
 #   make test       build and run every test (prove), then every fuzzer
 #                   for TEST_FUZZ_SECONDS (30) from its seed corpus, then
 #                   make test-sanitize (TEST_SANITIZE=0 leaves it out)

@@ -1,9 +1,11 @@
 #!/bin/sh
-# Runs pagedllm on this machine: pagedllm-engine with the tiny model in the
-# background and the stock nginx, loading our module, in the foreground.
-# Ctrl-C (or TERM) stops both.
+# Runs pagedllm on this machine: pagedllm-engine with models/kjv-small (a
+# small model trained on the King James Bible, so that answers read as
+# words) in the background and the stock nginx, loading our module, in
+# the foreground.  Ctrl-C (or TERM) stops both.
 #   tools/run.sh [--engines N | --per-gpu] BUILD_DIR
-#   PAGEDLLM_PORT (default 8080), PAGEDLLM_MODEL (default BUILD/models/tiny),
+#   PAGEDLLM_PORT (default 8080), PAGEDLLM_MODEL (default models/kjv-small
+#   of this checkout; BUILD/models/tiny is the random-weight test model),
 #   PAGEDLLM_DEVICE (default auto), PAGEDLLM_ENGINE_ARGS (more engine flags),
 #   PAGEDLLM_RUN_DIR (default BUILD/run): the run folder, holding the
 #   engine's socket, the pid files, nginx's configuration and logs.
@@ -53,7 +55,7 @@ fi
 
 build=$(cd "$1" && pwd)
 port=${PAGEDLLM_PORT:-8080}
-model=${PAGEDLLM_MODEL:-$build/models/tiny}
+model=${PAGEDLLM_MODEL:-$(cd "$(dirname "$0")/.." && pwd)/models/kjv-small}
 device=${PAGEDLLM_DEVICE:-auto}
 route=${PAGEDLLM_ROUTE:-least_load}
 run=${PAGEDLLM_RUN_DIR:-$build/run}
