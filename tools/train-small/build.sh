@@ -8,8 +8,9 @@
 #
 #     sh tools/train-small/build.sh [OUTDIR]      (default models/kjv-small)
 #
-# Needs apt-get (a Debian source list) and Debian's python3-torch,
-# python3-numpy and python3-matplotlib for /usr/bin/python3.  Debian's
+# Needs apt-get (a Debian source list); Debian's python3-torch,
+# python3-numpy and python3-matplotlib for /usr/bin/python3 are installed
+# with it when /usr/bin/python3 cannot import them.  Debian's
 # torch does its matrix products through libblas.so.3, which is the
 # reference BLAS unless an optimized one is installed; this script unpacks
 # Debian's libopenblas0-pthread into .train-corpus/blas (dpkg -x, nothing
@@ -20,6 +21,11 @@ set -eu
 outdir=${1:-models/kjv-small}
 corpus=.train-corpus
 blas=$corpus/blas
+
+if ! /usr/bin/python3 -c 'import torch, numpy, matplotlib' 2>/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        python3-torch python3-numpy python3-matplotlib
+fi
 
 sh tools/train-small/prepare-corpus.sh "$corpus"
 
