@@ -81,14 +81,19 @@ sub counter {
 }
 
 # Waits until the worker is attached to every engine listed and to none
-# of @$detached; true if it happened within 10 s.
+# of @$detached, and every engine listed counts all of nginx's workers
+# attached (pagedllm_engine_attached is the answering worker's alone: with
+# two workers the other may not have attached yet); true if it happened
+# within 10 s.
 sub wait_attached {
     my ($t, $attached, $detached) = @_;
     my $deadline = time + 10;
+    my $workers = $t->{workers} // 1;
     while (time < $deadline) {
         my $v = scrape($t);
         my $ok = 1;
         $ok &&= (sample($t, $v, 'pagedllm_engine_attached', $_) // -1) == 1
+                && (sample($t, $v, 'pagedllm_workers', $_) // 0) >= $workers
             for @$attached;
         $ok &&= (sample($t, $v, 'pagedllm_engine_attached', $_) // -1) == 0
             for @{ $detached // [] };
