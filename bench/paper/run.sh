@@ -95,6 +95,9 @@
 #   PAPER_SG_RATES, PAPER_AL_RATES
 #                         the ShareGPT and Alpaca rate lists of the held-KV
 #                         groups (defaults below)
+#   PAPER_H200_SG_RATES, PAPER_H200_AL_RATES
+#                         the h200 group's ShareGPT and Alpaca rates
+#                         ("12 24 36 48 64 80", "100 200 300 400 550 700")
 #   PAPER_CHAT_RATES      the chat group's rates ("2 4 6 8 10")
 #   PAPER_BS_RATES        the blocksize group's ShareGPT and Alpaca rates
 #   PAPER_PREEMPT_RATE    the preempt group's ShareGPT rate
@@ -480,7 +483,8 @@ group_h200() {
     if [ "$SMOKE" = 1 ]; then
         policy_sweeps "" "$SG_RATES" "$AL_RATES"
     else
-        policy_sweeps "" "6 12 24 36 48 64 80" "50 100 200 300 400 550 700"
+        policy_sweeps "" "${PAPER_H200_SG_RATES:-12 24 36 48 64 80}" \
+            "${PAPER_H200_AL_RATES:-100 200 300 400 550 700}"
     fi
 }
 
