@@ -216,11 +216,16 @@ NGINX_AVAIL   ?= /usr/share/nginx/modules-available
 NGINX_ENABLED ?= /etc/nginx/modules-enabled
 INSTALL_BINS  := $(ENGINE) $(BUILD)/pagedllm-tokenize $(BUILD)/pagedllm-sim \
                  $(BUILD)/bench/pagedllm-load
+# the model make run serves, what a server needs of it and its model card
+# (its training logs and goldens stay in the source tree)
+INSTALL_MODEL := $(addprefix models/kjv-small/,config.json \
+                   generation_config.json model.safetensors tokenizer.json \
+                   tokenizer_config.json README.md)
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(NGINX_MODDIR) \
 	    $(DESTDIR)$(NGINX_AVAIL) $(DESTDIR)$(NGINX_ENABLED) \
-	    $(DESTDIR)$(DATADIR)/models/tiny $(DESTDIR)$(DOCDIR) \
+	    $(DESTDIR)$(DATADIR)/models/kjv-small $(DESTDIR)$(DOCDIR) \
 	    $(DESTDIR)$(UNITDIR)/nginx.service.d
 	install -m 755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR)
 	install -m 644 $(MODULE) $(DESTDIR)$(NGINX_MODDIR)
@@ -228,7 +233,7 @@ install: all
 	    $(DESTDIR)$(NGINX_AVAIL)
 	ln -sf $(NGINX_AVAIL)/mod-http-pagedllm.conf \
 	    $(DESTDIR)$(NGINX_ENABLED)/50-mod-http-pagedllm.conf
-	install -m 644 $(BUILD)/models/tiny/* $(DESTDIR)$(DATADIR)/models/tiny
+	install -m 644 $(INSTALL_MODEL) $(DESTDIR)$(DATADIR)/models/kjv-small
 	install -m 644 packaging/nginx/pagedllm.conf \
 	    $(DESTDIR)$(DATADIR)/nginx-pagedllm.conf
 	install -m 644 README.md $(DESTDIR)$(DOCDIR)

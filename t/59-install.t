@@ -51,9 +51,11 @@ is(slurp("$dest$avail"), "load_module modules/ngx_http_pagedllm_module.so;\n",
    "$avail loads it");
 is(readlink("$dest/etc/nginx/modules-enabled/50-mod-http-pagedllm.conf"),
    $avail, 'modules-enabled links to it, as Debian\'s module packages do');
-ok(-f "$dest/usr/share/pagedllm/models/tiny/$_", "the tiny model's $_")
-    for qw(config.json model.safetensors tokenizer.json
-           tokenizer_config.json);
+ok(-f "$dest/usr/share/pagedllm/models/kjv-small/$_", "kjv-small's $_")
+    for qw(config.json generation_config.json model.safetensors
+           tokenizer.json tokenizer_config.json README.md);
+ok(!-e "$dest/usr/share/pagedllm/models/kjv-small/golden.json",
+   'but not its goldens or training logs');
 ok(-f "$dest/usr/share/pagedllm/nginx-pagedllm.conf",
    'the example nginx configuration in /usr/share/pagedllm');
 ok(-f "$dest/usr/share/doc/pagedllm/README.md", 'the README in the docs');
@@ -62,7 +64,7 @@ my $units = "$dest/usr/lib/systemd/system";
 my $unit = slurp("$units/pagedllm-engine.service");
 my ($exec) = $unit =~ /^ExecStart=(.*)$/m;
 like($exec, qr{^/usr/bin/pagedllm-engine
-               \ --model\ /usr/share/pagedllm/models/tiny
+               \ --model\ /usr/share/pagedllm/models/kjv-small
                \ --listen\ /run/pagedllm/engine\.sock}x,
      'ExecStart: the installed engine, model and socket');
 unlike($unit, qr/@[A-Z]+@/, 'every @PLACEHOLDER@ of the unit is filled');
