@@ -172,6 +172,27 @@ test_refusals(void)
                 "loop work is bounded");
 }
 
+/* path, written with json, loaded as a tokenizer_config.json */
+static pl_chat_t *
+load_config(const char *path, const char *json, char *err, size_t n)
+{
+    FILE  *f = fopen(path, "w");
+    int    written;
+
+    if (f == NULL) {
+        snprintf(err, n, "cannot write %s", path);
+        return NULL;
+    }
+    written = fputs(json, f) >= 0;
+    if (fclose(f) != 0 || !written) {
+        snprintf(err, n, "cannot write %s", path);
+        return NULL;
+    }
+
+    return pl_chat_load(path, err, n);
+}
+
+
 static void
 test_chat_api(void)
 {
@@ -179,7 +200,6 @@ test_chat_api(void)
     pl_chat_t    *c;
     json_t       *msgs;
     char         *out;
-    FILE         *f;
     json_error_t  jerr;
 
     c = pl_chat_new("{{ bos_token }}{% for m in messages %}[{{ m.role }}]"
@@ -211,12 +231,11 @@ test_chat_api(void)
         return;
     }
     snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
-    f = fopen(path, "w");
-    fputs("{\"bos_token\": {\"content\": \"<B>\"}, \"chat_template\": ["
-          "{\"name\": \"tool_use\", \"template\": \"tools\"}, {\"name\": "
-          "\"default\", \"template\": \"{{ bos_token }}default\"}]}", f);
-    fclose(f);
-    c = pl_chat_load(path, err, sizeof(err));
+    c = load_config(path, "{\"bos_token\": {\"content\": \"<B>\"}, "
+                    "\"chat_template\": [{\"name\": \"tool_use\", "
+                    "\"template\": \"tools\"}, {\"name\": \"default\", "
+                    "\"template\": \"{{ bos_token }}default\"}]}", err,
+                    sizeof(err));
     msgs = json_array();
     out = c ? pl_chat_render(c, msgs, 0, NULL, err, sizeof(err)) : NULL;
     is_str(out, "<B>default",
@@ -241,30 +260,22 @@ test_chat_api(void)
     pl_chat_free(c);
     json_decref(msgs);
 
-    f = fopen(path, "w");
-    fputs("{\"chat_template\": [{\"name\": \"default\", \"template\": "
-          "\"d\"}, {\"name\": \"tool_use\", \"template\": "
-          "\"<tool_call>{{ tools }}\"}]}", f);
-    fclose(f);
-    c = pl_chat_load(path, err, sizeof(err));
+    c = load_config(path, "{\"chat_template\": [{\"name\": \"default\", "
+                    "\"template\": \"d\"}, {\"name\": \"tool_use\", "
+                    "\"template\": \"<tool_call>{{ tools }}\"}]}", err,
+                    sizeof(err));
     is_int(c ? (int) pl_chat_tool_format(c) : -1, PL_TOOLS_HERMES,
            "named templates: tool_use writes <tool_call>: hermes, though "
            "default does not");
     pl_chat_free(c);
 
-    f = fopen(path, "w");
-    fputs("{\"chat_template\": [{\"name\": \"default\", \"template\": "
-          "\"d\"}, {\"name\": \"tool_use\", \"template\": "
-          "\"{% if %}\"}]}", f);
-    fclose(f);
-    c = pl_chat_load(path, err, sizeof(err));
+    c = load_config(path, "{\"chat_template\": [{\"name\": \"default\", "
+                    "\"template\": \"d\"}, {\"name\": \"tool_use\", "
+                    "\"template\": \"{% if %}\"}]}", err, sizeof(err));
     ok(c == NULL && strstr(err, "tool_use"), "a bad tool_use template: %s",
        err);
 
-    f = fopen(path, "w");
-    fputs("{\"bos_token\": \"<s>\"}", f);
-    fclose(f);
-    c = pl_chat_load(path, err, sizeof(err));
+    c = load_config(path, "{\"bos_token\": \"<s>\"}", err, sizeof(err));
     ok(c == NULL && strstr(err, "no chat_template"), "no template: %s", err);
     unlink(path);
     rmdir(dir);
