@@ -32,6 +32,7 @@ import glob
 import itertools
 import re
 import json
+import os
 import string
 import sys
 import time
@@ -74,16 +75,13 @@ def make_model(shape, out):
 
 
 def byte_symbols():
-    """GPT-2's byte-level alphabet: byte b -> one printable character."""
-    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return [table[b] for b in range(256)]
+    """GPT-2's byte-level alphabet: byte b -> one printable character
+    (tools/train-small/bpe.py's table, which needs only the standard
+    library)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+        __file__)), "..", "..", "tools", "train-small"))
+    import bpe
+    return [bpe.BYTE_CHAR[b] for b in range(256)]
 
 
 def load_words():
