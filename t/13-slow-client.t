@@ -2,6 +2,8 @@
 # One client that stops reading must not hold up the worker: its unsent
 # output grows in its own buffers until pagedllm_max_unsent, then its
 # generation is aborted; another stream on the same worker runs to the end.
+# The reading stream goes through a location whose limit holds its whole
+# output, so it completes however late the test process gets to read it.
 
 use strict;
 use warnings;
@@ -17,7 +19,12 @@ use PagedLLM::Test;
 my $J = $PagedLLM::Test::JSON;
 my $t = PagedLLM::Test->new(http => '
     pagedllm_max_unsent 8k;
-', listen => 'sndbuf=4k')->start;
+', listen => 'sndbuf=4k', server => '
+        location /roomy/ {
+            pagedllm;
+            pagedllm_max_unsent 1m;
+        }
+')->start;
 
 my $ctx = $t->request(GET => '/v1/models')->{json}{data}[0]{max_model_len};
 my $long = $ctx - 20;
@@ -29,10 +36,11 @@ PagedLLM::Test::syswrite_all($slow, $t->raw_request(POST => '/v1/completions',
     $J->encode({ prompt => 'slow reader', max_tokens => $long,
                  ignore_eos => JSON::PP::true, stream => JSON::PP::true })));
 
-my $fast = $t->stream_start('/v1/completions',
+my $fast = $t->stream_start('/roomy/v1/completions',
     $J->encode({ prompt => 'fast reader', max_tokens => 400,
                  ignore_eos => JSON::PP::true, stream => JSON::PP::true }));
-my $c = PagedLLM::Test::read_chunks([$fast], time + 30)->[0];
+my $c = PagedLLM::Test::read_chunks([$fast],
+    time + PagedLLM::Test::scaled(30))->[0];
 ok($c->{complete} && !$c->{error}, 'the reading stream runs to its end');
 my ($ev) = PagedLLM::Test::sse_events($c->{chunks});
 is($ev->[-1]{data}, '[DONE]', 'the reading stream ends with [DONE]');

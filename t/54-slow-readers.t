@@ -88,14 +88,20 @@ sub slow_readers {
 
     # the slow streams queue behind each other as long as the machine
     # takes to fill their bounds: no --max-queue-time cuts them first
-    my $t = PagedLLM::Test->new(http => $http,
-        engine_args => ['--max-queue-time', '86400'])->start;
+    # the reading stream's location holds its whole output, so it ends
+    # however late the test process gets to read it
+    my $t = PagedLLM::Test->new(http => $http, server => '
+        location /roomy/ {
+            pagedllm;
+            pagedllm_max_unsent 1m;
+        }
+', engine_args => ['--max-queue-time', '86400'])->start;
     my $t0 = time;
 
     my $body = $J->encode({ prompt => 'slow', max_tokens => $steps, n => 2,
                             logprobs => 20, ignore_eos => JSON::PP::true,
                             stream => JSON::PP::true });
-    my $fast = $t->stream_start('/v1/completions',
+    my $fast = $t->stream_start('/roomy/v1/completions',
         $J->encode({ prompt => 'fast reader', max_tokens => 400,
                      ignore_eos => JSON::PP::true,
                      stream => JSON::PP::true }));
