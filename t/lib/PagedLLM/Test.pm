@@ -20,11 +20,19 @@ use IO::Select;
 use IO::Socket::INET;
 use JSON::PP;
 use POSIX qw(WNOHANG);
+use Scalar::Util qw(weaken);
 use Test::More;
 use Time::HiRes qw(time sleep);
 
 our $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
 our $SEQ = 0;       # order in which chunks of all streams arrived
+my %live;           # the harnesses not destroyed yet, weakly
+my $died;           # the test died outside an eval
+
+# A test that dies outside an eval fails though Test::More has not seen it
+# yet: the harnesses it leaves, destroyed as the exit unwinds, print their
+# logs all the same.
+$SIG{__DIE__} = sub { $died = 1 if defined $^S && !$^S };
 
 # Seconds to wait at most, times PAGEDLLM_TEST_TIME_SCALE (make
 # test-sanitize sets 4: its processes run several times slower).  Only
@@ -55,8 +63,11 @@ sub new {
         engine_args => $opt{engine_args} // [],
         model   => $opt{model} // "$build/models/tiny",
         pids    => {},
+        owner   => $$,      # a forked child leaves the servers alone
     }, $class;
 
+    $live{$self} = $self;
+    weaken($live{$self});
     $self->{port} = free_port();
     $self->{sock} = "$self->{dir}/engine.sock";
     # the engines nginx attaches to (t/67-engines*: pagedllm_engines groups)
@@ -279,15 +290,26 @@ sub finish {
     $self->stop_all;
 }
 
-# At global destruction Test::More's state may be gone already: then the
-# logs are not dumped, and the servers are stopped all the same.
+sub failing { $died || !(eval { Test::More->builder->is_passing } // 1) }
+
+# A harness destroyed without finish prints its logs when the test failed,
+# and stops its servers, in the process that started them only.
+# Those still alive at exit print them here, while Test::More can (at
+# global destruction, where their DESTROY runs, its state may be gone).
+END {
+    local ($?, $@);
+    for my $self (grep { defined && $_->{owner} == $$ } values %live) {
+        eval { $self->dump_logs } if !$self->{logs_dumped} && failing();
+        $self->{logs_dumped} = 1;
+    }
+}
+
 sub DESTROY {
     my ($self) = @_;
+    return if $self->{owner} != $$;
     local ($?, $@);
-    if (!$self->{logs_dumped}) {
-        my $passing = eval { Test::More->builder->is_passing } // 1;
-        eval { $self->dump_logs } unless $passing;
-    }
+    delete $live{$self};
+    eval { $self->dump_logs } if !$self->{logs_dumped} && failing();
     $self->stop_all;
 }
 
