@@ -154,6 +154,10 @@ $r = $h->completion(prompt => 'Hello', max_tokens => 4,
                     ignore_eos => JSON::PP::true);
 is($r->{status}, 200, 'and serves a completion');
 is($r->{json}{usage}{completion_tokens}, 4, 'of the tokens asked for');
+$r = $h->request(GET => '/nowhere');
+is($r->{status}, 404, 'an unknown path: 404');
+is($r->{json}{error}{code}, 'unknown_url',
+   "in OpenAI's JSON (the snippet's error_page)");
 $h->stop_all;
 
 # ---- run folders ----------------------------------------------------------

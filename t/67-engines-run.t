@@ -54,6 +54,13 @@ for (1 .. 4) {
     $ok &&= $h->completion(prompt => 'Hi', max_tokens => 2)->{status} == 200;
 }
 ok($ok, 'served');
+my $big = $h->request(POST => '/v1/completions',
+                      '{"prompt":"' . ('x' x 1_100_000) . '"}');
+is($big->{status}, 413, 'a body over client_max_body_size: 413');
+is($big->{json}{error}{code}, 'request_too_large',
+   "in OpenAI's JSON (run.sh's error_page)");
+my $nf = $h->request(GET => '/nowhere');
+is($nf->{json}{error}{code}, 'unknown_url', 'an unknown path: JSON too');
 my $conf = do { local (@ARGV, $/) = "$run/conf/nginx.conf"; <> };
 like($conf, qr/pagedllm_engines local \{.*engine0\.sock.*engine1\.sock/s,
      'one pagedllm_engines group');

@@ -185,6 +185,13 @@ http {
     server {
         listen 127.0.0.1:$port;
 
+        # what nginx answers itself (413, 404, 405, ...) in OpenAI's JSON
+        error_page 400 401 403 404 405 408 413 414 429 500 502 503 504
+                   @pagedllm_error;
+        location @pagedllm_error {
+            pagedllm_error;
+        }
+
         location /v1/ {
             $api
         }
