@@ -41,6 +41,8 @@ static void ngx_http_pagedllm_number_text(double d, u_char *buf,
     size_t len);
 static ngx_int_t ngx_http_pagedllm_f_param(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
+static ngx_int_t ngx_http_pagedllm_f_max_tokens(
+    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_seed(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stream(
@@ -190,7 +192,7 @@ static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_verbosity =
 /* The fields both endpoints take, after the endpoint's own. */
 ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "model", ngx_http_pagedllm_f_model, -1, NULL },
-    { "max_tokens", NGX_HTTP_PAGEDLLM_PARAM(max_tokens), NULL },
+    { "max_tokens", ngx_http_pagedllm_f_max_tokens, PL_P_max_tokens, NULL },
     { "temperature", NGX_HTTP_PAGEDLLM_PARAM(temperature), NULL },
     { "top_p", NGX_HTTP_PAGEDLLM_PARAM(top_p), NULL },
     { "top_k", NGX_HTTP_PAGEDLLM_PARAM(top_k), NULL },
@@ -259,7 +261,8 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_completion_fields[] = {
    the number of top entries */
 static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
     { "messages", ngx_http_pagedllm_f_messages, -1, NULL },
-    { "max_completion_tokens", NGX_HTTP_PAGEDLLM_PARAM(max_tokens), NULL },
+    { "max_completion_tokens", ngx_http_pagedllm_f_max_tokens,
+      PL_P_max_tokens, NULL },
     { "logprobs", ngx_http_pagedllm_f_flag, -1,
       &ngx_http_pagedllm_want_logprobs },
     { "top_logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs), NULL },
@@ -612,6 +615,39 @@ ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
 
     if (flag) {
         ps->params->flags |= *flag;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * max_tokens, and chat's max_completion_tokens, OpenAI's name for it now:
+ * each is checked as the parameter, and when a request gives both,
+ * max_completion_tokens is the limit whatever the order of the keys (as
+ * vLLM takes it).
+ */
+static ngx_int_t
+ngx_http_pagedllm_f_max_tokens(ngx_http_pagedllm_parse_t *ps, json_t *v)
+{
+    uint32_t                     kept;
+    ngx_http_pagedllm_params_t  *p = ps->params;
+
+    kept = p->max_tokens;
+
+    if (ngx_http_pagedllm_f_param(ps, v) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    if (ngx_strcmp(ps->field->name, "max_completion_tokens") == 0) {
+        p->max_completion = 1;
+
+    } else if (p->max_completion) {
+        p->max_tokens = kept;
     }
 
     return NGX_OK;

@@ -250,6 +250,8 @@ typedef struct {
     ngx_str_t                     echo;          /* echo: the prompt text */
     unsigned                      stream:1;
     unsigned                      include_usage:1;
+    unsigned                      max_completion:1; /* max_tokens from
+                                                       max_completion_tokens */
     unsigned                      chat:1;        /* /v1/chat/completions */
     unsigned                      add_special:1; /* BOS/EOS of the text */
     unsigned                      add_generation_prompt:1;

@@ -663,7 +663,9 @@ ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
     }
 
     if (p->n_prompt + p->max_tokens > engine->max_model_len) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "max_tokens",
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                    p->max_completion
+                                    ? "max_completion_tokens" : "max_tokens",
                                     "This model's maximum context length is "
                                     "%uD tokens, however you requested %uL "
                                     "tokens (%ui in the prompt, %uD for the "
