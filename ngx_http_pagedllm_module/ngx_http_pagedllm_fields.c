@@ -1406,7 +1406,9 @@ ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
             return NGX_ERROR;
         }
 
-        p->text_len += json_string_length(json_object_get(one, "content"));
+        p->text_len += json_string_length(json_object_get(one, "content"))
+                       + json_string_length(json_object_get(one,
+                                                "reasoning_content"));
     }
 
     p->messages = msgs;

@@ -626,15 +626,18 @@ ngx_http_pagedllm_tools_message_is(json_t *m)
 
 /*
  * A tool message to {role, content, tool_call_id[, name]}; an assistant
- * message with tool_calls to {role, content ("" when null), tool_calls
- * [, name]}, each call's arguments an object (tool_calls null or empty:
- * none, as clients that copy a message back send them).
+ * message with tool_calls to {role, content ("" when null, or its
+ * refusal), tool_calls[, name][, reasoning]}, each call's arguments an
+ * object (tool_calls null or empty: none, as clients that copy a message
+ * back send them), its other fields as on any assistant message
+ * (ngx_http_pagedllm_assistant_field()).
  */
 json_t *
 ngx_http_pagedllm_tools_message(json_t *m, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
     json_t      *c, *content, *name, *id, *out, *calls;
+    ngx_int_t    rc;
     ngx_uint_t   tool;
     const char  *key, *own;
 
@@ -643,19 +646,30 @@ ngx_http_pagedllm_tools_message(json_t *m, ngx_pool_t *pool,
     own = tool ? "tool_call_id" : "tool_calls";
 
     json_object_foreach(m, key, c) {
-        if (ngx_strcmp(key, "role") != 0 && ngx_strcmp(key, "content") != 0
-            && ngx_strcmp(key, "name") != 0 && ngx_strcmp(key, own) != 0)
+        if (ngx_strcmp(key, "role") == 0 || ngx_strcmp(key, "content") == 0
+            || ngx_strcmp(key, "name") == 0 || ngx_strcmp(key, own) == 0)
         {
+            continue;
+        }
+
+        rc = tool ? NGX_DECLINED
+                  : ngx_http_pagedllm_assistant_field(key, c, err);
+
+        if (rc == NGX_DECLINED) {
             ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
                                         "message field '%s' is not "
                                         "supported in a%s message", key,
                                         tool ? " tool"
                                              : "n assistant tool call");
+        }
+
+        if (rc != NGX_OK) {
             return NULL;
         }
     }
 
-    c = json_object_get(m, "content");
+    c = tool ? json_object_get(m, "content")
+             : ngx_http_pagedllm_assistant_said(m);
     name = json_object_get(m, "name");
     id = json_object_get(m, "tool_call_id");
 
@@ -682,7 +696,8 @@ ngx_http_pagedllm_tools_message(json_t *m, ngx_pool_t *pool,
     }
 
     if ((name && json_object_set(out, "name", name) != 0)
-        || (tool && json_object_set(out, "tool_call_id", id) != 0))
+        || (tool && json_object_set(out, "tool_call_id", id) != 0)
+        || (!tool && ngx_http_pagedllm_assistant_reasoning(m, out) != NGX_OK))
     {
         goto oom;
     }

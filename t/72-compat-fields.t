@@ -3,11 +3,17 @@
 # checked by the status, the body's fields and the token counts:
 # - max_completion_tokens is the limit whenever it is given, whatever the
 #   order of the keys, and each of the two is checked;
+# - an assistant message carrying the fields of OpenAI's answers (refusal,
+#   audio, function_call, annotations, parsed) or vLLM's reasoning comes
+#   back in the history, as the official openai client sends it;
 
 use strict;
 use warnings;
 
 use lib 't/lib';
+use Cwd qw(abs_path);
+use File::Copy qw(copy);
+use File::Temp qw(tempdir);
 use JSON::PP;
 use Test::More;
 
@@ -15,6 +21,40 @@ use PagedLLM::Test;
 
 my $J = $PagedLLM::Test::JSON;
 my $T = JSON::PP::true;
+my $root = $ENV{PAGEDLLM_ROOT} // '.';
+my $tiny = "$ENV{PAGEDLLM_BUILD}/models/tiny";
+
+sub slurp { local $/; open my $f, '<:raw', $_[0] or die "$_[0]: $!"; <$f> }
+
+sub spew {
+    open my $f, '>:raw', $_[0] or die "$_[0]: $!\n";
+    print $f $_[1];
+    close $f;
+}
+
+# the tiny model with a chat template that writes an assistant's
+# reasoning_content and reasoning where they are given
+sub model_reading_reasoning {
+    my $dir = tempdir('pagedllm-compat-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    for my $f (qw(config.json generation_config.json model.safetensors)) {
+        symlink("$tiny/$f", "$dir/$f") or die "symlink $f: $!\n";
+    }
+    # the engine names its tokenizer by its real path, beside which the
+    # chat template is read
+    copy("$tiny/tokenizer.json", $dir) or die "tokenizer.json: $!\n";
+    my $conf = $J->decode(slurp("$tiny/tokenizer_config.json"));
+    $conf->{chat_template} =
+        "{%- for m in messages %}<{{ m.role }}>"
+        . "{%- if m.reasoning_content is defined %}"
+        . "[think:{{ m.reasoning_content }}]{%- endif %}"
+        . "{%- if m.reasoning is defined %}"
+        . "[reasoning:{{ m.reasoning }}]{%- endif %}"
+        . "{{ m.content }}\n{%- endfor %}"
+        . "{%- if add_generation_prompt %}<assistant>{%- endif %}";
+    spew("$dir/tokenizer_config.json", $J->encode($conf));
+    return $dir;
+}
+
 my $t = PagedLLM::Test->new->start;
 
 my $ctx = $t->request(GET => '/v1/models')->{json}{data}[0]{max_model_len};
@@ -60,6 +100,167 @@ refused_ok(chat_raw("{$user,\"max_tokens\":\"3\","
                     . "\"max_completion_tokens\":3}"),
            'max_tokens', qr/must be an integer/,
            'max_tokens a string beside max_completion_tokens');
+
+# ---- an assistant's turn sent back as OpenAI's answers carry it ------------
+
+sub tokens_of {
+    my (@msgs) = @_;
+    my $r = $t->request(POST => '/v1/tokenize',
+                        $J->encode({ messages => \@msgs }));
+    return $r->{status} == 200 ? $r->{json}{tokens} : $r->{body};
+}
+
+my %q = (role => 'user', content => 'Why?');
+my $said = tokens_of(\%q, { role => 'assistant', content => 'Because.' }, \%q);
+ok(ref $said eq 'ARRAY', 'a plain conversation tokenizes') or diag($said);
+
+for my $f ([ refusal => undef ], [ audio => undef ],
+           [ function_call => undef ],
+           [ annotations => undef ], [ annotations => [] ],
+           [ parsed => undef ], [ parsed => { because => 1 } ],
+           [ reasoning_content => undef ], [ reasoning => undef ])
+{
+    my $what = $J->encode({ $f->[0] => $f->[1] });
+    is_deeply(tokens_of(\%q, { role => 'assistant', content => 'Because.',
+                               $f->[0] => $f->[1] }, \%q),
+              $said, "assistant $what: accepted, the prompt unchanged");
+}
+
+# as the node SDK's finalChatCompletion() gives the message, tool_calls
+# included
+my $sdk = $J->decode('{"role":"assistant","content":"Because.",'
+    . '"refusal":null,"parsed":null,"audio":null,"function_call":null,'
+    . '"annotations":[],"tool_calls":[],"reasoning_content":null}');
+is_deeply(tokens_of(\%q, $sdk, \%q), $said,
+          'every null field at once, tool_calls [] too: the prompt unchanged');
+
+is_deeply(tokens_of(\%q, { role => 'assistant', content => undef,
+                           refusal => 'Because.' }, \%q),
+          $said, 'a refusal with content null stands for the content');
+is_deeply(tokens_of(\%q, { role => 'assistant', refusal => 'Because.' }, \%q),
+          $said, 'a refusal without content stands for the content');
+is_deeply(tokens_of(\%q, { role => 'assistant', content => 'Because.',
+                           refusal => 'I will not.' }, \%q),
+          $said, 'a refusal beside content: the content is what was said');
+is_deeply(tokens_of(\%q, { role => 'assistant', content => undef,
+                           refusal => 'Because.', tool_calls => undef }, \%q),
+          $said, 'a refusal on a message with tool_calls null');
+is_deeply(tokens_of(\%q, { role => 'assistant', content => 'Because.',
+                           reasoning_content => 'Think.' }, \%q),
+          $said, 'reasoning_content: not in a template that does not read it');
+
+$r = chat_raw($J->encode({ max_tokens => 2, messages => [
+    \%q, { role => 'assistant', content => 'Because.', refusal => undef,
+           parsed => undef, annotations => [] }, \%q ] }));
+is($r->{status}, 200, 'a chat completion after such a turn: 200')
+    or diag($r->{body});
+
+my @bad = (
+    [ { audio => { id => 'audio_1' } }, qr/'audio' is not supported/ ],
+    [ { function_call => { name => 'f', arguments => '{}' } },
+      qr/'function_call' is not supported.*tool_calls/ ],
+    [ { annotations => [{ type => 'url_citation' }] },
+      qr/'annotations' is not supported/ ],
+    [ { refusal => 1 }, qr/'refusal' must be a string or null/ ],
+    [ { refusal => ['no'] }, qr/'refusal' must be a string or null/ ],
+    [ { reasoning_content => {} },
+      qr/'reasoning_content' must be a string or null/ ],
+    [ { reasoning => 0 }, qr/'reasoning' must be a string or null/ ],
+    [ { reasoning_content => 'x<|end_of_text|>' },
+      qr/special token text "<\|end_of_text\|>"/ ],
+    [ { reasoning => "a\x{0}b" }, qr/U\+0000/ ],
+);
+for my $b (@bad) {
+    my ($f, $like) = @$b;
+    refused_ok(chat_raw($J->encode({ max_tokens => 1, messages => [
+        \%q, { role => 'assistant', content => 'Because.', %$f }, \%q ] })),
+        'messages', $like, 'assistant ' . $J->encode($f));
+    refused_ok(chat_raw($J->encode({ max_tokens => 1, messages => [
+        \%q, { role => 'assistant', content => undef, tool_calls => [],
+               %$f }, \%q ] })),
+        'messages', $like, 'assistant with tool_calls, ' . $J->encode($f));
+}
+refused_ok(chat_raw($J->encode({ max_tokens => 1, messages => [
+    { %q, refusal => undef } ] })), 'messages',
+    qr/message field 'refusal' is not supported/,
+    'refusal on a user message');
+refused_ok(chat_raw($J->encode({ max_tokens => 1, messages => [
+    \%q, { role => 'tool', tool_call_id => 'c', content => 'x',
+           parsed => undef } ] })), 'messages',
+    qr/message field 'parsed' is not supported in a tool message/,
+    'parsed on a tool message');
+
+# the official openai client: a streamed answer's final message, and a
+# parsed one's, sent back as the next turn's history
+my $node = abs_path("$root/t/node");
+my $js = "$t->{dir}/history.mjs";
+spew($js, <<'EOF_JS');
+import { createRequire } from 'module';
+
+const [nodeDir, baseURL, model] = process.argv.slice(2);
+const require = createRequire(`${nodeDir}/package.json`);
+const OpenAI = require('openai');
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0 });
+const out = {};
+
+// the answer held to one choice, so that it ends with its stop (parse()
+// refuses an answer cut by the length limit)
+const ask = { role: 'user', content: 'Say something.' };
+const req = { model, max_completion_tokens: 8, temperature: 0,
+              guided_choice: ['Sure.'] };
+
+async function again(messages, name) {
+    try {
+        const r = await client.chat.completions.create({ ...req, messages });
+        out[name] = { status: 200, finish: r.choices[0].finish_reason };
+    } catch (e) {
+        out[name] = { status: e.status, message: e.message };
+    }
+}
+
+const streamed = await client.chat.completions.stream({
+    ...req, messages: [ask],
+}).finalChatCompletion();
+out.streamed = streamed.choices[0].message;
+await again([ask, streamed.choices[0].message, ask], 'after_stream');
+
+const parsed = await client.chat.completions.parse({
+    ...req, messages: [ask],
+});
+out.parsed = parsed.choices[0].message;
+await again([ask, parsed.choices[0].message, ask], 'after_parse');
+
+console.log(JSON.stringify(out));
+EOF_JS
+my $url = 'http://127.0.0.1:' . $t->port . '/v1';
+my $out = `node $js $node $url tiny 2>&1`;
+my $o = eval { $J->decode($out) } // {};
+ok(exists $o->{streamed}{refusal} && exists $o->{parsed}{parsed},
+   "the node client's messages carry its own fields: "
+   . join(',', sort keys %{ $o->{streamed} // {} })) or diag($out);
+is($o->{after_stream}{status}, 200,
+   "finalChatCompletion()'s message sent back: 200")
+    or diag($J->encode($o->{after_stream} // {}));
+is($o->{after_parse}{status}, 200, "parse()'s message sent back: 200")
+    or diag($J->encode($o->{after_parse} // {}));
+
+# a template that reads the reasoning gets it under both names
+{
+    my $rt = PagedLLM::Test->new(model => model_reading_reasoning())->start;
+    for my $name (qw(reasoning_content reasoning)) {
+        my $r = $rt->request(POST => '/v1/tokenize', $J->encode({ messages => [
+            \%q, { role => 'assistant', content => 'Because.',
+                   $name => 'Think.' } ], add_generation_prompt =>
+            JSON::PP::false }));
+        my $text = $rt->request(POST => '/v1/detokenize', $J->encode({
+            tokens => $r->{json}{tokens} // [] }))->{json}{prompt} // '';
+        like($text,
+             qr/<assistant>\[think:Think\.\]\[reasoning:Think\.\]Because\./,
+             "$name: the template reads it as reasoning_content and "
+             . 'reasoning') or diag($r->{body});
+    }
+    $rt->finish;
+}
 
 $t->finish;
 done_testing;
