@@ -779,11 +779,20 @@ ngx_http_pagedllm_f_early_stopping(ngx_http_pagedllm_parse_t *ps, json_t *v)
 }
 
 
+/*
+ * stream_options, each a boolean: OpenAI's include_usage (a last chunk
+ * with the usage) and include_obfuscation (random padding against
+ * length side channels: no chunk here carries any, so true asks for
+ * nothing that is not already so), and vLLM's continuous_usage_stats
+ * (every chunk carries the usage so far).  As in vLLM, where
+ * include_usage defaults to true, continuous_usage_stats needs no
+ * include_usage, and an include_usage of false turns both off.
+ */
 static ngx_int_t
 ngx_http_pagedllm_f_stream_options(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
     json_t                      *e;
-    ngx_uint_t                   b;
+    ngx_uint_t                   b, usage, no_usage, continuous;
     const char                  *key;
     ngx_http_pagedllm_params_t  *p = ps->params;
     ngx_http_pagedllm_error_t   *err = ps->err;
@@ -796,8 +805,15 @@ ngx_http_pagedllm_f_stream_options(ngx_http_pagedllm_parse_t *ps, json_t *v)
         return ngx_http_pagedllm_type_error(ps, "an object");
     }
 
+    usage = 0;
+    no_usage = 0;
+    continuous = 0;
+
     json_object_foreach(v, key, e) {
-        if (ngx_strcmp(key, "include_usage") != 0) {
+        if (ngx_strcmp(key, "include_usage") != 0
+            && ngx_strcmp(key, "include_obfuscation") != 0
+            && ngx_strcmp(key, "continuous_usage_stats") != 0)
+        {
             ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                         "stream_options",
                                         "Unrecognized stream option: %s",
@@ -805,12 +821,27 @@ ngx_http_pagedllm_f_stream_options(ngx_http_pagedllm_parse_t *ps, json_t *v)
             return NGX_ERROR;
         }
 
-        if (ngx_http_pagedllm_bool(ps, e, &b) != NGX_OK) {
+        if (!json_is_boolean(e) && !json_is_null(e)) {
+            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
+                                        "stream_options",
+                                        "'stream_options.%s' must be a "
+                                        "boolean", key);
             return NGX_ERROR;
         }
 
-        p->include_usage = b;
+        b = json_is_true(e);
+
+        if (ngx_strcmp(key, "include_usage") == 0) {
+            usage = b;
+            no_usage = json_is_false(e);
+
+        } else if (ngx_strcmp(key, "continuous_usage_stats") == 0) {
+            continuous = b;
+        }
     }
+
+    p->continuous_usage = continuous && !no_usage;
+    p->include_usage = usage || p->continuous_usage;
 
     return NGX_OK;
 }

@@ -250,6 +250,8 @@ typedef struct {
     ngx_str_t                     echo;          /* echo: the prompt text */
     unsigned                      stream:1;
     unsigned                      include_usage:1;
+    unsigned                      continuous_usage:1;  /* usage on every
+                                                          chunk */
     unsigned                      max_completion:1; /* max_tokens from
                                                        max_completion_tokens */
     unsigned                      chat:1;        /* /v1/chat/completions */

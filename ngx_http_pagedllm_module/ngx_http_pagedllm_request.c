@@ -578,6 +578,7 @@ ngx_http_pagedllm_beam_search(json_t *root, ngx_http_pagedllm_params_t *p,
 
     p->stream = 0;
     p->include_usage = 0;
+    p->continuous_usage = 0;
 
     return NGX_OK;
 }

@@ -66,6 +66,8 @@ static json_t *ngx_http_pagedllm_choice_prompt_lp(
 
 static u_char *ngx_http_pagedllm_sse_head(u_char *p,
     ngx_http_pagedllm_ctx_t *ctx);
+static u_char *ngx_http_pagedllm_usage_counts(u_char *p,
+    ngx_http_pagedllm_ctx_t *ctx);
 static const char *ngx_http_pagedllm_reason(uint32_t reason);
 
 
@@ -201,7 +203,8 @@ ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx, size_t text_len)
                   "\"text\":\"\",\"logprobs\":null,\"finish_reason\":"
                   "\"length\"}]}\n\n")
            + sizeof("chat.completion.chunk\"delta\":{\"content\":}")
-           + sizeof(",\"usage\":null")
+           + sizeof(",\"usage\":{\"prompt_tokens\":,\"completion_tokens\":,"
+                    "\"total_tokens\":}") + 3 * NGX_INT_T_LEN
            + NGX_TIME_T_LEN + ctx->id.len + 6 * ctx->model.len
            + 6 * text_len;
 }
@@ -274,7 +277,8 @@ ngx_http_pagedllm_sse_choice(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 
 
 /* A chunk's choice after its text: logprobs and finish_reason; then, when
-   the last chunk carries the usage, "usage": null, as OpenAI sends it. */
+   the last chunk carries the usage, "usage": null, as OpenAI sends it, or
+   with continuous_usage_stats the counts so far, as vLLM sends them. */
 static u_char *
 ngx_http_pagedllm_sse_end(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_str_t *logprobs, uint32_t finish_reason)
@@ -300,7 +304,12 @@ ngx_http_pagedllm_sse_end(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
                        sizeof(",\"finish_reason\":null}]") - 1);
     }
 
-    if (ctx->params.include_usage) {
+    if (ctx->params.continuous_usage) {
+        p = ngx_cpymem(p, ",\"usage\":", sizeof(",\"usage\":") - 1);
+        p = ngx_http_pagedllm_usage_counts(p, ctx);
+        *p++ = '}';
+
+    } else if (ctx->params.include_usage) {
         p = ngx_cpymem(p, ",\"usage\":null", sizeof(",\"usage\":null") - 1);
     }
 
@@ -653,16 +662,28 @@ ngx_http_pagedllm_completion_tokens(ngx_http_pagedllm_ctx_t *ctx)
 u_char *
 ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
 {
+    p = ngx_http_pagedllm_sse_head(p, ctx);
+    p = ngx_cpymem(p, "\"choices\":[],\"usage\":",
+                   sizeof("\"choices\":[],\"usage\":") - 1);
+    p = ngx_http_pagedllm_usage_counts(p, ctx);
+
+    return ngx_sprintf(p, ",\"prompt_tokens_details\":{\"cached_tokens\":%ui}}}"
+                       "\n\n", ctx->cached_tokens);
+}
+
+
+/* The usage's counts so far, the object left open: the prompt's cached
+   tokens are known only once the engine has finished. */
+static u_char *
+ngx_http_pagedllm_usage_counts(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
+{
     ngx_uint_t  n;
 
     n = ngx_http_pagedllm_completion_tokens(ctx);
-    p = ngx_http_pagedllm_sse_head(p, ctx);
 
-    return ngx_sprintf(p, "\"choices\":[],\"usage\":{\"prompt_tokens\":%ui,"
-                       "\"completion_tokens\":%ui,\"total_tokens\":%ui,"
-                       "\"prompt_tokens_details\":{\"cached_tokens\":%ui}}}"
-                       "\n\n", ctx->params.n_prompt, n,
-                       ctx->params.n_prompt + n, ctx->cached_tokens);
+    return ngx_sprintf(p, "{\"prompt_tokens\":%ui,\"completion_tokens\":%ui,"
+                       "\"total_tokens\":%ui", ctx->params.n_prompt, n,
+                       ctx->params.n_prompt + n);
 }
 
 

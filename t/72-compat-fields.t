@@ -6,6 +6,8 @@
 # - an assistant message carrying the fields of OpenAI's answers (refusal,
 #   audio, function_call, annotations, parsed) or vLLM's reasoning comes
 #   back in the history, as the official openai client sends it;
+# - stream_options takes OpenAI's include_obfuscation and vLLM's
+#   continuous_usage_stats;
 
 use strict;
 use warnings;
@@ -261,6 +263,85 @@ is($o->{after_parse}{status}, 200, "parse()'s message sent back: 200")
     }
     $rt->finish;
 }
+
+# ---- stream_options ---------------------------------------------------------
+
+sub chat_stream {
+    my (%req) = @_;
+    return $t->stream_json('/v1/chat/completions', max_tokens => 4,
+        ignore_eos => $T, messages => [\%q], %req);
+}
+
+for my $v (JSON::PP::false, $T) {
+    my $s = chat_stream(stream_options => { include_usage => $T,
+                                            include_obfuscation => $v });
+    my @ev = @{ $s->{events} };
+    ok($s->{status} == 200 && $s->{done} && @ev
+       && !grep({ exists $_->{obfuscation} } @ev)
+       && $ev[-1]{usage}{completion_tokens} == 4,
+       "include_obfuscation $v: accepted, nothing padded, the usage last")
+        or diag($J->encode($s));
+}
+
+for my $co ({ continuous_usage_stats => $T },
+            { continuous_usage_stats => $T, include_usage => $T })
+{
+    my $s = chat_stream(stream_options => $co, n => 2);
+    my @ev = @{ $s->{events} };
+    my $last = pop(@ev) // {};
+    my ($ok, $prev) = (1, 0);
+    for my $e (@ev) {
+        my $u = $e->{usage};
+        $ok &&= ref $u eq 'HASH'
+                && $u->{prompt_tokens} == $last->{usage}{prompt_tokens}
+                && $u->{total_tokens}
+                   == $u->{prompt_tokens} + $u->{completion_tokens}
+                && $u->{completion_tokens} >= $prev
+                && $u->{completion_tokens} <= 8;
+        $prev = $u->{completion_tokens} if ref $u eq 'HASH';
+    }
+    my $what = $J->encode($co);
+    ok($s->{done} && @ev >= 3 && $ok,
+       "$what: every chunk carries the usage so far")
+        or diag($J->encode($s));
+    ok(@{ $last->{choices} // [1] } == 0
+       && $last->{usage}{completion_tokens} == 8
+       && $prev == 8, "$what: the last chunk the totals, which the chunks "
+       . 'before reached') or diag($J->encode($last));
+}
+
+my $s = chat_stream(stream_options => { continuous_usage_stats => $T,
+                                        include_usage => JSON::PP::false });
+ok($s->{done} && !grep({ exists $_->{usage} } @{ $s->{events} }),
+   'continuous_usage_stats with include_usage false: no usage at all')
+    or diag($J->encode($s));
+
+$s = $t->stream_json('/v1/completions', prompt => 'Count', max_tokens => 3,
+                     ignore_eos => $T,
+                     stream_options => { continuous_usage_stats => $T });
+ok($s->{done} && $s->{events}[-2]{usage}{completion_tokens} == 3,
+   'continuous_usage_stats on completions') or diag($J->encode($s));
+
+for my $bad ([ { include_obfuscation => 'no' },
+               qr/include_obfuscation' must be a boolean/ ],
+             [ { continuous_usage_stats => 1 },
+               qr/continuous_usage_stats' must be a boolean/ ],
+             [ { include_usage => 'yes' },
+               qr/include_usage' must be a boolean/ ],
+             [ { include_timing => $T },
+               qr/Unrecognized stream option: include_timing/ ])
+{
+    my $r = chat_raw($J->encode({ messages => [\%q], max_tokens => 1,
+                                  stream => $T,
+                                  stream_options => $bad->[0] }));
+    refused_ok($r, 'stream_options', $bad->[1],
+               'stream_options ' . $J->encode($bad->[0]));
+}
+refused_ok(chat_raw($J->encode({ messages => [\%q], max_tokens => 1,
+                                 stream_options => {
+                                     include_obfuscation => $T } })),
+           'stream_options', qr/only allowed when 'stream' is true/,
+           'stream_options without stream');
 
 $t->finish;
 done_testing;
