@@ -586,6 +586,7 @@ u_char *ngx_http_pagedllm_sse_delta(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 u_char *ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
 u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message);
+const char *ngx_http_pagedllm_engine_code(ngx_uint_t status);
 ngx_uint_t ngx_http_pagedllm_completion_tokens(ngx_http_pagedllm_ctx_t *ctx);
 ngx_buf_t *ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx);
 ngx_buf_t *ngx_http_pagedllm_models_json(ngx_pool_t *pool,

@@ -588,12 +588,11 @@ ngx_http_pagedllm_flush_whole(ngx_http_pagedllm_ctx_t *ctx)
 
     ngx_http_pagedllm_error_set(&err, ctx->error_status, NULL, "%V",
                                 &ctx->error_message);
+    err.code = ngx_http_pagedllm_engine_code(ctx->error_status);
 
     if (ctx->error_status == NGX_HTTP_SERVICE_UNAVAILABLE
         || ctx->error_status == NGX_HTTP_TOO_MANY_REQUESTS)
     {
-        err.code = ctx->error_status == NGX_HTTP_SERVICE_UNAVAILABLE
-                   ? "engine_unavailable" : "too_many_requests";
         ngx_http_finalize_request(r, ngx_http_pagedllm_send_retry(r, &err));
         return;
     }

@@ -687,18 +687,56 @@ ngx_http_pagedllm_usage_counts(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
 }
 
 
+/* An error event: the body the same failure answers when nothing has
+   been streamed yet (ngx_http_pagedllm_engine_code()). */
 u_char *
 ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message)
 {
+    const char  *code;
+
+    code = ngx_http_pagedllm_engine_code(status);
+
     p = ngx_sprintf(p, "data: {\"error\":{\"message\":\"");
     p = (u_char *) ngx_escape_json(p, message->data, message->len);
+    p = ngx_sprintf(p, "\",\"type\":\"%s\",\"param\":null,\"code\":",
+                    status < 500 ? "invalid_request_error" : "server_error");
 
-    return ngx_sprintf(p, "\",\"type\":\"%s\",\"param\":null,\"code\":%ui}}"
-                       "\n\n",
-                       status < 500 ? "invalid_request_error"
-                                    : "server_error",
-                       status);
+    if (code == NULL) {
+        return ngx_sprintf(p, "null}}\n\n");
+    }
+
+    return ngx_sprintf(p, "\"%s\"}}\n\n", code);
+}
+
+
+/*
+ * The code of a request the engine failed, refused or never answered, by
+ * status, streamed or not: the 429 and 503 a client may retry, a timeout,
+ * the engine's failure or broken record; null for a 400, the request's
+ * own fault, as for the parser's refusals.
+ */
+const char *
+ngx_http_pagedllm_engine_code(ngx_uint_t status)
+{
+    switch (status) {
+
+    case NGX_HTTP_TOO_MANY_REQUESTS:
+        return "too_many_requests";
+
+    case NGX_HTTP_SERVICE_UNAVAILABLE:
+        return "engine_unavailable";
+
+    case NGX_HTTP_GATEWAY_TIME_OUT:
+        return "engine_timeout";
+
+    case NGX_HTTP_INTERNAL_SERVER_ERROR:
+    case NGX_HTTP_BAD_GATEWAY:
+        return "engine_error";
+
+    default:
+        return NULL;
+    }
 }
 
 

@@ -8,6 +8,8 @@
 #   back in the history, as the official openai client sends it;
 # - stream_options takes OpenAI's include_obfuscation and vLLM's
 #   continuous_usage_stats;
+# - an engine that fails a stream gives the same string code as it gives
+#   a whole answer.
 
 use strict;
 use warnings;
@@ -18,6 +20,7 @@ use File::Copy qw(copy);
 use File::Temp qw(tempdir);
 use JSON::PP;
 use Test::More;
+use Time::HiRes qw(time sleep);
 
 use PagedLLM::Test;
 
@@ -57,7 +60,12 @@ sub model_reading_reasoning {
     return $dir;
 }
 
-my $t = PagedLLM::Test->new->start;
+my $t = PagedLLM::Test->new(server => '
+        location /quick/ {
+            pagedllm;
+            pagedllm_timeout 1s;
+        }
+')->start;
 
 my $ctx = $t->request(GET => '/v1/models')->{json}{data}[0]{max_model_len};
 ok($ctx > 0, "the model's context: $ctx");
@@ -342,6 +350,60 @@ refused_ok(chat_raw($J->encode({ messages => [\%q], max_tokens => 1,
                                      include_obfuscation => $T } })),
            'stream_options', qr/only allowed when 'stream' is true/,
            'stream_options without stream');
+
+# ---- the code of an engine's failure, streamed or not -----------------------
+
+sub long_body {
+    my (%f) = @_;
+    return $J->encode({ prompt => 'long', max_tokens => 1500,
+                        ignore_eos => $T, %f });
+}
+
+# A stream that has begun and a whole answer in flight under $path when
+# $fail->() happens: the whole answer, and the stream's error event with
+# the event after it.
+sub failed_under {
+    my ($path, $fail) = @_;
+    $t->wait_status(sub { $_[0]{requests}{running} == 0 }, 10);
+    my $stream = $t->stream_start($path, long_body(stream => $T));
+    my $c = PagedLLM::Test::read_chunks([$stream], time + 30, 2)->[0];
+    ok(@{ $c->{chunks} } >= 2, "$path: a stream runs");
+    my $whole = $t->send_request(POST => $path, long_body());
+    sleep 0.2;
+    $fail->();
+    my $rest = PagedLLM::Test::read_chunks([$stream], time + 30)->[0];
+    my $w = PagedLLM::Test::read_response($whole, time + 30);
+    my ($ev) = PagedLLM::Test::sse_events($rest->{chunks});
+    my @data = map { $_->{data} } @$ev;
+    my $e = eval { $J->decode($data[-2] // '') } // {};
+    return ($w, $e->{error} // {}, $data[-1] // '');
+}
+
+sub same_code_ok {
+    my ($w, $e, $after, $status, $code, $name) = @_;
+    is($w->{status}, $status, "$name: a whole answer is a $status")
+        or diag($w->{body});
+    is($w->{json}{error}{code}, $code, "$name: its code $code");
+    ok(($e->{code} // '') eq $code && $after eq '[DONE]',
+       "$name: the stream's error event has the same code, a string, then "
+       . '[DONE]') or diag($J->encode($e));
+    is($e->{type}, 'server_error', "$name: a server_error");
+}
+
+# the engine stops answering: pagedllm_timeout 1s runs out
+my ($w, $e, $after) = failed_under('/quick/v1/completions', sub {
+    kill 'STOP', $t->{pids}{engine};
+});
+kill 'CONT', $t->{pids}{engine};
+same_code_ok($w, $e, $after, 504, 'engine_timeout', 'the engine silent');
+
+# the engine dies under a stream and a whole answer
+($w, $e, $after) = failed_under('/v1/completions', sub {
+    $t->stop_engine('KILL');
+});
+same_code_ok($w, $e, $after, 503, 'engine_unavailable', 'the engine gone');
+like($e->{message} // '', qr/the engine went away/,
+     'the engine gone: the event says so');
 
 $t->finish;
 done_testing;
