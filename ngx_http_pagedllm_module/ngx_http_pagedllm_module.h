@@ -562,7 +562,8 @@ void ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job,
 void ngx_http_pagedllm_detokenize(ngx_http_pagedllm_tokenize_t *job,
     ngx_log_t *log);
 ngx_int_t ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err);
+    ngx_http_pagedllm_engine_t *engine, ngx_int_t part,
+    ngx_http_pagedllm_error_t *err);
 
 /* response */
 json_t *ngx_http_pagedllm_json_pool(ngx_pool_t *pool, json_t *j);

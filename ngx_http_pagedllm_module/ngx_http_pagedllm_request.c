@@ -634,20 +634,36 @@ ngx_http_pagedllm_defaults(json_t *root, ngx_http_pagedllm_params_t *p,
 }
 
 
-/* Once tokenized: the prompt and max_tokens within the model's context. */
+/*
+ * Once tokenized: the prompt and max_tokens within the model's context,
+ * refused in OpenAI's words and with its code; part: the prompt's index
+ * in a batch of prompts, -1 for a prompt on its own.
+ */
 ngx_int_t
 ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err)
+    ngx_http_pagedllm_engine_t *engine, ngx_int_t part,
+    ngx_http_pagedllm_error_t *err)
 {
+    u_char  which[32];
+
+    if (part < 0) {
+        ngx_sprintf(which, "the prompt%Z");
+
+    } else {
+        ngx_sprintf(which, "prompt %i%Z", part);
+    }
+
     if (p->n_prompt >= engine->max_model_len
         || p->n_prompt > engine->max_prompt)
     {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                     ngx_http_pagedllm_apis[p->chat].prompt,
                                     "This model's maximum context length is "
-                                    "%uD tokens, however your prompt has "
-                                    "%ui tokens", engine->max_model_len,
+                                    "%uD tokens, however %s has %ui tokens",
+                                    engine->max_model_len,
+                                    part < 0 ? "your prompt" : (char *) which,
                                     p->n_prompt);
+        err->code = "context_length_exceeded";
         return NGX_ERROR;
     }
 
@@ -669,10 +685,11 @@ ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
                                     ? "max_completion_tokens" : "max_tokens",
                                     "This model's maximum context length is "
                                     "%uD tokens, however you requested %uL "
-                                    "tokens (%ui in the prompt, %uD for the "
+                                    "tokens (%ui in %s, %uD for the "
                                     "completion)", engine->max_model_len,
                                     (uint64_t) p->n_prompt + p->max_tokens,
-                                    p->n_prompt, p->max_tokens);
+                                    p->n_prompt, which, p->max_tokens);
+        err->code = "context_length_exceeded";
         return NGX_ERROR;
     }
 

@@ -8,6 +8,7 @@
 #   back in the history, as the official openai client sends it;
 # - stream_options takes OpenAI's include_obfuscation and vLLM's
 #   continuous_usage_stats;
+# - a prompt over the context is context_length_exceeded, wherever it is;
 # - an engine that fails a stream gives the same string code as it gives
 #   a whole answer.
 
@@ -350,6 +351,44 @@ refused_ok(chat_raw($J->encode({ messages => [\%q], max_tokens => 1,
                                      include_obfuscation => $T } })),
            'stream_options', qr/only allowed when 'stream' is true/,
            'stream_options without stream');
+
+# ---- a prompt over the context ----------------------------------------------
+
+sub too_long_ok {
+    my ($r, $param, $like, $name) = @_;
+    my $e = ($r->{json} // {})->{error} // {};
+    ok($r->{status} == 400 && ($e->{code} // '') eq 'context_length_exceeded'
+       && ($e->{param} // '') eq $param && ($e->{message} // '') =~ $like,
+       "$name: context_length_exceeded, param $param")
+        or diag("$r->{status}: $r->{body}");
+}
+
+my $long = 'word ' x $ctx;
+my $left = $ctx - 1;
+too_long_ok($t->completion(prompt => $long, max_tokens => 1), 'prompt',
+            qr/length is $ctx tokens, however your prompt has \d+ tokens/,
+            'completions: the prompt alone');
+too_long_ok(chat_raw($J->encode({ messages => [{ role => 'user',
+                                                 content => $long }] })),
+            'messages', qr/however your prompt has \d+ tokens/,
+            'chat: the conversation alone');
+too_long_ok($t->completion(prompt => 'Hi', max_tokens => $left),
+            'max_tokens',
+            qr/requested \d+ tokens \(\d+ in the prompt, $left for the /,
+            'completions: prompt and max_tokens');
+too_long_ok(chat_raw($J->encode({ messages => [\%q],
+                                  max_completion_tokens => $ctx })),
+            'max_completion_tokens', qr/for the completion/,
+            'chat: prompt and max_completion_tokens');
+too_long_ok($t->completion(prompt => ['Hi', 'There', $long], max_tokens => 1),
+            'prompt', qr/however prompt 2 has \d+ tokens/,
+            'a batch: the prompt at index 2 alone');
+my $hi = scalar @{ $t->token_ids('Hi') };
+too_long_ok($t->completion(prompt => ['Hi', 'There there there'],
+                           max_tokens => $ctx - $hi),
+            'max_tokens',
+            qr/\(\d+ in prompt 1, ${\($ctx - $hi)} for the completion\)/,
+            'a batch: prompt 0 fits with max_tokens, prompt 1 does not');
 
 # ---- the code of an engine's failure, streamed or not -----------------------
 
