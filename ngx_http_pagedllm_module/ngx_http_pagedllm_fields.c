@@ -564,7 +564,7 @@ ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps, json_t *v,
 static ngx_int_t
 ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    u_char             got[32];
+    u_char             got[32], single[32], note[96];
     double             d, ctx, vocab;
     uint32_t          *flag;
     const char        *name;
@@ -587,8 +587,11 @@ ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
     ctx = ps->engine->max_model_len;
     vocab = ps->engine->vocab_size;
 
-    if (!pl_param_in_range(row, d, ctx, vocab)) {
-
+    /* a float goes on in single precision: 1e-300 is 0 there */
+    if (!pl_param_in_range(row, d, ctx, vocab)
+        || (row->type == PL_PARAM_FLOAT
+            && !pl_param_in_range(row, (float) d, ctx, vocab)))
+    {
         ngx_http_pagedllm_number_text(d, got, sizeof(got));
 
         if (row->type == PL_PARAM_INT) {
@@ -598,14 +601,21 @@ ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
                                         (int64_t) row->lo,
                                         (int64_t) pl_param_hi(row, ctx,
                                                               vocab), got);
-        } else {
-            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
-                                        "'%s' must be in %s%.1f, %.1f], got "
-                                        "%s", name,
-                                        row->open_lo ? "(" : "[", row->lo,
-                                        row->hi, got);
+            return NGX_ERROR;
         }
 
+        note[0] = '\0';
+
+        if (pl_param_in_range(row, d, ctx, vocab)) {
+            ngx_http_pagedllm_number_text((float) d, single, sizeof(single));
+            ngx_sprintf(note, ", %s in the single precision the sampler "
+                        "takes%Z", single);
+        }
+
+        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
+                                    "'%s' must be in %s%.1f, %.1f], got %s%s",
+                                    name, row->open_lo ? "(" : "[", row->lo,
+                                    row->hi, got, note);
         return NGX_ERROR;
     }
 

@@ -9,6 +9,7 @@
 # - stream_options takes OpenAI's include_obfuscation and vLLM's
 #   continuous_usage_stats;
 # - a prompt over the context is context_length_exceeded, wherever it is;
+# - refusals say what is wrong in the client's terms and name the field;
 # - an engine that fails a stream gives the same string code as it gives
 #   a whole answer.
 
@@ -389,6 +390,15 @@ too_long_ok($t->completion(prompt => ['Hi', 'There there there'],
             'max_tokens',
             qr/\(\d+ in prompt 1, ${\($ctx - $hi)} for the completion\)/,
             'a batch: prompt 0 fits with max_tokens, prompt 1 does not');
+
+# ---- refusals that say what is wrong ----------------------------------------
+
+$r = $t->completion(prompt => 'x', top_p => 1e-300);
+refused_ok($r, 'top_p', qr/got 1e-300\b/, 'top_p 1e-300');
+like($r->{json}{error}{message} // '', qr/0 in the single precision/,
+     'top_p 1e-300: the message says it is 0 as the sampler takes it');
+refused_ok($t->completion(prompt => 'x', top_p => 0), 'top_p',
+           qr/must be in \(0\.0, 1\.0\], got 0$/, 'top_p 0');
 
 # ---- the code of an engine's failure, streamed or not -----------------------
 
