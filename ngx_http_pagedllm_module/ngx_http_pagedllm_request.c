@@ -46,6 +46,8 @@ static ngx_int_t ngx_http_pagedllm_required(json_t *root,
 static ngx_uint_t ngx_http_pagedllm_given(json_t *root, const char *name);
 static ngx_int_t ngx_http_pagedllm_beam_search(json_t *root,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err);
+static const char *ngx_http_pagedllm_beam_unsupported(
+    ngx_http_pagedllm_params_t *p);
 static void ngx_http_pagedllm_defaults(json_t *root,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine);
 
@@ -535,14 +537,16 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
  * greedy, so temperature must be 0, top_p 1 and top_k off, and when
  * absent they are that (not the model's generation_config.json).  Like
  * vLLM's /v1/completions, stream: true answers one JSON response: nothing
- * is known before the search is over.  What beam search scores without
- * (penalties, logit_bias, min_p, logprobs) the engine refuses by name.
+ * is known before the search is over.  What beam search cannot honour
+ * (penalties, logit_bias, min_p, logprobs, a grammar) is refused naming
+ * the field.
  */
 static ngx_int_t
 ngx_http_pagedllm_beam_search(json_t *root, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_error_t *err)
 {
-    uint32_t  width = p->best_of ? p->best_of : p->n;
+    uint32_t     width = p->best_of ? p->best_of : p->n;
+    const char  *name;
 
     if (width < 2) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
@@ -576,11 +580,43 @@ ngx_http_pagedllm_beam_search(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
+    name = ngx_http_pagedllm_beam_unsupported(p);
+
+    if (name != NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
+                                    "%s is not supported with beam search",
+                                    name);
+        return NGX_ERROR;
+    }
+
     p->stream = 0;
     p->include_usage = 0;
     p->continuous_usage = 0;
 
     return NGX_OK;
+}
+
+
+/* The first field the request sets that beam search cannot honour (the
+   sampling settings of pl_beam_unsupported(), prompt logprobs, an output
+   constraint), or NULL. */
+static const char *
+ngx_http_pagedllm_beam_unsupported(ngx_http_pagedllm_params_t *p)
+{
+    const char  *name;
+
+    name = pl_beam_unsupported(p->min_p, p->repetition_penalty,
+                               p->presence_penalty, p->frequency_penalty,
+                               p->n_bias, p->flags);
+    if (name != NULL) {
+        return name;
+    }
+
+    if (p->flags & PL_SUBMIT_PROMPT_LOGPROBS) {
+        return "prompt_logprobs";
+    }
+
+    return p->grammar_field;
 }
 
 

@@ -400,6 +400,22 @@ like($r->{json}{error}{message} // '', qr/0 in the single precision/,
 refused_ok($t->completion(prompt => 'x', top_p => 0), 'top_p',
            qr/must be in \(0\.0, 1\.0\], got 0$/, 'top_p 0');
 
+my %beam = (prompt => 'x', max_tokens => 2, use_beam_search => $T,
+            best_of => 2);
+for my $f ([ logprobs => 1 ], [ prompt_logprobs => 1 ], [ min_p => 0.1 ],
+           [ presence_penalty => 0.5 ], [ frequency_penalty => 0.5 ],
+           [ repetition_penalty => 1.2 ], [ logit_bias => { 5 => 1 } ],
+           [ guided_regex => 'a+' ])
+{
+    refused_ok($t->completion(%beam, @$f), $f->[0],
+               qr/^\Q$f->[0]\E is not supported with beam search/,
+               "beam search with $f->[0]");
+}
+refused_ok(chat_raw($J->encode({ messages => [\%q], max_tokens => 2, n => 2,
+                                 use_beam_search => $T, logprobs => $T })),
+           'logprobs', qr/logprobs is not supported with beam search/,
+           'chat beam search with logprobs');
+
 # ---- the code of an engine's failure, streamed or not -----------------------
 
 sub long_body {
