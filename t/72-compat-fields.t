@@ -416,6 +416,15 @@ refused_ok(chat_raw($J->encode({ messages => [\%q], max_tokens => 2, n => 2,
            'logprobs', qr/logprobs is not supported with beam search/,
            'chat beam search with logprobs');
 
+$r = $t->completion(prompt => 'x', guided_regex => 'a{100000}');
+refused_ok($r, 'guided_regex', qr/above 1000/, 'a{100000}');
+my $offsets = () = ($r->{json}{error}{message} // '') =~ /at offset/g;
+is($offsets, 1, 'a{100000}: one offset, in the regex')
+    or diag($r->{body});
+like($r->{json}{error}{message} // '',
+     qr{^in the regex /a\{100000\}/: .* at offset 7$},
+     'a{100000}: the regex named, the offset in it');
+
 # ---- the code of an engine's failure, streamed or not -----------------------
 
 sub long_body {

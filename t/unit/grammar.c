@@ -216,16 +216,25 @@ test_tokenizer_json(void)
 }
 
 
+/* ebnf refused with an error that holds want, or with whole that error */
 static void
-refused(const char *ebnf, const char *want)
+refused_as(const char *ebnf, const char *want, int whole)
 {
     char           err[256];
     pl_grammar_t  *g = pl_grammar_compile(ebnf, strlen(ebnf), err,
                                           sizeof(err));
 
-    ok(g == NULL && strstr(err, want) != NULL, "'%s' refused: %s", ebnf,
-       g ? "(compiled)" : err);
+    ok(g == NULL && (whole ? strcmp(err, want) == 0
+                           : strstr(err, want) != NULL),
+       "'%s' refused: %s", ebnf, g ? "(compiled)" : err);
     pl_grammar_free(g);
+}
+
+
+static void
+refused(const char *ebnf, const char *want)
+{
+    refused_as(ebnf, want, 0);
 }
 
 
@@ -246,6 +255,13 @@ test_refusals(void)
     refused("root ::= /\\bword/", "unsupported escape");
     refused("root ::= r\nr ::= \"(\" r \")\"", "matches nothing");
     refused("root ::= (\"a\"{1000}){1000}", "too large");
+
+    /* a regex's error is located in the regex, once, the regex named */
+    refused_as("root ::= \"x\" /a{100000}/", "in the regex /a{100000}/: a "
+               "repetition count above 1000 at offset 7", 1);
+    refused_as("root ::= /0123456789012345678901234567890123456789(/",
+               "in the regex /0123456789012345678901234567890123456789.../: "
+               "unbalanced parenthesis at offset 41", 1);
 
     ok(pl_grammar_from_schema_text(min, strlen(min), &t, err,
                                    sizeof(err)) != 0
