@@ -870,6 +870,13 @@ pl_grammar_from_schema_text(const char *json, size_t len, pl_gtext_t *out,
     int           i;
 
     c.root = json_loadb(json, len, JSON_DECODE_ANY, &jerr);
+    if (c.root == NULL
+        && json_error_code(&jerr) == json_error_null_character)
+    {
+        snprintf(err, errlen, "a NUL character (U+0000) is not supported "
+                 "in a schema");
+        return -1;
+    }
     if (c.root == NULL) {
         snprintf(err, errlen, "the schema is not valid JSON: %s", jerr.text);
         return -1;

@@ -425,6 +425,19 @@ like($r->{json}{error}{message} // '',
      qr{^in the regex /a\{100000\}/: .* at offset 7$},
      'a{100000}: the regex named, the offset in it');
 
+for my $g ([ guided_json => { const => "a\x{0}b" } ],
+           [ guided_json => '{"const":"a\\u0000b"}' ],
+           [ response_format => { type => 'json_schema', json_schema => {
+                 name => 'n', schema => { enum => ["\x{0}"] } } } ])
+{
+    $r = $t->completion(prompt => 'x', @$g);
+    refused_ok($r, $g->[0],
+               qr/NUL character \(U\+0000\) is not supported in a schema/,
+               "$g->[0] with U+0000 "
+               . (ref $g->[1] ? 'as an object' : 'as text'));
+    unlike($r->{body}, qr/JSON_ALLOW_NUL/, '... and quotes no parser flag');
+}
+
 # ---- the code of an engine's failure, streamed or not -----------------------
 
 sub long_body {

@@ -245,6 +245,7 @@ test_refusals(void)
     pl_gtext_t   t = { 0 };
     const char  *min = "{\"type\":\"integer\",\"minimum\":1}";
     const char  *one = "{\"oneOf\":[]}";
+    const char  *nul = "{\"const\":\"a\\u0000b\"}";
 
     refused("root ::= x", "'x' is used but never defined");
     refused("root ::= \"a\"\nroot ::= \"b\"", "defined twice");
@@ -271,6 +272,11 @@ test_refusals(void)
     ok(pl_grammar_from_schema_text(one, strlen(one), &t, err,
                                    sizeof(err)) != 0
        && strstr(err, "'oneOf'") != NULL, "oneOf is named: %s", err);
+    pl_gtext_free(&t);
+    ok(pl_grammar_from_schema_text(nul, strlen(nul), &t, err,
+                                   sizeof(err)) != 0
+       && strcmp(err, "a NUL character (U+0000) is not supported in a "
+                 "schema") == 0, "a NUL in a schema is named so: %s", err);
     pl_gtext_free(&t);
 }
 
