@@ -341,6 +341,8 @@ ngx_http_pagedllm_type_error(ngx_http_pagedllm_parse_t *ps, const char *what)
 static ngx_int_t
 ngx_http_pagedllm_f_model(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
+    size_t                       len;
+    ngx_str_t                    name;
     ngx_http_pagedllm_engine_t  *engine = ps->engine;
     ngx_http_pagedllm_error_t   *err = ps->err;
 
@@ -352,18 +354,32 @@ ngx_http_pagedllm_f_model(ngx_http_pagedllm_parse_t *ps, json_t *v)
         return ngx_http_pagedllm_type_error(ps, "a string");
     }
 
-    if (json_string_length(v) != engine->model.len
-        || ngx_strncmp(json_string_value(v), engine->model.data,
-                       engine->model.len) != 0)
+    if (json_string_length(v) == engine->model.len
+        && ngx_strncmp(json_string_value(v), engine->model.data,
+                       engine->model.len) == 0)
     {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_NOT_FOUND, "model",
-                                    "The model `%s` does not exist",
-                                    json_string_value(v));
-        err->code = "model_not_found";
+        return NGX_OK;
+    }
+
+    /* the name as JSON writes it, so that a control character, U+0000
+       included, shows rather than ends or garbles the message */
+    len = json_string_length(v);
+    name.len = len + ngx_escape_json(NULL, (u_char *) json_string_value(v),
+                                     len);
+    name.data = ngx_pnalloc(ps->pool, name.len);
+    if (name.data == NULL) {
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    NULL, "out of memory");
         return NGX_ERROR;
     }
 
-    return NGX_OK;
+    ngx_escape_json(name.data, (u_char *) json_string_value(v), len);
+
+    ngx_http_pagedllm_error_set(err, NGX_HTTP_NOT_FOUND, "model",
+                                "The model `%V` does not exist", &name);
+    err->code = "model_not_found";
+
+    return NGX_ERROR;
 }
 
 

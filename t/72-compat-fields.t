@@ -438,6 +438,16 @@ for my $g ([ guided_json => { const => "a\x{0}b" } ],
     unlike($r->{body}, qr/JSON_ALLOW_NUL/, '... and quotes no parser flag');
 }
 
+$r = $t->request(POST => '/v1/completions',
+                 '{"prompt":"x","model":"tiny\u0000xyz"}');
+is($r->{status}, 404, 'a model name with U+0000: 404');
+is($r->{json}{error}{message}, 'The model `tiny\u0000xyz` does not exist',
+   'a model name with U+0000: shown whole, the NUL escaped');
+$r = $t->request(POST => '/v1/completions',
+                 '{"prompt":"x","model":"ti\"ny\n"}');
+is($r->{json}{error}{message}, 'The model `ti\"ny\n` does not exist',
+   'a model name with a quote and a newline: shown as JSON writes them');
+
 # ---- the code of an engine's failure, streamed or not -----------------------
 
 sub long_body {
