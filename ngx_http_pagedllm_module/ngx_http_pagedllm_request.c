@@ -26,6 +26,10 @@
 /* a string may hold U+0000 ("\u0000"): text is passed with its length */
 #define NGX_HTTP_PAGEDLLM_JSON_FLAGS  (JSON_REJECT_DUPLICATES|JSON_ALLOW_NUL)
 
+/* jansson's nesting limit as text, for the error that reaches it */
+#define NGX_HTTP_PAGEDLLM_TEXT(n)     #n
+#define NGX_HTTP_PAGEDLLM_DEPTH(n)    NGX_HTTP_PAGEDLLM_TEXT(n)
+
 
 static void ngx_http_pagedllm_decode_cleanup(void *data);
 static json_t *ngx_http_pagedllm_load(ngx_pool_t *pool,
@@ -300,6 +304,11 @@ ngx_http_pagedllm_json_error(json_error_t *jerr)
 
     case json_error_invalid_utf8:
         return "the body is not valid UTF-8";
+
+    case json_error_stack_overflow:
+        return "arrays and objects nest deeper than the "
+               NGX_HTTP_PAGEDLLM_DEPTH(JSON_PARSER_MAX_DEPTH) " levels the "
+               "parser takes";
 
     default:
         return "the body is not valid JSON";

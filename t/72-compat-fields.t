@@ -448,6 +448,12 @@ $r = $t->request(POST => '/v1/completions',
 is($r->{json}{error}{message}, 'The model `ti\"ny\n` does not exist',
    'a model name with a quote and a newline: shown as JSON writes them');
 
+$r = $t->request(POST => '/v1/completions',
+                 '{"prompt":' . ('[' x 100000) . (']' x 100000) . '}');
+is($r->{status}, 400, 'a body nested 100,000 deep: 400');
+like($r->{json}{error}{message} // '', qr/nest deeper than the 2048 levels/,
+     'a body nested 100,000 deep: the message says the nesting is too deep');
+
 # ---- the code of an engine's failure, streamed or not -----------------------
 
 sub long_body {
