@@ -10,6 +10,12 @@
 # usage are the JSON response's, on /v1/completions and
 # /v1/chat/completions, and the official openai npm client reads the
 # chunks (t/node/stream-shapes-client.mjs).
+#
+# A forced tool call cut by max_tokens: answered whole, its tool_calls are
+# the calls written so far (the cut one with its name and its arguments
+# as far as they go), content null, finish_reason "length": what the
+# stream of the same seeded request delivers, at cuts before, inside and
+# after a call.
 
 use strict;
 use warnings;
@@ -131,6 +137,61 @@ for my $ep (['/v1/completions', 0, prompt => 'Search wide', best_of => 4],
        "$name: no usage chunk (nor usage key) unless asked for");
 }
 
+# ---- a forced tool call cut by max_tokens -----------------------------------------
+
+my %tools = (
+    messages => [{ role => 'user', content => 'Weather in Oslo?' }],
+    tool_choice => 'required', n => 2, seed => 28,
+    tools => [{ type => 'function', function => {
+        name => 'get_weather',
+        parameters => { type => 'object',
+                        properties => { city => { type => 'string',
+                                                  maxLength => 8 } },
+                        required => ['city'],
+                        additionalProperties => JSON::PP::false } } }]);
+my %seen;
+
+for my $max (3, 30, 45, 80) {
+    my $name = "required, max_tokens $max";
+    my $whole = $t->json_ok($t->request(POST => '/v1/chat/completions',
+                                        $J->encode({ %tools,
+                                                     max_tokens => $max })),
+                            "$name: answered whole");
+    my $s = $t->stream_json('/v1/chat/completions', %tools,
+                            max_tokens => $max);
+    ok($s->{status} == 200 && $s->{done}, "$name: streamed");
+    my $a = assemble($s, 1);
+
+    for my $i (0, 1) {
+        my $c = $whole->{choices}[$i] // {};
+        my $m = $c->{message} // {};
+        my $x = $a->{choices}{$i} // {};
+        my @calls = map { { name => $_->{function}{name},
+                            arguments => $_->{function}{arguments} } }
+                        @{ $m->{tool_calls} // [] };
+        my @streamed = map { { name => $_->{name},
+                               arguments => $_->{arguments} } }
+                           @{ $x->{calls} // [] };
+        is_deeply([ $c->{finish_reason}, \@calls ],
+                  [ $x->{finish}, \@streamed ],
+                  "$name, choice $i: the same calls and finish_reason "
+                  . 'both ways') or diag($J->encode([ $c, $x ]));
+        ok(!defined $m->{content} && ($x->{text} // '') eq '',
+           "$name, choice $i: no content either way")
+            or diag($J->encode($m));
+        ok(!grep({ ($_->{id} // '') !~ /^call_[A-Za-z0-9]{24}$/
+                   || $_->{type} ne 'function' } @{ $m->{tool_calls} // [] }),
+           "$name, choice $i: each call with its id and type");
+        next unless ($c->{finish_reason} // '') eq 'length';
+        $seen{none} = 1 unless @calls;
+        $seen{partial} = 1
+            if @calls && !eval { $J->decode($calls[-1]{arguments}); 1 };
+        $seen{after} = 1 if @calls > 1;
+    }
+}
+is_deeply(\%seen, { none => 1, partial => 1, after => 1 },
+          'the cuts fell before a call, inside its arguments and after one');
+
 # ---- the openai npm client ---------------------------------------------------------
 
 my $node = abs_path("$root/t/node");
@@ -150,6 +211,10 @@ for my $name ('completions', 'chat') {
     ok($got->{usage} && $got->{usage}{completion_tokens} == 24,
        "openai client, $name: and the usage");
 }
+is_deeply($o->{tools_stream}, $o->{tools},
+          'openai client: a forced call cut by max_tokens, the same calls '
+          . 'streamed and not') or diag($J->encode($o));
+is($o->{tools}{finish}, 'length', 'openai client: cut, finish_reason length');
 
 $t->finish;
 done_testing;
