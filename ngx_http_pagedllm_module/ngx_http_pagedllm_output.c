@@ -171,8 +171,9 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
 /*
  * Pieces of ch that may be streamed now: all once it has ended; before
  * that, those that end before the text that might still become a stop
- * string (the longest tail of the text that is a proper prefix of one).
- * None once the request has failed.
+ * string (the longest tail of the text that is a proper prefix of one),
+ * and none of a beam search's choice, which is sent whole.  None once the
+ * request has failed.
  */
 static ngx_uint_t
 ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
@@ -184,6 +185,10 @@ ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
 
     if (ch->finished || ctx->finished) {
         return ctx->finish_reason == PL_FINISH_ERROR ? 0 : ch->npieces;
+    }
+
+    if (ctx->params.flags & PL_SUBMIT_BEAM_SEARCH) {
+        return 0;
     }
 
     hold = 0;
@@ -295,9 +300,13 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
-/* ch's events: its role first (chat), its emittable pieces, its tool
-   calls, and once it has ended normally its finish_reason (on the last
-   piece, or alone). */
+/*
+ * ch's events: its role first (chat), its emittable pieces, its tool
+ * calls, and once it has ended normally its finish_reason (on the last
+ * piece, or alone).  A piece is an event, with its logprobs; a beam
+ * search's choice, known only once the search is over and without
+ * logprobs, is one event of its whole text, as vLLM streams it.
+ */
 static u_char *
 ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t emit, ngx_str_t *lpj)
@@ -326,6 +335,10 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     }
 
     for (i = 0; i < emit; i++) {
+        if (i + 1 < emit && (ctx->params.flags & PL_SUBMIT_BEAM_SEARCH)) {
+            continue;
+        }
+
         end = ch->piece_end[i];
         reason = (i == ch->npieces - 1 && final && !calls)
                  ? ch->finish_reason : 0;

@@ -544,9 +544,10 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
  * use_beam_search, as vLLM's OpenAI server takes it: the width is best_of
  * (n when absent; chat has only n) and must be above 1; the search is
  * greedy, so temperature must be 0, top_p 1 and top_k off, and when
- * absent they are that (not the model's generation_config.json).  Like
- * vLLM's /v1/completions, stream: true answers one JSON response: nothing
- * is known before the search is over.  What beam search cannot honour
+ * absent they are that (not the model's generation_config.json).  With
+ * stream: true the answer is a stream all the same, as vLLM's: nothing is
+ * known before the search is over, so each choice comes whole once it is
+ * (ngx_http_pagedllm_stream_events).  What beam search cannot honour
  * (penalties, logit_bias, min_p, logprobs, a grammar) is refused naming
  * the field.
  */
@@ -597,10 +598,6 @@ ngx_http_pagedllm_beam_search(json_t *root, ngx_http_pagedllm_params_t *p,
                                     name);
         return NGX_ERROR;
     }
-
-    p->stream = 0;
-    p->include_usage = 0;
-    p->continuous_usage = 0;
 
     return NGX_OK;
 }

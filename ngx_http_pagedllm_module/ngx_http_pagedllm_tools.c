@@ -25,7 +25,10 @@
  * content.  A stream holds its text back from where a call may begin, and
  * sends the calls when the choice ends as OpenAI sends them: a delta
  * with the call's index, id, type, name and empty arguments, then the
- * arguments in fragments.
+ * arguments in fragments.  A forced output is read as it is written
+ * (pl_tools_progress), by a stream at each flush; cut by max_tokens, its
+ * calls so far are the answer either way, so a client gets the same
+ * calls whether it streams or not.
  */
 
 
@@ -50,8 +53,9 @@ typedef enum {
 } ngx_http_pagedllm_tools_mode_e;
 
 
-/* A streamed choice's calls: the deltas not sent yet, and, for a forced
-   output read while it is written, how far its calls have been sent. */
+/* A choice's calls as they are written: the deltas not sent yet, and,
+   for a forced output read while it is written, its calls' spans and how
+   far a stream has sent them. */
 typedef struct {
     ngx_array_t                  *pending;     /* of ngx_str_t, a delta each */
     pl_tools_span_t              *spans;
@@ -110,6 +114,10 @@ static ngx_int_t ngx_http_pagedllm_tools_deltas(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, json_t *calls);
 static ngx_int_t ngx_http_pagedllm_tools_progress(
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
+static json_t *ngx_http_pagedllm_tools_written(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch);
+static size_t ngx_http_pagedllm_tools_args_len(const u_char *text,
+    pl_tools_span_t *sp);
 static ngx_int_t ngx_http_pagedllm_tools_spans(ngx_pool_t *pool,
     ngx_http_pagedllm_tools_stream_t *st, ngx_http_pagedllm_tools_t *t,
     ngx_http_pagedllm_choice_t *ch, size_t *n);
@@ -805,7 +813,9 @@ ngx_http_pagedllm_tools_active(ngx_http_pagedllm_ctx_t *ctx)
  * stop.  The formats that are the whole answer are looked for only while
  * nothing has been streamed; the text ch keeps is the text not sent.  A
  * forced output streamed has sent its calls as it was written: what is
- * left of them is sent now, and its text is never content.
+ * left of them is sent now, and its text is never content.  One cut by
+ * max_tokens and answered whole has as its calls those a stream would
+ * have sent, its text is not content either, and it keeps its "length".
  */
 void
 ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
@@ -832,6 +842,17 @@ ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
         }
 
         ngx_http_pagedllm_tools_cut(ch, 0);
+        return;
+    }
+
+    if (t->forced && !stop) {
+        calls = ngx_http_pagedllm_tools_written(ctx, ch);
+
+        if (calls != NULL) {
+            t->calls[ch->index] = calls;
+            ngx_http_pagedllm_tools_cut(ch, 0);
+        }
+
         return;
     }
 
@@ -1076,9 +1097,7 @@ ngx_http_pagedllm_tools_progress(ngx_http_pagedllm_ctx_t *ctx,
             st->args = 0;
         }
 
-        end = sp->done ? sp->args_len
-                       : ngx_http_pagedllm_tools_whole_chars(
-                             text + sp->args, sp->args_len);
+        end = ngx_http_pagedllm_tools_args_len(text, sp);
 
         if (sp->args && end > st->args) {
             if (ngx_http_pagedllm_tools_fragment(a, k,
@@ -1093,6 +1112,64 @@ ngx_http_pagedllm_tools_progress(ngx_http_pagedllm_ctx_t *ctx,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * The calls of forced output ch, cut before its end, as a stream of it
+ * gives them: each whose name is complete, with its arguments as far as
+ * they were written (empty when not begun); a new array in the pool,
+ * NULL when out of memory.
+ */
+static json_t *
+ngx_http_pagedllm_tools_written(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch)
+{
+    size_t                             n, k;
+    json_t                            *calls, *c;
+    ngx_pool_t                        *pool = ctx->request->pool;
+    pl_tools_span_t                   *sp;
+    ngx_http_pagedllm_tools_t         *t = ctx->params.tools;
+    ngx_http_pagedllm_tools_stream_t  *st = &t->streams[ch->index];
+
+    calls = ngx_http_pagedllm_json_pool(pool, json_array());
+
+    if (calls == NULL
+        || ngx_http_pagedllm_tools_spans(pool, st, t, ch, &n) != NGX_OK)
+    {
+        return NULL;
+    }
+
+    for (k = 0; k < n; k++) {
+        sp = &st->spans[k];
+        c = json_pack("{s:s%,s:s%}",
+                      "name", (char *) ch->text + sp->name, sp->name_len,
+                      "arguments", (char *) ch->text + sp->args,
+                      ngx_http_pagedllm_tools_args_len(ch->text, sp));
+
+        if (json_array_append_new(calls, c) != 0) {
+            return NULL;
+        }
+    }
+
+    if (ngx_http_pagedllm_tools_ids(calls, t->format) != NGX_OK) {
+        return NULL;
+    }
+
+    return calls;
+}
+
+
+/* the bytes of span sp's arguments that may be given: all once they are
+   complete, else those of whole characters */
+static size_t
+ngx_http_pagedllm_tools_args_len(const u_char *text, pl_tools_span_t *sp)
+{
+    if (sp->done) {
+        return sp->args_len;
+    }
+
+    return ngx_http_pagedllm_tools_whole_chars(text + sp->args, sp->args_len);
 }
 
 
