@@ -32,7 +32,7 @@ const tools = [
     parameters: { type: 'object', properties: {
       city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
       unit: { type: 'string', enum: ['c', 'f'] },
-      days: { type: 'integer' } },
+      days: { type: 'integer', minimum: 1, maximum: 14 } },
       required: ['city', 'unit'], additionalProperties: false } } },
   { type: 'function', function: {
     name: 'set_alarm', description: 'An alarm', strict: true,
@@ -42,7 +42,8 @@ const tools = [
       repeat: { type: 'boolean' } },
       required: ['at'],
       $defs: { time: { type: 'object', properties: {
-        h: { type: 'integer' }, m: { type: 'integer' } },
+        h: { type: 'integer', minimum: 0, maximum: 23 },
+        m: { type: 'integer', minimum: 0, exclusiveMaximum: 60 } },
         required: ['h', 'm'] } } } } },
   { type: 'function', function: { name: 'ping' } },
 ];
@@ -242,8 +243,9 @@ for (const [what, req, param, word] of [
       function: { name: 'f', returns: {} } }] }, 'tools', 'returns'],
   ['an unsupported keyword, required', { tool_choice: 'required',
       tools: [{ type: 'function', function: { name: 'f', parameters: {
-        type: 'object', properties: { n: { type: 'integer', minimum: 1 } } } } }] },
-   'tools', 'minimum'],
+        type: 'object', properties: {
+          n: { type: 'array', uniqueItems: true } } } } }] },
+   'tools', 'uniqueItems'],
   ['an unsupported keyword, strict', { tools: [{ type: 'function',
       function: { name: 'f', strict: true, parameters: { type: 'object',
         properties: { s: { type: 'string', contentEncoding: 'base64' } } } } }] },
