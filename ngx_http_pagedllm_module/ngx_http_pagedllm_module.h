@@ -380,7 +380,8 @@ typedef struct {
     size_t                        text_cap;
     size_t                        chars_sent;    /* characters streamed */
     uint32_t                     *piece_end;
-    float                        *piece_lp;      /* chosen logprob */
+    int32_t                      *piece_id;      /* the chosen token */
+    float                        *piece_lp;      /* its logprob */
     pl_top_logprob_t             *piece_top;     /* n_top per piece */
     ngx_uint_t                    npieces;
     ngx_uint_t                    pieces_cap;

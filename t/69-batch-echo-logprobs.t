@@ -57,8 +57,10 @@ is(scalar(grep { defined $_ && $_ <= 0 }
 is(scalar(grep { ref $_ eq 'HASH' && keys(%$_) >= 1 && keys(%$_) <= 2 }
           @{ $lp->{top_logprobs} }[1 .. $np + 3]), $np + 3,
    'and top_logprobs of 1 or 2 entries');
-is($c->{text}, join('', @{ $lp->{tokens} }),
-   'the text is the tokens\' text, prompt first');
+is($lp->{tokens}[0], '<|begin_of_text|>',
+   'the first prompt token is <|begin_of_text|>, by its name');
+is($c->{text}, join('', @{ $lp->{tokens} }[1 .. $np + 3]),
+   'the text is the other tokens\' text, prompt first');
 ok(index($c->{text}, $prompt) >= 0 && $c->{text} =~ /\Q$plain->{choices}[0]{text}\E$/,
    'the prompt, then the same completion as without echo');
 is_deeply([ @{ $lp->{token_logprobs} }[$np .. $np + 3] ],
