@@ -52,6 +52,9 @@ static void ngx_http_pagedllm_token(ngx_http_pagedllm_ctx_t *ctx,
 static json_t *ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t first, ngx_uint_t n);
+static json_t *ngx_http_pagedllm_top_dict(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t i,
+    ngx_http_pagedllm_token_t *chosen);
 static json_t *ngx_http_pagedllm_prompt_entry(ngx_http_pagedllm_ctx_t *ctx,
     int32_t id, float lp, uint32_t rank);
 static json_t *ngx_http_pagedllm_prompt_lp_json(ngx_http_pagedllm_ctx_t *ctx,
@@ -372,8 +375,7 @@ ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
 {
     json_t                     *j, *tokens, *lps, *tops, *offsets, *top;
     uint32_t                    start;
-    ngx_uint_t                  i, k;
-    pl_top_logprob_t           *t;
+    ngx_uint_t                  i;
     ngx_http_pagedllm_token_t   tk;
 
     j = ngx_http_pagedllm_json_pool(pool,
@@ -391,8 +393,8 @@ ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
     for (i = first; i < first + n; i++) {
         start = i ? ch->piece_end[i - 1] : 0;
         ngx_http_pagedllm_token(ctx, ch->piece_id[i], &tk);
-        top = ngx_http_pagedllm_first_prompt(ch, i) ? json_null()
-                                                     : json_object();
+        top = ngx_http_pagedllm_first_prompt(ch, i)
+              ? json_null() : ngx_http_pagedllm_top_dict(ctx, ch, i, &tk);
 
         if (json_array_append_new(tops, top)
             || json_array_append_new(tokens,
@@ -407,22 +409,55 @@ ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
         {
             return NULL;
         }
-
-        for (k = 0; json_is_object(top) && k < ctx->n_top; k++) {
-            t = &ch->piece_top[i * ctx->n_top + k];
-            ngx_http_pagedllm_token(ctx, t->id, &tk);
-
-            if (json_object_getn(top, (char *) tk.text, tk.len) == NULL
-                && json_object_setn_new(top, (char *) tk.text, tk.len,
-                       json_real(ngx_http_pagedllm_lp_value(t->logprob)))
-                   != 0)
-            {
-                return NULL;
-            }
-        }
     }
 
     return j;
+}
+
+
+/*
+ * Piece i's top_logprobs: the logprobs most likely tokens and the chosen
+ * one, as OpenAI lists them, so up to logprobs + 1 entries.  They are
+ * keyed by text: a text that several of them share holds the likeliest's
+ * logprob, or the chosen token's when it is one of them, so that the
+ * entry of tokens[i] is always token_logprobs[i].
+ */
+static json_t *
+ngx_http_pagedllm_top_dict(ngx_http_pagedllm_ctx_t *ctx,
+    ngx_http_pagedllm_choice_t *ch, ngx_uint_t i,
+    ngx_http_pagedllm_token_t *chosen)
+{
+    json_t                     *top;
+    ngx_uint_t                  k;
+    pl_top_logprob_t           *t;
+    ngx_http_pagedllm_token_t   tk;
+
+    top = json_object();
+
+    for (k = 0; top != NULL && k < ctx->n_top; k++) {
+        t = &ch->piece_top[i * ctx->n_top + k];
+        ngx_http_pagedllm_token(ctx, t->id, &tk);
+
+        if (json_object_getn(top, (char *) tk.text, tk.len) == NULL
+            && json_object_setn_new(top, (char *) tk.text, tk.len,
+                   json_real(ngx_http_pagedllm_lp_value(t->logprob)))
+               != 0)
+        {
+            json_decref(top);
+            return NULL;
+        }
+    }
+
+    if (top != NULL
+        && json_object_setn_new(top, (char *) chosen->text, chosen->len,
+               json_real(ngx_http_pagedllm_lp_value(ch->piece_lp[i])))
+           != 0)
+    {
+        json_decref(top);
+        return NULL;
+    }
+
+    return top;
 }
 
 

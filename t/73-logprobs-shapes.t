@@ -2,6 +2,10 @@
 # The entries of logprobs on the trained model (models/kjv-small), whose
 # tokenizer has a token per byte and chat special tokens:
 #
+#   - completions: each top_logprobs entry holds the `logprobs` most
+#     likely tokens and always the chosen one (OpenAI's legacy rule), so
+#     logprobs 0 gives the chosen token alone; echoed prompt tokens too,
+#     the first one's null;
 #   - every token is shown by its own bytes: chat's `bytes` are exactly
 #     the token's (a byte of a character split over tokens is that one
 #     byte), `token` (and completions' `tokens` and keys) those bytes as
@@ -49,6 +53,18 @@ sub chat_ok {
     return $t->json_ok($r, $name)->{choices}[0];
 }
 
+# The indexes i of completions logprobs $lp whose top_logprobs entry does
+# not hold tokens[i] with token_logprobs[i], or holds more than $most.
+sub tops_without_chosen {
+    my ($lp, $most, $from) = @_;
+    return grep {
+        my $top = $lp->{top_logprobs}[$_];
+        !(ref $top eq 'HASH' && keys(%$top) <= $most
+          && exists $top->{ $lp->{tokens}[$_] }
+          && $top->{ $lp->{tokens}[$_] } == $lp->{token_logprobs}[$_])
+    } ($from // 0) .. $#{ $lp->{tokens} };
+}
+
 # Whether a chat entry's token is its bytes as UTF-8, U+FFFD for bytes
 # that are not (a part of a character).
 sub shows_its_bytes {
@@ -57,6 +73,60 @@ sub shows_its_bytes {
     return utf8::decode($text) ? $text eq $e->{token}
                                : $e->{token} =~ /\x{FFFD}/;
 }
+
+# ---- completions: top_logprobs hold the chosen token ------------------------
+
+my $hot = completion_ok('logprobs 1 at temperature 2',
+                        prompt => 'In the beginning', max_tokens => 6,
+                        logprobs => 1, temperature => 2, seed => 3);
+my $lp = $hot->{logprobs};
+is_deeply([ tops_without_chosen($lp, 2) ], [],
+          'logprobs 1: each entry holds the chosen token, at most 2 in all');
+my @below = grep {
+    my $top = $lp->{top_logprobs}[$_];
+    keys %$top == 2
+        && (sort { $b <=> $a } values %$top)[0] > $lp->{token_logprobs}[$_]
+} 0 .. 5;
+ok(@below >= 1, 'a token sampled below the likeliest comes with it: '
+                . scalar(@below) . ' of 6');
+
+my $zero = completion_ok('logprobs 0', prompt => 'In the beginning',
+                         max_tokens => 3, logprobs => 0, temperature => 2,
+                         seed => 3);
+is_deeply($zero->{logprobs}{top_logprobs},
+          [ map { { $zero->{logprobs}{tokens}[$_]
+                    => $zero->{logprobs}{token_logprobs}[$_] } } 0 .. 2 ],
+          'logprobs 0: each entry is the chosen token alone');
+
+my $three = completion_ok('logprobs 3, greedy', prompt => 'In the beginning',
+                          max_tokens => 6, logprobs => 3, %greedy);
+is_deeply([ tops_without_chosen($three->{logprobs}, 3) ], [],
+          'greedy: the chosen token is among the 3, nothing more');
+
+my $echo = completion_ok('echo with logprobs 1',
+                         prompt => 'In the beginning', max_tokens => 2,
+                         logprobs => 1, echo => $T, %greedy);
+$lp = $echo->{logprobs};
+is($lp->{tokens}[0], '<|begin_of_text|>',
+   'echo: the first prompt token by its name');
+ok(!defined $lp->{token_logprobs}[0] && !defined $lp->{top_logprobs}[0],
+   'echo: its logprob and top_logprobs null');
+is_deeply([ tops_without_chosen($lp, 2, 1) ], [],
+          'echo: every later prompt token in its own entry');
+is($lp->{tokens}[1], 'In', 'echo: "In" second');
+is(scalar keys %{ $lp->{top_logprobs}[1] }, 2,
+   'echo: "In" beside the likeliest token there, which is not "In"');
+
+my $s = $t->stream_json('/v1/completions', prompt => 'In the beginning',
+                        max_tokens => 6, logprobs => 1, temperature => 2,
+                        seed => 3);
+my @slp = map { $_->{choices}[0]{logprobs} }
+          grep { @{ $_->{choices} } && $_->{choices}[0]{logprobs} }
+          @{ $s->{events} };
+is_deeply([ map { [ tops_without_chosen($_, 2) ] } @slp ],
+          [ map { [] } @slp ], 'streamed: each event\'s entry too');
+is_deeply([ map { @{ $_->{top_logprobs} } } @slp ],
+          $hot->{logprobs}{top_logprobs}, 'streamed: the same entries');
 
 # ---- tokens that are parts of a character ----------------------------------
 
@@ -105,7 +175,7 @@ my $g = completion_ok('completions, guided to the emoji choice',
                       prompt => 'In the beginning',
                       guided_choice => ["ab${EMOJI}cd"], max_tokens => 12,
                       logprobs => 0);
-my $lp = $g->{logprobs};
+$lp = $g->{logprobs};
 is($g->{text}, "ab${EMOJI}cd", 'the text');
 my @at = grep { $lp->{tokens}[$_] eq $FFFD } 0 .. $#{ $lp->{tokens} };
 is(scalar @at, 4, 'completions: the emoji\'s tokens are U+FFFD each');
@@ -113,7 +183,9 @@ is_deeply([ @{ $lp->{text_offset} }[@at] ], [ 2, 2, 2, 2 ],
           'completions: all at the emoji\'s offset');
 is_deeply([ @{ $lp->{text_offset} }[ $at[-1] + 1, $at[-1] + 2 ] ], [ 3, 4 ],
           'completions: the characters after it one by one');
-my $s = $t->stream_json('/v1/completions', prompt => 'In the beginning',
+is_deeply([ tops_without_chosen($lp, 1) ], [],
+          'completions: keyed by the same U+FFFD');
+$s = $t->stream_json('/v1/completions', prompt => 'In the beginning',
                      guided_choice => ["ab${EMOJI}cd"], max_tokens => 12,
                      logprobs => 0);
 is_deeply([ map { @{ $_->{choices}[0]{logprobs}{text_offset} } }
