@@ -352,9 +352,8 @@ ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx,
 /*
  * The last token of ch added len bytes: look for the earliest stop string
  * that ends in them.  On a match the text is cut where the stop string
- * starts (where it ends, with include_stop_str_in_output), the pieces
- * after the cut are dropped, and the choice ends with
- * "stop".
+ * starts (where it ends, with include_stop_str_in_output) and the choice
+ * ends with "stop".
  */
 static ngx_uint_t
 ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
@@ -390,15 +389,7 @@ ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
         return 0;
     }
 
-    cut += keep;
-
-    ch->text_len = cut;
-
-    while (ch->npieces > 1 && ch->piece_end[ch->npieces - 2] >= cut) {
-        ch->npieces--;
-    }
-
-    ch->piece_end[ch->npieces - 1] = (uint32_t) cut;
+    ngx_http_pagedllm_text_cut(ch, cut + keep);
 
     ch->stopped = 1;
     ch->finish_reason = PL_FINISH_STOP;

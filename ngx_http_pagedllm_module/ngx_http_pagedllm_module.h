@@ -573,6 +573,7 @@ u_char *ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t index, u_char *text, size_t len, ngx_str_t *logprobs,
     uint32_t finish_reason);
 size_t ngx_http_pagedllm_utf8_chars(u_char *p, size_t n);
+void ngx_http_pagedllm_text_cut(ngx_http_pagedllm_choice_t *ch, size_t len);
 ngx_int_t ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n,
     ngx_str_t *out);

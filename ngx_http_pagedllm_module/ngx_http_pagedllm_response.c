@@ -645,6 +645,35 @@ ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
 }
 
 
+/*
+ * ch's text ends at len (a stop string, or tool calls after the content).
+ * Its logprobs list the tokens whose pieces begin before len, the
+ * prompt's always: the token that len falls in stays, its piece cut
+ * there, since it was sampled whole and its logprob is the whole token's;
+ * the tokens wholly after len go.
+ */
+void
+ngx_http_pagedllm_text_cut(ngx_http_pagedllm_choice_t *ch, size_t len)
+{
+    ngx_uint_t  n;
+
+    n = ch->npieces;
+
+    while (n > ch->prompt_pieces
+           && (n > 1 ? ch->piece_end[n - 2] : 0) >= len)
+    {
+        n--;
+    }
+
+    if (n) {
+        ch->piece_end[n - 1] = (uint32_t) len;
+    }
+
+    ch->npieces = n;
+    ch->text_len = len;
+}
+
+
 /* The logprobs of pieces [first, first + n) as JSON text in the request's
    pool; the document is built in a pool of its own, gone once dumped (a
    streamed request makes one per token). */

@@ -13,7 +13,8 @@
 #   - text_offset is where each token's text begins in the text: the
 #     tokens that share a character all have that character's offset;
 #   - a stop string that cuts a token leaves that token listed whole (its
-#     logprob is the whole token's); streamed or not.
+#     logprob is the whole token's), a token wholly after the cut is not
+#     listed; streamed or not.
 
 use strict;
 use warnings;
@@ -225,6 +226,11 @@ my $after = completion_ok('stop at " heaven"', %heaven,
 is($after->{text}, ' the', 'a stop string that begins a token');
 is_deeply($after->{logprobs}{tokens}, [' the'],
           'the token wholly after the cut not listed');
+
+my $first = completion_ok('stop at the first token', %heaven,
+                          stop => [' the']);
+is($first->{text}, '', 'no text');
+is_deeply($first->{logprobs}{tokens}, [], 'no token listed');
 
 $s = $t->stream_json('/v1/completions', %heaven, stop => ['heav']);
 my @ev = grep { @{ $_->{choices} } && $_->{choices}[0]{logprobs} }
