@@ -384,7 +384,8 @@ typedef struct {
     size_t                        text_cap;
     size_t                        chars_sent;    /* characters streamed */
     uint32_t                     *piece_end;
-    float                        *piece_lp;      /* chosen logprob */
+    int32_t                      *piece_id;      /* the chosen token */
+    float                        *piece_lp;      /* its logprob */
     pl_top_logprob_t             *piece_top;     /* n_top per piece */
     ngx_uint_t                    npieces;
     ngx_uint_t                    pieces_cap;
@@ -577,6 +578,7 @@ u_char *ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t index, u_char *text, size_t len, ngx_str_t *logprobs,
     uint32_t finish_reason);
 size_t ngx_http_pagedllm_utf8_chars(u_char *p, size_t n);
+void ngx_http_pagedllm_text_cut(ngx_http_pagedllm_choice_t *ch, size_t len);
 ngx_int_t ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n,
     ngx_str_t *out);

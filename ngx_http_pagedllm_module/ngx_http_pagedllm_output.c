@@ -172,14 +172,16 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
  * Pieces of ch that may be streamed now: all once it has ended; before
  * that, those that end before the text that might still become a stop
  * string (the longest tail of the text that is a proper prefix of one),
- * and none of a beam search's choice, which is sent whole.  None once the
- * request has failed.
+ * and while the decoder holds an incomplete character, before the text's
+ * end (a piece there may own those bytes, and the U+FFFD they become if
+ * no token completes them); none of a beam search's choice, which is sent
+ * whole.  None once the request has failed.
  */
 static ngx_uint_t
 ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch)
 {
-    size_t       hold, k, safe;
+    size_t       hold, held, k, safe;
     ngx_str_t   *st;
     ngx_uint_t   i, n;
 
@@ -206,8 +208,9 @@ ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
     }
 
     safe = ngx_http_pagedllm_tools_safe(ctx, ch, ch->text_len - hold);
+    held = ch->detok.npending && safe == ch->text_len;
 
-    for (n = 0; n < ch->npieces && ch->piece_end[n] <= safe; n++) {
+    for (n = 0; n < ch->npieces && ch->piece_end[n] + held <= safe; n++) {
         /* void */
     }
 
@@ -261,6 +264,7 @@ ngx_http_pagedllm_consume(ngx_http_pagedllm_choice_t *ch, ngx_uint_t n,
 
     for (i = 0; i < rest; i++) {
         ch->piece_end[i] = ch->piece_end[n + i] - bytes;
+        ch->piece_id[i] = ch->piece_id[n + i];
         ch->piece_lp[i] = ch->piece_lp[n + i];
     }
 

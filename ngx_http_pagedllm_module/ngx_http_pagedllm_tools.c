@@ -106,8 +106,6 @@ static json_t *ngx_http_pagedllm_tools_calls_in(json_t *calls,
     ngx_pool_t *pool);
 static ngx_http_pagedllm_tools_t *ngx_http_pagedllm_tools_active(
     ngx_http_pagedllm_ctx_t *ctx);
-static void ngx_http_pagedllm_tools_cut(ngx_http_pagedllm_choice_t *ch,
-    size_t len);
 static ngx_int_t ngx_http_pagedllm_tools_ids(json_t *calls,
     pl_tools_format_t format);
 static ngx_int_t ngx_http_pagedllm_tools_deltas(ngx_http_pagedllm_ctx_t *ctx,
@@ -841,7 +839,7 @@ ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
             ch->finish_reason = NGX_HTTP_PAGEDLLM_FINISH_TOOL_CALLS;
         }
 
-        ngx_http_pagedllm_tools_cut(ch, 0);
+        ngx_http_pagedllm_text_cut(ch, 0);
         return;
     }
 
@@ -881,30 +879,11 @@ ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
         /* void */
     }
 
-    ngx_http_pagedllm_tools_cut(ch, i == content && ch->chars_sent == 0
-                                    ? 0 : content);
+    ngx_http_pagedllm_text_cut(ch, i == content && ch->chars_sent == 0
+                                   ? 0 : content);
 
     t->calls[ch->index] = calls;
     ch->finish_reason = NGX_HTTP_PAGEDLLM_FINISH_TOOL_CALLS;
-}
-
-
-/* ch's text and pieces ended at len */
-static void
-ngx_http_pagedllm_tools_cut(ngx_http_pagedllm_choice_t *ch, size_t len)
-{
-    ngx_uint_t  n;
-
-    for (n = 0; n < ch->npieces && ch->piece_end[n] <= len; n++) {
-        /* void */
-    }
-
-    if (n < ch->npieces && (n ? ch->piece_end[n - 1] : 0) < len) {
-        ch->piece_end[n++] = (uint32_t) len;
-    }
-
-    ch->npieces = n;
-    ch->text_len = len;
 }
 
 
