@@ -848,7 +848,7 @@ ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
 
         if (calls != NULL) {
             t->calls[ch->index] = calls;
-            ngx_http_pagedllm_tools_cut(ch, 0);
+            ngx_http_pagedllm_text_cut(ch, 0);
         }
 
         return;
