@@ -42,6 +42,7 @@ static ngx_chain_t *ngx_http_pagedllm_out_buf(ngx_http_pagedllm_ctx_t *ctx,
     size_t size);
 static void ngx_http_pagedllm_after_write(ngx_http_pagedllm_ctx_t *ctx,
     ngx_int_t rc);
+static void ngx_http_pagedllm_too_slow(ngx_http_pagedllm_ctx_t *ctx);
 static size_t ngx_http_pagedllm_unsent(ngx_http_pagedllm_ctx_t *ctx);
 static size_t ngx_http_pagedllm_kernel_unsent(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pagedllm_write_timer(ngx_http_request_t *r);
@@ -440,13 +441,40 @@ ngx_http_pagedllm_after_write(ngx_http_pagedllm_ctx_t *ctx, ngx_int_t rc)
                       "bytes unsent (nginx and kernel), aborting the "
                       "generation",
                       plcf->max_unsent);
-        ngx_http_finalize_request(r, NGX_ERROR);
+        ngx_http_pagedllm_too_slow(ctx);
         return;
     }
 
     if (ngx_http_pagedllm_write_timer(r) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_ERROR);
     }
+}
+
+
+/*
+ * A client that let more than pagedllm_max_unsent pile up: its generation
+ * is stopped and its KV blocks freed now, and the stream ends as any
+ * failed one does, with an error event and [DONE] after what it was
+ * already sent, so a client that reads on learns why its stream ended.
+ * The request is then finalized like a finished stream: nginx sends what
+ * is left while the client reads, and closes the connection after
+ * send_timeout if it does not.  What stays is bounded by pagedllm_max_unsent
+ * and one event.
+ */
+static void
+ngx_http_pagedllm_too_slow(ngx_http_pagedllm_ctx_t *ctx)
+{
+    ngx_http_pagedllm_channel_cancel(ctx);
+
+    ctx->finished = 1;
+    ctx->finish_reason = PL_FINISH_ERROR;
+    ctx->error_status = NGX_HTTP_REQUEST_TIME_OUT;
+    ngx_str_set(&ctx->error_message,
+                "the client read the stream too slowly: more than "
+                "pagedllm_max_unsent bytes were waiting to be sent, so "
+                "the generation was stopped");
+
+    ngx_http_pagedllm_flush(ctx);
 }
 
 

@@ -796,8 +796,9 @@ ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 /*
  * The code of a request the engine failed, refused or never answered, by
  * status, streamed or not: the 429 and 503 a client may retry, a timeout,
- * the engine's failure or broken record; null for a 400, the request's
- * own fault, as for the parser's refusals.
+ * the engine's failure or broken record, a stream stopped because its
+ * client read too slowly (408, streamed only); null for a 400, the
+ * request's own fault, as for the parser's refusals.
  */
 const char *
 ngx_http_pagedllm_engine_code(ngx_uint_t status)
@@ -812,6 +813,9 @@ ngx_http_pagedllm_engine_code(ngx_uint_t status)
 
     case NGX_HTTP_GATEWAY_TIME_OUT:
         return "engine_timeout";
+
+    case NGX_HTTP_REQUEST_TIME_OUT:
+        return "client_too_slow";
 
     case NGX_HTTP_INTERNAL_SERVER_ERROR:
     case NGX_HTTP_BAD_GATEWAY:
