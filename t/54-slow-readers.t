@@ -71,16 +71,20 @@ sub wait_progress {
     }
 }
 
-# What a slow client finally reads: the bytes of its stream, and whether
-# the server closed it before the last chunk.
+# What a slow client finally reads: the bytes of its stream's body, and
+# whether the server closed the connection before the last chunk.
 sub drain {
     my ($s, $deadline) = @_;
-    my $st = { sock => $s };
-    my $c = PagedLLM::Test::read_chunks([$st], $deadline)->[0];
-    my $bytes = length $st->{buf};
+    my $buf = '';
+    my $head = PagedLLM::Test::read_head($s, \$buf, $deadline);
+    my $c = PagedLLM::Test::read_chunks([{ sock => $s, buf => $buf }],
+                                        $deadline)->[0];
+    my $bytes = 0;
     $bytes += length $_->{data} for @{ $c->{chunks} };
     return { bytes => $bytes,
-             closed => !$c->{complete} && ($c->{error} // '') ne 'timeout' };
+             closed => $head && $head->{status} == 200 && !$c->{complete}
+                       && ($c->{error} // '') eq
+                          'connection closed before the last chunk' };
 }
 
 sub slow_readers {
