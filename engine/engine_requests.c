@@ -301,31 +301,22 @@ pl_engine_check_sampling(pl_engine_t *e, const pl_ipc_msg_t *m, char *buf,
 }
 
 
-/* The first parameter beam search scores without that r sets, as
-   "NAME is not supported with beam search"; NULL when none. */
+/* The first parameter beam search cannot honour that r sets, as "NAME is
+   not supported with beam search" in buf; NULL when none. */
 static const char *
-pl_engine_beam_unsupported(const pl_rec_submit_t *r)
+pl_engine_beam_unsupported(const pl_rec_submit_t *r, char *buf, size_t len)
 {
-    if (r->min_p != 0) {
-        return "min_p is not supported with beam search";
-    }
-    if (r->repetition_penalty != 0 && r->repetition_penalty != 1) {
-        return "repetition_penalty is not supported with beam search";
-    }
-    if (r->presence_penalty != 0) {
-        return "presence_penalty is not supported with beam search";
-    }
-    if (r->frequency_penalty != 0) {
-        return "frequency_penalty is not supported with beam search";
-    }
-    if (r->n_logit_bias != 0) {
-        return "logit_bias is not supported with beam search";
-    }
-    if (r->flags & PL_SUBMIT_LOGPROBS) {
-        return "logprobs is not supported with beam search";
+    const char  *name;
+
+    name = pl_beam_unsupported(r->min_p, r->repetition_penalty,
+                               r->presence_penalty, r->frequency_penalty,
+                               r->n_logit_bias, r->flags);
+    if (name == NULL) {
+        return NULL;
     }
 
-    return NULL;
+    snprintf(buf, len, "%s is not supported with beam search", name);
+    return buf;
 }
 
 
@@ -338,7 +329,7 @@ pl_engine_beam_unsupported(const pl_rec_submit_t *r)
  * (length_penalty is then ignored).  NULL when all is well.
  */
 static const char *
-pl_engine_check_beam(const pl_rec_submit_t *r)
+pl_engine_check_beam(const pl_rec_submit_t *r, char *buf, size_t len)
 {
     uint32_t  n = r->n ? r->n : 1;
 
@@ -363,7 +354,7 @@ pl_engine_check_beam(const pl_rec_submit_t *r)
         return "early_stopping must be true, false or \"never\"";
     }
 
-    return pl_engine_beam_unsupported(r);
+    return pl_engine_beam_unsupported(r, buf, len);
 }
 
 
@@ -521,7 +512,7 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
 
     why = pl_engine_check_sampling(e, m, buf, len);
     if (why == NULL) {
-        why = pl_engine_check_beam(r);
+        why = pl_engine_check_beam(r, buf, len);
     }
     if (why == NULL) {
         why = pl_engine_check_group(e, m, buf, len);
