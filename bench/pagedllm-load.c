@@ -29,8 +29,9 @@
  * Timing: a request starts when its first byte is sent; its first token
  * is its first streamed event that carries text; it ends at [DONE].  The
  * token counts are the stream's usage (stream_options.include_usage).  A
- * beam search is streamed too: the server sends each beam's whole text
- * in one chunk when the search ends, so its first token comes then.
+ * beam search is asked with stream: true too, and answered, as vLLM does,
+ * with one JSON response: its first token and its end are that response's
+ * end, its counts the response's usage.
  * The server's /metrics is read every 0.5 s during a run for the number
  * of running requests and the share of KV blocks in use.
  *
@@ -82,6 +83,7 @@ run_send_turn(load_run_t *run, load_conv_t *cv)
     c->conv = cv;
     c->rec.start = load_now();
     c->rec.seqs = run->cf->beam ? run->cf->beam : run->cf->n;
+    c->whole = run->cf->beam > 0;
     run->in_flight++;
     run_add_conn(run, c);
 }

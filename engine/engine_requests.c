@@ -301,22 +301,31 @@ pl_engine_check_sampling(pl_engine_t *e, const pl_ipc_msg_t *m, char *buf,
 }
 
 
-/* The first parameter beam search cannot honour that r sets, as "NAME is
-   not supported with beam search" in buf; NULL when none. */
+/* The first parameter beam search scores without that r sets, as
+   "NAME is not supported with beam search"; NULL when none. */
 static const char *
-pl_engine_beam_unsupported(const pl_rec_submit_t *r, char *buf, size_t len)
+pl_engine_beam_unsupported(const pl_rec_submit_t *r)
 {
-    const char  *name;
-
-    name = pl_beam_unsupported(r->min_p, r->repetition_penalty,
-                               r->presence_penalty, r->frequency_penalty,
-                               r->n_logit_bias, r->flags);
-    if (name == NULL) {
-        return NULL;
+    if (r->min_p != 0) {
+        return "min_p is not supported with beam search";
+    }
+    if (r->repetition_penalty != 0 && r->repetition_penalty != 1) {
+        return "repetition_penalty is not supported with beam search";
+    }
+    if (r->presence_penalty != 0) {
+        return "presence_penalty is not supported with beam search";
+    }
+    if (r->frequency_penalty != 0) {
+        return "frequency_penalty is not supported with beam search";
+    }
+    if (r->n_logit_bias != 0) {
+        return "logit_bias is not supported with beam search";
+    }
+    if (r->flags & PL_SUBMIT_LOGPROBS) {
+        return "logprobs is not supported with beam search";
     }
 
-    snprintf(buf, len, "%s is not supported with beam search", name);
-    return buf;
+    return NULL;
 }
 
 
@@ -329,7 +338,7 @@ pl_engine_beam_unsupported(const pl_rec_submit_t *r, char *buf, size_t len)
  * (length_penalty is then ignored).  NULL when all is well.
  */
 static const char *
-pl_engine_check_beam(const pl_rec_submit_t *r, char *buf, size_t len)
+pl_engine_check_beam(const pl_rec_submit_t *r)
 {
     uint32_t  n = r->n ? r->n : 1;
 
@@ -354,7 +363,7 @@ pl_engine_check_beam(const pl_rec_submit_t *r, char *buf, size_t len)
         return "early_stopping must be true, false or \"never\"";
     }
 
-    return pl_engine_beam_unsupported(r, buf, len);
+    return pl_engine_beam_unsupported(r);
 }
 
 
@@ -512,7 +521,7 @@ pl_engine_check_submit(pl_engine_t *e, pl_conn_t *c, const pl_ipc_msg_t *m,
 
     why = pl_engine_check_sampling(e, m, buf, len);
     if (why == NULL) {
-        why = pl_engine_check_beam(r, buf, len);
+        why = pl_engine_check_beam(r);
     }
     if (why == NULL) {
         why = pl_engine_check_group(e, m, buf, len);

@@ -1151,42 +1151,11 @@ failed:
 }
 
 
-/*
- * A /regex/ terminal that does not parse: the regex's own error, whose
- * offset counts in the regex, after the regex itself (cut at a character
- * to 40 bytes), which says where it is in a grammar of several and means
- * the same where a translator wrote the grammar (a schema's pattern,
- * guided_regex); an offset in that grammar would mean nothing there.
- */
-static void
-gr_regex_fail(gr_cursor_t *c, const char *re, size_t len, const char *err)
-{
-    size_t  shown = len;
-
-    if (c->failed) {
-        return;
-    }
-    c->failed = 1;
-
-    if (shown > 40) {
-        shown = 40;
-        while (shown > 0 && ((unsigned char) re[shown] & 0xc0) == 0x80) {
-            shown--;
-        }
-    }
-
-    if (c->errlen > 0) {
-        snprintf(c->err, c->errlen, "in the regex /%.*s%s/: %s", (int) shown,
-                 re, shown < len ? "..." : "", err);
-    }
-}
-
-
 /* /regex/ or /regex/j with the cursor on the first slash */
 static gr_node_t *
 gr_ebnf_regex(gr_cursor_t *c)
 {
-    size_t      start = ++c->pos, len;
+    size_t      start = ++c->pos;
     int         in_class = 0, json = 0;
     gr_node_t  *n;
     char        err[200];
@@ -1213,11 +1182,10 @@ gr_ebnf_regex(gr_cursor_t *c)
         c->pos++;
     }
 
-    len = c->pos - json - 1 - start;
-
-    n = gr_parse_regex(c->t, c->s + start, len, json, err, sizeof(err));
+    n = gr_parse_regex(c->t, c->s + start, c->pos - json - 1 - start, json,
+                       err, sizeof(err));
     if (n == NULL) {
-        gr_regex_fail(c, c->s + start, len, err);
+        gr_fail(c, "in a regex: %s", err);
     }
 
     return n;

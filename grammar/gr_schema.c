@@ -11,15 +11,11 @@
  * properties whose additionalProperties is a schema is a map of string
  * keys to it).  A $ref becomes a rule, so recursion is bounded by the
  * compiler's nesting limit.  string formats: date-time, date, time,
- * uuid, email, ipv4.  An integer's minimum, maximum and their exclusive
- * forms, and a multipleOf that divides 1000, are written into the digits
- * themselves (below, "integers in a range"); a number with a multipleOf
- * is an integer.  Every other keyword that constrains the value is
+ * uuid, email, ipv4.  Every other keyword that constrains the value is
  * refused by name.
  */
 
 #include <jansson.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +25,6 @@
 
 #define GR_SCHEMA_MAX_DEPTH  64      /* nesting of the schema document */
 #define GR_SCHEMA_MAX_REFS   256
-#define GR_INT_DIGITS        16      /* the int rule's longest integer */
-#define GR_INT_LIMIT         9999999999999999LL
-#define GR_MULTIPLE_LIMIT    1000    /* multipleOf: divisors of this */
 
 /* the building blocks every translation may use */
 static const char  gr_base_rules[] =
@@ -70,13 +63,7 @@ static const char *const  gr_annotations[] = {
 static const char *const  gr_keywords[] = {
     "type", "enum", "const", "anyOf", "$ref", "pattern", "format",
     "minLength", "maxLength", "items", "minItems", "maxItems",
-    "properties", "required", "additionalProperties", "minimum",
-    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", NULL
-};
-
-/* the keywords that bound a number, lower ones first */
-static const char *const  gr_bounds[] = {
-    "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"
+    "properties", "required", "additionalProperties", NULL
 };
 
 typedef struct {
@@ -691,434 +678,6 @@ done:
 }
 
 
-/* ---- integers in a range ----
- *
- * An integer range [lo, hi] becomes the canonical decimal strings of its
- * members (no "+", no leading zero, no "-0"): "0" when 0 is in it, and for
- * each sign its magnitudes, split by number of digits into ranges of equal
- * length.  Such a range x..y is a union of boxes, each a run of per-digit
- * ranges: where x and y share their leading digit it is fixed and the rest
- * recurses; otherwise come x's leading digit with the rest of x up to
- * 9...9, the digits strictly between with any rest, and y's leading digit
- * with 0...0 up to the rest of y (a rest of all zeros, or all nines, joins
- * the digits between instead).  A range of n digits is at most 2n - 1
- * boxes, so the text stays small whatever the bounds.
- *
- * multipleOf k, for k dividing 1000: 10^m is a multiple of k for the
- * smallest such m (at most 3), so an integer's residue mod k is the one
- * of its last m digits (of all of them when it is shorter).  Each box's
- * last m positions are written as a tree: the digits of a position are
- * grouped by the residue the positions after them must then make, so the
- * leading part of the box is written once and the tree has at most
- * 10 * 10 * 10 leaves, far fewer for most k.
- */
-
-typedef struct {
-    uint8_t       lo[GR_INT_DIGITS];
-    uint8_t       hi[GR_INT_DIGITS];
-    int           n;
-} gr_box_t;
-
-typedef struct {
-    pl_gtext_t    out;          /* the alternatives, " |" between them */
-    int           k;            /* multipleOf; 1 for none */
-    int           m;            /* the trailing digits that decide mod k */
-    int           n_alts;
-} gr_ints_t;
-
-
-/* the digits set in mask (bit d: digit d), a literal or a class */
-static void
-gr_digits(pl_gtext_t *t, unsigned mask)
-{
-    int  d, e;
-
-    if ((mask & (mask - 1)) == 0) {
-        for (d = 0; !(mask >> d & 1); d++) {
-            /* void */
-        }
-        gt_printf(t, " \"%d\"", d);
-        return;
-    }
-    gt_str(t, " [");
-    for (d = 0; d < 10; d = e) {
-        for (e = d; e < 10 && (mask >> e & 1); e++) {
-            /* void */
-        }
-        if (e - d > 2) {
-            gt_printf(t, "%d-%d", d, e - 1);
-        } else if (e - d == 2) {
-            gt_printf(t, "%d%d", d, d + 1);
-        } else if (e > d) {
-            gt_printf(t, "%d", d);
-        } else {
-            e++;
-        }
-    }
-    gt_str(t, "]");
-}
-
-
-static unsigned
-gr_digit_span(int lo, int hi)
-{
-    return ((1u << (hi + 1)) - 1) & ~((1u << lo) - 1);
-}
-
-
-/* the digit strings of b's positions [i, b->n) whose value is r mod k,
-   as alternatives into t; how many (0: none) */
-static int
-gr_tail(pl_gtext_t *t, const gr_box_t *b, int i, int r, int k)
-{
-    pl_gtext_t  rest;
-    unsigned    done = 0, group;
-    int         w = 1, d, e, next, n, alts = 0;
-
-    if (i == b->n) {
-        return r == 0;
-    }
-    for (d = i + 1; d < b->n; d++) {
-        w = w * 10 % k;
-    }
-    for (d = b->lo[i]; d <= b->hi[i]; d++) {
-        if (done >> d & 1) {
-            continue;
-        }
-        next = ((r - d * w) % k + k) % k;
-        group = 0;
-        for (e = d; e <= b->hi[i]; e++) {
-            if (((r - e * w) % k + k) % k == next) {
-                group |= 1u << e;
-            }
-        }
-        done |= group;
-
-        memset(&rest, 0, sizeof(rest));
-        n = gr_tail(&rest, b, i + 1, next, k);
-        if (n > 0) {
-            gt_str(t, alts++ ? " |" : "");
-            gr_digits(t, group);
-            gt_str(t, n > 1 ? " (" : "");
-            gt_put(t, rest.data ? rest.data : "", rest.len);
-            gt_str(t, n > 1 ? " )" : "");
-        }
-        t->oom |= rest.oom;
-        pl_gtext_free(&rest);
-    }
-
-    return alts;
-}
-
-
-/* one box as an alternative, unless multipleOf leaves nothing of it */
-static void
-gr_box(gr_ints_t *g, const gr_box_t *b)
-{
-    pl_gtext_t  alt = { 0 }, tail = { 0 };
-    int         i, j, end, n = 1;
-
-    end = g->k > 1 ? b->n - (b->n < g->m ? b->n : g->m) : b->n;
-    for (i = 0; i < end; i = j) {
-        j = i + 1;
-        if (b->lo[i] == 0 && b->hi[i] == 9) {
-            while (j < end && b->lo[j] == 0 && b->hi[j] == 9) {
-                j++;
-            }
-            gt_str(&alt, " [0-9]");
-            if (j - i > 1) {
-                gt_printf(&alt, "{%d}", j - i);
-            }
-        } else if (b->lo[i] == b->hi[i]) {
-            gt_printf(&alt, " \"%d", b->lo[i]);
-            while (j < end && b->lo[j] == b->hi[j]) {
-                gt_printf(&alt, "%d", b->lo[j++]);
-            }
-            gt_str(&alt, "\"");
-        } else {
-            gr_digits(&alt, gr_digit_span(b->lo[i], b->hi[i]));
-        }
-    }
-    if (end < b->n) {
-        n = gr_tail(&tail, b, end, 0, g->k);
-        gt_str(&alt, n > 1 ? " (" : "");
-        gt_put(&alt, tail.data ? tail.data : "", tail.len);
-        gt_str(&alt, n > 1 ? " )" : "");
-    }
-    if (n > 0) {
-        gt_str(&g->out, g->n_alts++ ? " |" : "");
-        gt_put(&g->out, alt.data, alt.len);
-    }
-    g->out.oom |= alt.oom | tail.oom;
-    pl_gtext_free(&alt);
-    pl_gtext_free(&tail);
-}
-
-
-/* the boxes of the digit strings x..y (of b->n digits, equal before
-   position i, which b already holds) */
-static void
-gr_boxes(gr_ints_t *g, gr_box_t *b, const char *x, const char *y, int i)
-{
-    char  to[GR_INT_DIGITS + 1];
-    int   n = b->n, lo, hi, zeros, nines, j;
-
-    while (i < n && x[i] == y[i]) {
-        b->lo[i] = b->hi[i] = (uint8_t) (x[i] - '0');
-        i++;
-    }
-    if (i == n) {
-        gr_box(g, b);
-        return;
-    }
-
-    zeros = (int) strspn(x + i + 1, "0") == n - i - 1;
-    nines = (int) strspn(y + i + 1, "9") == n - i - 1;
-    lo = x[i] - '0' + !zeros;
-    hi = y[i] - '0' - !nines;
-
-    if (!zeros) {
-        memcpy(to, x, (size_t) n + 1);
-        memset(to + i + 1, '9', (size_t) (n - i - 1));
-        b->lo[i] = b->hi[i] = (uint8_t) (x[i] - '0');
-        gr_boxes(g, b, x, to, i + 1);
-    }
-    if (lo <= hi) {
-        b->lo[i] = (uint8_t) lo;
-        b->hi[i] = (uint8_t) hi;
-        for (j = i + 1; j < n; j++) {
-            b->lo[j] = 0;
-            b->hi[j] = 9;
-        }
-        gr_box(g, b);
-    }
-    if (!nines) {
-        memcpy(to, y, (size_t) n + 1);
-        memset(to + i + 1, '0', (size_t) (n - i - 1));
-        b->lo[i] = b->hi[i] = (uint8_t) (y[i] - '0');
-        gr_boxes(g, b, to, y, i + 1);
-    }
-}
-
-
-/* the magnitudes a..b (1 <= a <= b <= GR_INT_LIMIT), by length */
-static void
-gr_magnitudes(gr_ints_t *g, long long a, long long b)
-{
-    char       x[24], y[24];    /* a long long's digits */
-    gr_box_t   box;
-    long long  p, lo, hi;
-    int        len;
-
-    for (len = 1, p = 1; len <= GR_INT_DIGITS && p <= b; len++, p *= 10) {
-        lo = a > p ? a : p;
-        hi = b < p * 10 - 1 ? b : p * 10 - 1;
-        if (lo > hi) {
-            continue;
-        }
-        snprintf(x, sizeof(x), "%lld", lo);
-        snprintf(y, sizeof(y), "%lld", hi);
-        box.n = len;
-        gr_boxes(g, &box, x, y, 0);
-    }
-}
-
-
-/* the integers lo..hi that are multiples of k (dividing 1000); -1 with
-   nothing written when there are none */
-static int
-gr_int_range(pl_gtext_t *out, long long lo, long long hi, int k)
-{
-    gr_ints_t  neg = { .k = k }, pos = { .k = k };
-    int        m, p;
-
-    for (m = 0, p = 1; p % k != 0; m++) {
-        p *= 10;
-    }
-    neg.m = pos.m = m;
-    if (lo < 0) {
-        gr_magnitudes(&neg, hi < 0 ? -hi : 1, -lo);
-    }
-    if (hi > 0) {
-        gr_magnitudes(&pos, lo > 0 ? lo : 1, hi);
-    }
-
-    if (neg.n_alts + pos.n_alts + (lo <= 0 && hi >= 0) > 0) {
-        gt_str(out, " (");
-        if (neg.n_alts > 0) {
-            gt_str(out, " \"-\" (");
-            gt_put(out, neg.out.data, neg.out.len);
-            gt_str(out, " )");
-        }
-        if (lo <= 0 && hi >= 0) {
-            gt_str(out, neg.n_alts > 0 ? " | \"0\"" : " \"0\"");
-        }
-        if (pos.n_alts > 0) {
-            gt_str(out, neg.n_alts > 0 || (lo <= 0 && hi >= 0) ? " |" : "");
-            gt_put(out, pos.out.data, pos.out.len);
-        }
-        gt_str(out, " )");
-    }
-    out->oom |= neg.out.oom | pos.out.oom;
-    pl_gtext_free(&neg.out);
-    pl_gtext_free(&pos.out);
-
-    return neg.n_alts + pos.n_alts + (lo <= 0 && hi >= 0) > 0 ? 0 : -1;
-}
-
-
-/* a bound of s, rounded inward to an integer, as at most one past the
-   int rule's limit either way */
-static long long
-gr_int_bound(json_t *v, int i)
-{
-    long long  n;
-    double     d;
-
-    if (json_is_integer(v)) {
-        n = json_integer_value(v);
-        n = n > GR_INT_LIMIT + 1 ? GR_INT_LIMIT + 1
-            : n < -GR_INT_LIMIT - 1 ? -GR_INT_LIMIT - 1 : n;
-        return i == 1 ? n + 1 : i == 3 ? n - 1 : n;
-    }
-    d = json_real_value(v);
-    d = i == 0 ? ceil(d) : i == 1 ? floor(d) + 1
-        : i == 2 ? floor(d) : ceil(d) - 1;
-    d = d > (double) (GR_INT_LIMIT + 1) ? (double) (GR_INT_LIMIT + 1)
-        : d < (double) (-GR_INT_LIMIT - 1) ? (double) (-GR_INT_LIMIT - 1) : d;
-
-    return (long long) d;
-}
-
-
-/* the integers s's bounds allow, [*lo, *hi], within the int rule's */
-static int
-gr_int_bounds(gr_schema_t *c, json_t *s, long long *lo, long long *hi)
-{
-    const char  *lo_key = NULL, *hi_key = NULL;
-    long long    n;
-    json_t      *v;
-    int          i;
-
-    *lo = -GR_INT_LIMIT;
-    *hi = GR_INT_LIMIT;
-    for (i = 0; i < 4; i++) {
-        v = json_object_get(s, gr_bounds[i]);
-        if (v == NULL) {
-            continue;
-        }
-        if (!json_is_number(v)) {
-            return gr_fail(c, "'%s' must be a number", gr_bounds[i]);
-        }
-        n = gr_int_bound(v, i);
-        if (i < 2 && n > *lo) {
-            *lo = n;
-            lo_key = gr_bounds[i];
-        } else if (i >= 2 && n < *hi) {
-            *hi = n;
-            hi_key = gr_bounds[i];
-        }
-    }
-    if (*lo > *hi) {
-        if (lo_key != NULL && hi_key != NULL) {
-            return gr_fail(c, "'%s' and '%s' leave no integer", lo_key,
-                           hi_key);
-        }
-        return gr_fail(c, "'%s' leaves no integer of at most %d digits",
-                       lo_key ? lo_key : hi_key, GR_INT_DIGITS);
-    }
-
-    return 0;
-}
-
-
-/* multipleOf: k dividing 1000, 1 when absent, 0 when refused */
-static int
-gr_multiple(gr_schema_t *c, json_t *s)
-{
-    json_t  *v = json_object_get(s, "multipleOf");
-    double   d;
-
-    if (v == NULL) {
-        return 1;
-    }
-    d = json_number_value(v);
-    if (!json_is_number(v) || d <= 0) {
-        gr_fail(c, "'multipleOf' must be a number above 0");
-        return 0;
-    }
-    if (d != floor(d) || d > GR_MULTIPLE_LIMIT
-        || GR_MULTIPLE_LIMIT % (int) d != 0)
-    {
-        gr_fail(c, "'multipleOf' %g is not supported (the divisors of %d "
-                "are: 1, 2, 4, 5, 8, 10, 20, 25, ...)", d,
-                GR_MULTIPLE_LIMIT);
-        return 0;
-    }
-
-    return (int) d;
-}
-
-
-/* the first bound s has, or NULL */
-static const char *
-gr_bound_key(json_t *s)
-{
-    int  i;
-
-    for (i = 0; i < 4; i++) {
-        if (json_object_get(s, gr_bounds[i]) != NULL) {
-            return gr_bounds[i];
-        }
-    }
-
-    return NULL;
-}
-
-
-/* a number within s's bounds */
-static int
-gr_number_range(gr_schema_t *c, json_t *s)
-{
-    return gr_fail(c, "'%s' on a 'number' is not supported (on an "
-                   "'integer' it is)", gr_bound_key(s));
-}
-
-
-/*
- * An integer, or a number, with the bounds and multipleOf s gives it.
- * A number that is a multiple of an integer is an integer, so it is
- * written as one.
- */
-static int
-gr_numeric(gr_schema_t *c, json_t *s, int integer)
-{
-    long long  lo, hi;
-    int        k;
-
-    if (!gr_bound_key(s) && json_object_get(s, "multipleOf") == NULL) {
-        gt_str(c->out, integer ? " int" : " num");
-        return 0;
-    }
-    if (!integer && json_object_get(s, "multipleOf") == NULL) {
-        return gr_number_range(c, s);
-    }
-    k = gr_multiple(c, s);
-    if (k == 0 || gr_int_bounds(c, s, &lo, &hi) != 0) {
-        return -1;
-    }
-    if (k == 1 && lo == -GR_INT_LIMIT && hi == GR_INT_LIMIT) {
-        gt_str(c->out, " int");
-        return 0;
-    }
-    if (gr_int_range(c->out, lo, hi, k) != 0) {
-        return gr_fail(c, "no multiple of %d is within the bounds", k);
-    }
-
-    return 0;
-}
-
-
 /* a schema of one type name */
 static int
 gr_typed(gr_schema_t *c, json_t *s, const char *type, int depth)
@@ -1132,11 +691,12 @@ gr_typed(gr_schema_t *c, json_t *s, const char *type, int depth)
     if (strcmp(type, "array") == 0) {
         return gr_array(c, s, depth);
     }
-    if (strcmp(type, "integer") == 0 || strcmp(type, "number") == 0) {
-        return gr_numeric(c, s, type[0] == 'i');
-    }
-    if (strcmp(type, "boolean") == 0 || strcmp(type, "null") == 0) {
-        gt_str(c->out, type[0] == 'b' ? " bool" : " null");
+    if (strcmp(type, "integer") == 0 || strcmp(type, "number") == 0
+        || strcmp(type, "boolean") == 0 || strcmp(type, "null") == 0)
+    {
+        gt_str(c->out, type[0] == 'i' ? " int" : type[0] == 'n'
+                       ? (type[1] == 'u' && type[2] == 'm' ? " num" : " null")
+                       : " bool");
         return 0;
     }
 
@@ -1163,9 +723,6 @@ gr_implied_type(json_t *s)
         || json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
     {
         return "string";
-    }
-    if (gr_bound_key(s) || json_object_get(s, "multipleOf")) {
-        return "number";
     }
 
     return NULL;
@@ -1264,10 +821,6 @@ gr_check_keywords(gr_schema_t *c, json_t *s)
     {
         return gr_fail(c, "'%s' with 'type' is not supported", form);
     }
-    key = json_object_get(s, "multipleOf") ? "multipleOf" : gr_bound_key(s);
-    if (form != NULL && key != NULL) {
-        return gr_fail(c, "'%s' with '%s' is not supported", key, form);
-    }
 
     return 0;
 }
@@ -1317,13 +870,6 @@ pl_grammar_from_schema_text(const char *json, size_t len, pl_gtext_t *out,
     int           i;
 
     c.root = json_loadb(json, len, JSON_DECODE_ANY, &jerr);
-    if (c.root == NULL
-        && json_error_code(&jerr) == json_error_null_character)
-    {
-        snprintf(err, errlen, "a NUL character (U+0000) is not supported "
-                 "in a schema");
-        return -1;
-    }
     if (c.root == NULL) {
         snprintf(err, errlen, "the schema is not valid JSON: %s", jerr.text);
         return -1;

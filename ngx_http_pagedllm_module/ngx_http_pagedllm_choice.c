@@ -164,9 +164,7 @@ ngx_http_pagedllm_on_prompt(ngx_http_pagedllm_ctx_t *ctx,
  * Token id decoded onto ch's text as its next piece, with its logprob and
  * the first n_top (the request's logprobs) of its top entries when lp is
  * not NULL; the bytes it added, or -1 for an id outside the vocabulary
- * or no memory.  A U+FFFD that ends earlier tokens' incomplete bytes ends
- * the piece before, so that each piece begins where its token's own text
- * does.
+ * or no memory.
  */
 static long
 ngx_http_pagedllm_piece_add(ngx_http_pagedllm_ctx_t *ctx,
@@ -174,7 +172,6 @@ ngx_http_pagedllm_piece_add(ngx_http_pagedllm_ctx_t *ctx,
     const pl_top_logprob_t *top)
 {
     long                         len;
-    size_t                       earlier;
     ngx_http_pagedllm_engine_t  *engine;
 
     engine = ngx_http_pagedllm_channel_engine(ctx);
@@ -187,21 +184,15 @@ ngx_http_pagedllm_piece_add(ngx_http_pagedllm_ctx_t *ctx,
         return -1;
     }
 
-    len = pl_detok_push_split(&ch->detok, id,
-                              (char *) ch->text + ch->text_len,
-                              NGX_HTTP_PAGEDLLM_DETOK_MAX, &earlier);
+    len = pl_detok_push(&ch->detok, id, (char *) ch->text + ch->text_len,
+                        NGX_HTTP_PAGEDLLM_DETOK_MAX);
     if (len < 0) {
         return -1;
     }
 
     ch->text_len += len;
 
-    if (earlier && ch->npieces) {
-        ch->piece_end[ch->npieces - 1] += earlier;
-    }
-
     if (lp) {
-        ch->piece_id[ch->npieces] = id;
         ch->piece_lp[ch->npieces] = *lp;
         ngx_memcpy(ch->piece_top + ch->npieces * ctx->n_top, top,
                    ctx->n_top * sizeof(pl_top_logprob_t));
@@ -311,7 +302,7 @@ static ngx_int_t
 ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t n)
 {
-    void               *pe, *id, *lp, *top;
+    void               *pe, *lp, *top;
     ngx_uint_t          cap;
     ngx_pool_t         *pool = ctx->request->pool;
 
@@ -323,24 +314,21 @@ ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx,
     cap = ngx_max(cap, 16);
 
     pe = ngx_palloc(pool, cap * sizeof(uint32_t));
-    id = ngx_palloc(pool, cap * sizeof(int32_t));
     lp = ngx_palloc(pool, cap * sizeof(float));
     top = ngx_palloc(pool, cap * (ctx->n_top + 1) * sizeof(pl_top_logprob_t));
 
-    if (pe == NULL || id == NULL || lp == NULL || top == NULL) {
+    if (pe == NULL || lp == NULL || top == NULL) {
         return NGX_ERROR;
     }
 
     if (ch->npieces) {
         ngx_memcpy(pe, ch->piece_end, ch->npieces * sizeof(uint32_t));
-        ngx_memcpy(id, ch->piece_id, ch->npieces * sizeof(int32_t));
         ngx_memcpy(lp, ch->piece_lp, ch->npieces * sizeof(float));
         ngx_memcpy(top, ch->piece_top,
                    ch->npieces * ctx->n_top * sizeof(pl_top_logprob_t));
     }
 
     ch->piece_end = pe;
-    ch->piece_id = id;
     ch->piece_lp = lp;
     ch->piece_top = top;
     ch->pieces_cap = cap;
@@ -352,8 +340,9 @@ ngx_http_pagedllm_pieces_reserve(ngx_http_pagedllm_ctx_t *ctx,
 /*
  * The last token of ch added len bytes: look for the earliest stop string
  * that ends in them.  On a match the text is cut where the stop string
- * starts (where it ends, with include_stop_str_in_output) and the choice
- * ends with "stop".
+ * starts (where it ends, with include_stop_str_in_output), the pieces
+ * after the cut are dropped, and the choice ends with
+ * "stop".
  */
 static ngx_uint_t
 ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
@@ -389,7 +378,15 @@ ngx_http_pagedllm_stop_check(ngx_http_pagedllm_ctx_t *ctx,
         return 0;
     }
 
-    ngx_http_pagedllm_text_cut(ch, cut + keep);
+    cut += keep;
+
+    ch->text_len = cut;
+
+    while (ch->npieces > 1 && ch->piece_end[ch->npieces - 2] >= cut) {
+        ch->npieces--;
+    }
+
+    ch->piece_end[ch->npieces - 1] = (uint32_t) cut;
 
     ch->stopped = 1;
     ch->finish_reason = PL_FINISH_STOP;

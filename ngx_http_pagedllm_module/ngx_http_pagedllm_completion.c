@@ -647,7 +647,7 @@ ngx_http_pagedllm_check_prompts(ngx_http_pagedllm_params_t *p,
     ngx_uint_t  i, total;
 
     if (p->n_parts <= 1) {
-        return ngx_http_pagedllm_check_length(p, engine, -1, err);
+        return ngx_http_pagedllm_check_length(p, engine, err);
     }
 
     total = 0;
@@ -655,7 +655,7 @@ ngx_http_pagedllm_check_prompts(ngx_http_pagedllm_params_t *p,
     for (i = 0; i < p->n_parts; i++) {
         p->n_prompt = p->parts[i].n_ids;
 
-        if (ngx_http_pagedllm_check_length(p, engine, i, err) != NGX_OK) {
+        if (ngx_http_pagedllm_check_length(p, engine, err) != NGX_OK) {
             return NGX_ERROR;
         }
 

@@ -41,8 +41,6 @@ static void ngx_http_pagedllm_number_text(double d, u_char *buf,
     size_t len);
 static ngx_int_t ngx_http_pagedllm_f_param(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
-static ngx_int_t ngx_http_pagedllm_f_max_tokens(
-    ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_seed(
     ngx_http_pagedllm_parse_t *ps, json_t *v);
 static ngx_int_t ngx_http_pagedllm_f_stream(
@@ -192,7 +190,7 @@ static ngx_http_pagedllm_typed_t  ngx_http_pagedllm_verbosity =
 /* The fields both endpoints take, after the endpoint's own. */
 ngx_http_pagedllm_field_t  ngx_http_pagedllm_common_fields[] = {
     { "model", ngx_http_pagedllm_f_model, -1, NULL },
-    { "max_tokens", ngx_http_pagedllm_f_max_tokens, PL_P_max_tokens, NULL },
+    { "max_tokens", NGX_HTTP_PAGEDLLM_PARAM(max_tokens), NULL },
     { "temperature", NGX_HTTP_PAGEDLLM_PARAM(temperature), NULL },
     { "top_p", NGX_HTTP_PAGEDLLM_PARAM(top_p), NULL },
     { "top_k", NGX_HTTP_PAGEDLLM_PARAM(top_k), NULL },
@@ -261,8 +259,7 @@ static ngx_http_pagedllm_field_t  ngx_http_pagedllm_completion_fields[] = {
    the number of top entries */
 static ngx_http_pagedllm_field_t  ngx_http_pagedllm_chat_fields[] = {
     { "messages", ngx_http_pagedllm_f_messages, -1, NULL },
-    { "max_completion_tokens", ngx_http_pagedllm_f_max_tokens,
-      PL_P_max_tokens, NULL },
+    { "max_completion_tokens", NGX_HTTP_PAGEDLLM_PARAM(max_tokens), NULL },
     { "logprobs", ngx_http_pagedllm_f_flag, -1,
       &ngx_http_pagedllm_want_logprobs },
     { "top_logprobs", NGX_HTTP_PAGEDLLM_PARAM(logprobs), NULL },
@@ -341,8 +338,6 @@ ngx_http_pagedllm_type_error(ngx_http_pagedllm_parse_t *ps, const char *what)
 static ngx_int_t
 ngx_http_pagedllm_f_model(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    size_t                       len;
-    ngx_str_t                    name;
     ngx_http_pagedllm_engine_t  *engine = ps->engine;
     ngx_http_pagedllm_error_t   *err = ps->err;
 
@@ -354,32 +349,18 @@ ngx_http_pagedllm_f_model(ngx_http_pagedllm_parse_t *ps, json_t *v)
         return ngx_http_pagedllm_type_error(ps, "a string");
     }
 
-    if (json_string_length(v) == engine->model.len
-        && ngx_strncmp(json_string_value(v), engine->model.data,
-                       engine->model.len) == 0)
+    if (json_string_length(v) != engine->model.len
+        || ngx_strncmp(json_string_value(v), engine->model.data,
+                       engine->model.len) != 0)
     {
-        return NGX_OK;
-    }
-
-    /* the name as JSON writes it, so that a control character, U+0000
-       included, shows rather than ends or garbles the message */
-    len = json_string_length(v);
-    name.len = len + ngx_escape_json(NULL, (u_char *) json_string_value(v),
-                                     len);
-    name.data = ngx_pnalloc(ps->pool, name.len);
-    if (name.data == NULL) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                    NULL, "out of memory");
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_NOT_FOUND, "model",
+                                    "The model `%s` does not exist",
+                                    json_string_value(v));
+        err->code = "model_not_found";
         return NGX_ERROR;
     }
 
-    ngx_escape_json(name.data, (u_char *) json_string_value(v), len);
-
-    ngx_http_pagedllm_error_set(err, NGX_HTTP_NOT_FOUND, "model",
-                                "The model `%V` does not exist", &name);
-    err->code = "model_not_found";
-
-    return NGX_ERROR;
+    return NGX_OK;
 }
 
 
@@ -580,7 +561,7 @@ ngx_http_pagedllm_token_ids(ngx_http_pagedllm_parse_t *ps, json_t *v,
 static ngx_int_t
 ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
-    u_char             got[32], single[32], note[96];
+    u_char             got[32];
     double             d, ctx, vocab;
     uint32_t          *flag;
     const char        *name;
@@ -603,11 +584,8 @@ ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
     ctx = ps->engine->max_model_len;
     vocab = ps->engine->vocab_size;
 
-    /* a float goes on in single precision: 1e-300 is 0 there */
-    if (!pl_param_in_range(row, d, ctx, vocab)
-        || (row->type == PL_PARAM_FLOAT
-            && !pl_param_in_range(row, (float) d, ctx, vocab)))
-    {
+    if (!pl_param_in_range(row, d, ctx, vocab)) {
+
         ngx_http_pagedllm_number_text(d, got, sizeof(got));
 
         if (row->type == PL_PARAM_INT) {
@@ -617,21 +595,14 @@ ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
                                         (int64_t) row->lo,
                                         (int64_t) pl_param_hi(row, ctx,
                                                               vocab), got);
-            return NGX_ERROR;
+        } else {
+            ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
+                                        "'%s' must be in %s%.1f, %.1f], got "
+                                        "%s", name,
+                                        row->open_lo ? "(" : "[", row->lo,
+                                        row->hi, got);
         }
 
-        note[0] = '\0';
-
-        if (pl_param_in_range(row, d, ctx, vocab)) {
-            ngx_http_pagedllm_number_text((float) d, single, sizeof(single));
-            ngx_sprintf(note, ", %s in the single precision the sampler "
-                        "takes%Z", single);
-        }
-
-        ngx_http_pagedllm_error_set(ps->err, NGX_HTTP_BAD_REQUEST, name,
-                                    "'%s' must be in %s%.1f, %.1f], got %s%s",
-                                    name, row->open_lo ? "(" : "[", row->lo,
-                                    row->hi, got, note);
         return NGX_ERROR;
     }
 
@@ -641,39 +612,6 @@ ngx_http_pagedllm_f_param(ngx_http_pagedllm_parse_t *ps, json_t *v)
 
     if (flag) {
         ps->params->flags |= *flag;
-    }
-
-    return NGX_OK;
-}
-
-
-/*
- * max_tokens, and chat's max_completion_tokens, OpenAI's name for it now:
- * each is checked as the parameter, and when a request gives both,
- * max_completion_tokens is the limit whatever the order of the keys (as
- * vLLM takes it).
- */
-static ngx_int_t
-ngx_http_pagedllm_f_max_tokens(ngx_http_pagedllm_parse_t *ps, json_t *v)
-{
-    uint32_t                     kept;
-    ngx_http_pagedllm_params_t  *p = ps->params;
-
-    kept = p->max_tokens;
-
-    if (ngx_http_pagedllm_f_param(ps, v) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    if (json_is_null(v)) {
-        return NGX_OK;
-    }
-
-    if (ngx_strcmp(ps->field->name, "max_completion_tokens") == 0) {
-        p->max_completion = 1;
-
-    } else if (p->max_completion) {
-        p->max_tokens = kept;
     }
 
     return NGX_OK;
@@ -805,20 +743,11 @@ ngx_http_pagedllm_f_early_stopping(ngx_http_pagedllm_parse_t *ps, json_t *v)
 }
 
 
-/*
- * stream_options, each a boolean: OpenAI's include_usage (a last chunk
- * with the usage) and include_obfuscation (random padding against
- * length side channels: no chunk here carries any, so true asks for
- * nothing that is not already so), and vLLM's continuous_usage_stats
- * (every chunk carries the usage so far).  As in vLLM, where
- * include_usage defaults to true, continuous_usage_stats needs no
- * include_usage, and an include_usage of false turns both off.
- */
 static ngx_int_t
 ngx_http_pagedllm_f_stream_options(ngx_http_pagedllm_parse_t *ps, json_t *v)
 {
     json_t                      *e;
-    ngx_uint_t                   b, usage, no_usage, continuous;
+    ngx_uint_t                   b;
     const char                  *key;
     ngx_http_pagedllm_params_t  *p = ps->params;
     ngx_http_pagedllm_error_t   *err = ps->err;
@@ -831,15 +760,8 @@ ngx_http_pagedllm_f_stream_options(ngx_http_pagedllm_parse_t *ps, json_t *v)
         return ngx_http_pagedllm_type_error(ps, "an object");
     }
 
-    usage = 0;
-    no_usage = 0;
-    continuous = 0;
-
     json_object_foreach(v, key, e) {
-        if (ngx_strcmp(key, "include_usage") != 0
-            && ngx_strcmp(key, "include_obfuscation") != 0
-            && ngx_strcmp(key, "continuous_usage_stats") != 0)
-        {
+        if (ngx_strcmp(key, "include_usage") != 0) {
             ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                         "stream_options",
                                         "Unrecognized stream option: %s",
@@ -847,27 +769,12 @@ ngx_http_pagedllm_f_stream_options(ngx_http_pagedllm_parse_t *ps, json_t *v)
             return NGX_ERROR;
         }
 
-        if (!json_is_boolean(e) && !json_is_null(e)) {
-            ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                        "stream_options",
-                                        "'stream_options.%s' must be a "
-                                        "boolean", key);
+        if (ngx_http_pagedllm_bool(ps, e, &b) != NGX_OK) {
             return NGX_ERROR;
         }
 
-        b = json_is_true(e);
-
-        if (ngx_strcmp(key, "include_usage") == 0) {
-            usage = b;
-            no_usage = json_is_false(e);
-
-        } else if (ngx_strcmp(key, "continuous_usage_stats") == 0) {
-            continuous = b;
-        }
+        p->include_usage = b;
     }
-
-    p->continuous_usage = continuous && !no_usage;
-    p->include_usage = usage || p->continuous_usage;
 
     return NGX_OK;
 }
@@ -1463,9 +1370,7 @@ ngx_http_pagedllm_f_messages(ngx_http_pagedllm_parse_t *ps, json_t *v)
             return NGX_ERROR;
         }
 
-        p->text_len += json_string_length(json_object_get(one, "content"))
-                       + json_string_length(json_object_get(one,
-                                                "reasoning_content"));
+        p->text_len += json_string_length(json_object_get(one, "content"));
     }
 
     p->messages = msgs;

@@ -110,9 +110,8 @@ ngx_http_pagedllm_guided_field(ngx_http_pagedllm_parse_t *ps, json_t *v)
         if (!json_is_string(v)) {
             return ngx_http_pagedllm_guided_schema(ps, v);
         }
-        /* a NUL is refused as in a schema given as an object */
         schema = json_loadb(json_string_value(v), json_string_length(v),
-                            JSON_DECODE_ANY|JSON_ALLOW_NUL, &jerr);
+                            JSON_DECODE_ANY, &jerr);
         if (schema == NULL) {
             return ngx_http_pagedllm_guided_error(ps, "'guided_json' is "
                                                   "not valid JSON: %s",

@@ -250,10 +250,6 @@ typedef struct {
     ngx_str_t                     echo;          /* echo: the prompt text */
     unsigned                      stream:1;
     unsigned                      include_usage:1;
-    unsigned                      continuous_usage:1;  /* usage on every
-                                                          chunk */
-    unsigned                      max_completion:1; /* max_tokens from
-                                                       max_completion_tokens */
     unsigned                      chat:1;        /* /v1/chat/completions */
     unsigned                      add_special:1; /* BOS/EOS of the text */
     unsigned                      add_generation_prompt:1;
@@ -384,8 +380,7 @@ typedef struct {
     size_t                        text_cap;
     size_t                        chars_sent;    /* characters streamed */
     uint32_t                     *piece_end;
-    int32_t                      *piece_id;      /* the chosen token */
-    float                        *piece_lp;      /* its logprob */
+    float                        *piece_lp;      /* chosen logprob */
     pl_top_logprob_t             *piece_top;     /* n_top per piece */
     ngx_uint_t                    npieces;
     ngx_uint_t                    pieces_cap;
@@ -563,8 +558,7 @@ void ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job,
 void ngx_http_pagedllm_detokenize(ngx_http_pagedllm_tokenize_t *job,
     ngx_log_t *log);
 ngx_int_t ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_int_t part,
-    ngx_http_pagedllm_error_t *err);
+    ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err);
 
 /* response */
 json_t *ngx_http_pagedllm_json_pool(ngx_pool_t *pool, json_t *j);
@@ -578,7 +572,6 @@ u_char *ngx_http_pagedllm_sse_text(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t index, u_char *text, size_t len, ngx_str_t *logprobs,
     uint32_t finish_reason);
 size_t ngx_http_pagedllm_utf8_chars(u_char *p, size_t n);
-void ngx_http_pagedllm_text_cut(ngx_http_pagedllm_choice_t *ch, size_t len);
 ngx_int_t ngx_http_pagedllm_logprobs_text(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n,
     ngx_str_t *out);
@@ -589,7 +582,6 @@ u_char *ngx_http_pagedllm_sse_delta(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 u_char *ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx);
 u_char *ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message);
-const char *ngx_http_pagedllm_engine_code(ngx_uint_t status);
 ngx_uint_t ngx_http_pagedllm_completion_tokens(ngx_http_pagedllm_ctx_t *ctx);
 ngx_buf_t *ngx_http_pagedllm_completion_json(ngx_http_pagedllm_ctx_t *ctx);
 ngx_buf_t *ngx_http_pagedllm_models_json(ngx_pool_t *pool,

@@ -42,7 +42,6 @@ static ngx_chain_t *ngx_http_pagedllm_out_buf(ngx_http_pagedllm_ctx_t *ctx,
     size_t size);
 static void ngx_http_pagedllm_after_write(ngx_http_pagedllm_ctx_t *ctx,
     ngx_int_t rc);
-static void ngx_http_pagedllm_too_slow(ngx_http_pagedllm_ctx_t *ctx);
 static size_t ngx_http_pagedllm_unsent(ngx_http_pagedllm_ctx_t *ctx);
 static size_t ngx_http_pagedllm_kernel_unsent(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pagedllm_write_timer(ngx_http_request_t *r);
@@ -172,26 +171,19 @@ ngx_http_pagedllm_flush_stream(ngx_http_pagedllm_ctx_t *ctx)
 /*
  * Pieces of ch that may be streamed now: all once it has ended; before
  * that, those that end before the text that might still become a stop
- * string (the longest tail of the text that is a proper prefix of one),
- * and while the decoder holds an incomplete character, before the text's
- * end (a piece there may own those bytes, and the U+FFFD they become if
- * no token completes them); none of a beam search's choice, which is sent
- * whole.  None once the request has failed.
+ * string (the longest tail of the text that is a proper prefix of one).
+ * None once the request has failed.
  */
 static ngx_uint_t
 ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch)
 {
-    size_t       hold, held, k, safe;
+    size_t       hold, k, safe;
     ngx_str_t   *st;
     ngx_uint_t   i, n;
 
     if (ch->finished || ctx->finished) {
         return ctx->finish_reason == PL_FINISH_ERROR ? 0 : ch->npieces;
-    }
-
-    if (ctx->params.flags & PL_SUBMIT_BEAM_SEARCH) {
-        return 0;
     }
 
     hold = 0;
@@ -209,9 +201,8 @@ ngx_http_pagedllm_emittable(ngx_http_pagedllm_ctx_t *ctx,
     }
 
     safe = ngx_http_pagedllm_tools_safe(ctx, ch, ch->text_len - hold);
-    held = ch->detok.npending && safe == ch->text_len;
 
-    for (n = 0; n < ch->npieces && ch->piece_end[n] + held <= safe; n++) {
+    for (n = 0; n < ch->npieces && ch->piece_end[n] <= safe; n++) {
         /* void */
     }
 
@@ -265,7 +256,6 @@ ngx_http_pagedllm_consume(ngx_http_pagedllm_choice_t *ch, ngx_uint_t n,
 
     for (i = 0; i < rest; i++) {
         ch->piece_end[i] = ch->piece_end[n + i] - bytes;
-        ch->piece_id[i] = ch->piece_id[n + i];
         ch->piece_lp[i] = ch->piece_lp[n + i];
     }
 
@@ -305,13 +295,9 @@ ngx_http_pagedllm_stream_size(ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
-/*
- * ch's events: its role first (chat), its emittable pieces, its tool
- * calls, and once it has ended normally its finish_reason (on the last
- * piece, or alone).  A piece is an event, with its logprobs; a beam
- * search's choice, known only once the search is over and without
- * logprobs, is one event of its whole text, as vLLM streams it.
- */
+/* ch's events: its role first (chat), its emittable pieces, its tool
+   calls, and once it has ended normally its finish_reason (on the last
+   piece, or alone). */
 static u_char *
 ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t emit, ngx_str_t *lpj)
@@ -340,10 +326,6 @@ ngx_http_pagedllm_stream_events(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     }
 
     for (i = 0; i < emit; i++) {
-        if (i + 1 < emit && (ctx->params.flags & PL_SUBMIT_BEAM_SEARCH)) {
-            continue;
-        }
-
         end = ch->piece_end[i];
         reason = (i == ch->npieces - 1 && final && !calls)
                  ? ch->finish_reason : 0;
@@ -441,40 +423,13 @@ ngx_http_pagedllm_after_write(ngx_http_pagedllm_ctx_t *ctx, ngx_int_t rc)
                       "bytes unsent (nginx and kernel), aborting the "
                       "generation",
                       plcf->max_unsent);
-        ngx_http_pagedllm_too_slow(ctx);
+        ngx_http_finalize_request(r, NGX_ERROR);
         return;
     }
 
     if (ngx_http_pagedllm_write_timer(r) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_ERROR);
     }
-}
-
-
-/*
- * A client that let more than pagedllm_max_unsent pile up: its generation
- * is stopped and its KV blocks freed now, and the stream ends as any
- * failed one does, with an error event and [DONE] after what it was
- * already sent, so a client that reads on learns why its stream ended.
- * The request is then finalized like a finished stream: nginx sends what
- * is left while the client reads, and closes the connection after
- * send_timeout if it does not.  What stays is bounded by pagedllm_max_unsent
- * and one event.
- */
-static void
-ngx_http_pagedllm_too_slow(ngx_http_pagedllm_ctx_t *ctx)
-{
-    ngx_http_pagedllm_channel_cancel(ctx);
-
-    ctx->finished = 1;
-    ctx->finish_reason = PL_FINISH_ERROR;
-    ctx->error_status = NGX_HTTP_REQUEST_TIME_OUT;
-    ngx_str_set(&ctx->error_message,
-                "the client read the stream too slowly: more than "
-                "pagedllm_max_unsent bytes were waiting to be sent, so "
-                "the generation was stopped");
-
-    ngx_http_pagedllm_flush(ctx);
 }
 
 
@@ -633,11 +588,12 @@ ngx_http_pagedllm_flush_whole(ngx_http_pagedllm_ctx_t *ctx)
 
     ngx_http_pagedllm_error_set(&err, ctx->error_status, NULL, "%V",
                                 &ctx->error_message);
-    err.code = ngx_http_pagedllm_engine_code(ctx->error_status);
 
     if (ctx->error_status == NGX_HTTP_SERVICE_UNAVAILABLE
         || ctx->error_status == NGX_HTTP_TOO_MANY_REQUESTS)
     {
+        err.code = ctx->error_status == NGX_HTTP_SERVICE_UNAVAILABLE
+                   ? "engine_unavailable" : "too_many_requests";
         ngx_http_finalize_request(r, ngx_http_pagedllm_send_retry(r, &err));
         return;
     }

@@ -25,14 +25,6 @@ static u_char *ngx_http_pagedllm_rfind(u_char *text, size_t len, u_char *s,
     size_t n);
 
 
-/* the fields of a reduced message that hold what a client wrote (an
-   assistant's reasoning is under two names, the same text) */
-static const char  *ngx_http_pagedllm_texts[] = {
-    "content", "name", "tool_calls", "tool_call_id", "reasoning_content",
-    NULL
-};
-
-
 /* The text of a message's content: a string, or an array of text parts
    joined by newlines (as vLLM does, a string the pool owns); NULL when it
    is neither. */
@@ -147,15 +139,12 @@ ngx_http_pagedllm_no_specials(json_t *v, ngx_http_pagedllm_tok_t *tok,
 }
 
 
-/* One message checked and reduced to {role, content[, name]}, and an
-   assistant's reasoning (ngx_http_pagedllm_assistant_field()). */
+/* One message checked and reduced to {role, content[, name]}. */
 json_t *
 ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
     json_t      *role, *content, *name, *out;
-    ngx_int_t    rc;
-    ngx_uint_t   assistant;
     const char  *r, *key;
     json_t      *v;
 
@@ -179,34 +168,19 @@ ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
         return NULL;
     }
 
-    assistant = (ngx_strcmp(r, "assistant") == 0);
-
     json_object_foreach(m, key, v) {
-        if (ngx_strcmp(key, "role") == 0 || ngx_strcmp(key, "content") == 0
-            || ngx_strcmp(key, "name") == 0)
+        if (ngx_strcmp(key, "role") != 0 && ngx_strcmp(key, "content") != 0
+            && ngx_strcmp(key, "name") != 0)
         {
-            continue;
-        }
-
-        rc = assistant ? ngx_http_pagedllm_assistant_field(key, v, err)
-                       : NGX_DECLINED;
-
-        if (rc == NGX_DECLINED) {
             ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
                                         "message field '%s' is not "
                                         "supported", key);
-        }
-
-        if (rc != NGX_OK) {
             return NULL;
         }
     }
 
     name = json_object_get(m, "name");
-    content = ngx_http_pagedllm_content(assistant
-                                        ? ngx_http_pagedllm_assistant_said(m)
-                                        : json_object_get(m, "content"),
-                                        pool);
+    content = ngx_http_pagedllm_content(json_object_get(m, "content"), pool);
 
     if (content == NULL || (name && !json_is_string(name))) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
@@ -224,130 +198,13 @@ ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
 
     out = ngx_http_pagedllm_json_pool(pool, out);
 
-    if (out == NULL || (name && json_object_set(out, "name", name) != 0)
-        || (assistant
-            && ngx_http_pagedllm_assistant_reasoning(m, out) != NGX_OK))
-    {
+    if (out == NULL || (name && json_object_set(out, "name", name) != 0)) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                     NULL, "out of memory");
         return NULL;
     }
 
     return out;
-}
-
-
-/*
- * The fields of an assistant message other than role, content, name and
- * tool_calls: those OpenAI's answers carry, which its clients send back
- * with the history (the node SDK's finalChatCompletion() adds its own
- * "parsed"), and vLLM's reasoning.  null, like an empty annotations list,
- * says nothing and is ignored; "parsed", the client's parse of the
- * content, is ignored whatever it holds, as the content says the same.
- * refusal, reasoning_content and reasoning are strings: a refusal stands
- * for the content when that is null or absent (the turn the model
- * refused), the reasoning goes to the chat template
- * (ngx_http_pagedllm_assistant_reasoning()).  audio and function_call
- * ask for what is not here.  NGX_DECLINED: key is none of these.
- */
-ngx_int_t
-ngx_http_pagedllm_assistant_field(const char *key, json_t *v,
-    ngx_http_pagedllm_error_t *err)
-{
-    ngx_uint_t   empty;
-    const char  *why;
-
-    if (ngx_strcmp(key, "parsed") == 0) {
-        return NGX_OK;
-    }
-
-    if (ngx_strcmp(key, "refusal") == 0
-        || ngx_strcmp(key, "reasoning_content") == 0
-        || ngx_strcmp(key, "reasoning") == 0)
-    {
-        if (json_is_null(v) || json_is_string(v)) {
-            return NGX_OK;
-        }
-
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
-                                    "an assistant message's '%s' must be a "
-                                    "string or null", key);
-        return NGX_ERROR;
-    }
-
-    empty = json_is_null(v);
-
-    if (ngx_strcmp(key, "annotations") == 0) {
-        empty |= json_is_array(v) && json_array_size(v) == 0;
-        why = "the server keeps no annotations (null or [] is accepted)";
-
-    } else if (ngx_strcmp(key, "audio") == 0) {
-        why = "the served models take and give text only";
-
-    } else if (ngx_strcmp(key, "function_call") == 0) {
-        why = "a call is given in 'tool_calls'";
-
-    } else {
-        return NGX_DECLINED;
-    }
-
-    if (empty) {
-        return NGX_OK;
-    }
-
-    ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
-                                "an assistant message's '%s' is not "
-                                "supported: %s", key, why);
-    return NGX_ERROR;
-}
-
-
-/* What an assistant said: its content, or its refusal when the content
-   is null or absent and the refusal a string. */
-json_t *
-ngx_http_pagedllm_assistant_said(json_t *m)
-{
-    json_t  *c, *refusal;
-
-    c = json_object_get(m, "content");
-    refusal = json_object_get(m, "refusal");
-
-    if ((c == NULL || json_is_null(c)) && json_is_string(refusal)) {
-        return refusal;
-    }
-
-    return c;
-}
-
-
-/*
- * An assistant's reasoning into its reduced message, as vLLM passes it:
- * under both names, reasoning_content (which Qwen3's and DeepSeek-R1's
- * templates read) and reasoning, whichever the client sent, so a template
- * renders it where it reads either and ignores it otherwise.
- */
-ngx_int_t
-ngx_http_pagedllm_assistant_reasoning(json_t *m, json_t *out)
-{
-    json_t  *text;
-
-    text = json_object_get(m, "reasoning_content");
-
-    if (!json_is_string(text)) {
-        text = json_object_get(m, "reasoning");
-    }
-
-    if (!json_is_string(text)) {
-        return NGX_OK;
-    }
-
-    if (json_object_set(out, "reasoning_content", text) != 0
-        || json_object_set(out, "reasoning", text) != 0)
-    {
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
 }
 
 
@@ -466,7 +323,7 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
 {
     int                          n, chat;
     char                        *text, rerr[256];
-    size_t                       i, k, len, cap;
+    size_t                       i, len, cap;
     json_t                      *m;
     const char                  *name;
     ngx_http_pagedllm_params_t  *p = job->params;
@@ -477,14 +334,22 @@ ngx_http_pagedllm_tokenize(ngx_http_pagedllm_tokenize_t *job, ngx_log_t *log)
 
     if (chat) {
         json_array_foreach(p->messages, i, m) {
-            for (k = 0; ngx_http_pagedllm_texts[k]; k++) {
-                if (ngx_http_pagedllm_no_specials(
-                        json_object_get(m, ngx_http_pagedllm_texts[k]),
-                        job->tok, name, &job->err)
-                    != NGX_OK)
-                {
-                    return;
-                }
+            if (ngx_http_pagedllm_no_specials(json_object_get(m, "content"),
+                                              job->tok, name, &job->err)
+                != NGX_OK
+                || ngx_http_pagedllm_no_specials(json_object_get(m, "name"),
+                                                 job->tok, name, &job->err)
+                   != NGX_OK
+                || ngx_http_pagedllm_no_specials(
+                       json_object_get(m, "tool_calls"), job->tok, name,
+                       &job->err)
+                   != NGX_OK
+                || ngx_http_pagedllm_no_specials(
+                       json_object_get(m, "tool_call_id"), job->tok, name,
+                       &job->err)
+                   != NGX_OK)
+            {
+                return;
             }
         }
 

@@ -26,10 +26,6 @@
 /* a string may hold U+0000 ("\u0000"): text is passed with its length */
 #define NGX_HTTP_PAGEDLLM_JSON_FLAGS  (JSON_REJECT_DUPLICATES|JSON_ALLOW_NUL)
 
-/* jansson's nesting limit as text, for the error that reaches it */
-#define NGX_HTTP_PAGEDLLM_TEXT(n)     #n
-#define NGX_HTTP_PAGEDLLM_DEPTH(n)    NGX_HTTP_PAGEDLLM_TEXT(n)
-
 
 static void ngx_http_pagedllm_decode_cleanup(void *data);
 static json_t *ngx_http_pagedllm_load(ngx_pool_t *pool,
@@ -50,8 +46,6 @@ static ngx_int_t ngx_http_pagedllm_required(json_t *root,
 static ngx_uint_t ngx_http_pagedllm_given(json_t *root, const char *name);
 static ngx_int_t ngx_http_pagedllm_beam_search(json_t *root,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_error_t *err);
-static const char *ngx_http_pagedllm_beam_unsupported(
-    ngx_http_pagedllm_params_t *p);
 static void ngx_http_pagedllm_defaults(json_t *root,
     ngx_http_pagedllm_params_t *p, ngx_http_pagedllm_engine_t *engine);
 
@@ -305,11 +299,6 @@ ngx_http_pagedllm_json_error(json_error_t *jerr)
     case json_error_invalid_utf8:
         return "the body is not valid UTF-8";
 
-    case json_error_stack_overflow:
-        return "arrays and objects nest deeper than the "
-               NGX_HTTP_PAGEDLLM_DEPTH(JSON_PARSER_MAX_DEPTH) " levels the "
-               "parser takes";
-
     default:
         return "the body is not valid JSON";
     }
@@ -544,19 +533,16 @@ ngx_http_pagedllm_required(json_t *root, ngx_http_pagedllm_params_t *p,
  * use_beam_search, as vLLM's OpenAI server takes it: the width is best_of
  * (n when absent; chat has only n) and must be above 1; the search is
  * greedy, so temperature must be 0, top_p 1 and top_k off, and when
- * absent they are that (not the model's generation_config.json).  With
- * stream: true the answer is a stream all the same, as vLLM's: nothing is
- * known before the search is over, so each choice comes whole once it is
- * (ngx_http_pagedllm_stream_events).  What beam search cannot honour
- * (penalties, logit_bias, min_p, logprobs, a grammar) is refused naming
- * the field.
+ * absent they are that (not the model's generation_config.json).  Like
+ * vLLM's /v1/completions, stream: true answers one JSON response: nothing
+ * is known before the search is over.  What beam search scores without
+ * (penalties, logit_bias, min_p, logprobs) the engine refuses by name.
  */
 static ngx_int_t
 ngx_http_pagedllm_beam_search(json_t *root, ngx_http_pagedllm_params_t *p,
     ngx_http_pagedllm_error_t *err)
 {
-    uint32_t     width = p->best_of ? p->best_of : p->n;
-    const char  *name;
+    uint32_t  width = p->best_of ? p->best_of : p->n;
 
     if (width < 2) {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
@@ -590,39 +576,10 @@ ngx_http_pagedllm_beam_search(json_t *root, ngx_http_pagedllm_params_t *p,
         return NGX_ERROR;
     }
 
-    name = ngx_http_pagedllm_beam_unsupported(p);
-
-    if (name != NULL) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, name,
-                                    "%s is not supported with beam search",
-                                    name);
-        return NGX_ERROR;
-    }
+    p->stream = 0;
+    p->include_usage = 0;
 
     return NGX_OK;
-}
-
-
-/* The first field the request sets that beam search cannot honour (the
-   sampling settings of pl_beam_unsupported(), prompt logprobs, an output
-   constraint), or NULL. */
-static const char *
-ngx_http_pagedllm_beam_unsupported(ngx_http_pagedllm_params_t *p)
-{
-    const char  *name;
-
-    name = pl_beam_unsupported(p->min_p, p->repetition_penalty,
-                               p->presence_penalty, p->frequency_penalty,
-                               p->n_bias, p->flags);
-    if (name != NULL) {
-        return name;
-    }
-
-    if (p->flags & PL_SUBMIT_PROMPT_LOGPROBS) {
-        return "prompt_logprobs";
-    }
-
-    return p->grammar_field;
 }
 
 
@@ -676,36 +633,20 @@ ngx_http_pagedllm_defaults(json_t *root, ngx_http_pagedllm_params_t *p,
 }
 
 
-/*
- * Once tokenized: the prompt and max_tokens within the model's context,
- * refused in OpenAI's words and with its code; part: the prompt's index
- * in a batch of prompts, -1 for a prompt on its own.
- */
+/* Once tokenized: the prompt and max_tokens within the model's context. */
 ngx_int_t
 ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
-    ngx_http_pagedllm_engine_t *engine, ngx_int_t part,
-    ngx_http_pagedllm_error_t *err)
+    ngx_http_pagedllm_engine_t *engine, ngx_http_pagedllm_error_t *err)
 {
-    u_char  which[32];
-
-    if (part < 0) {
-        ngx_sprintf(which, "the prompt%Z");
-
-    } else {
-        ngx_sprintf(which, "prompt %i%Z", part);
-    }
-
     if (p->n_prompt >= engine->max_model_len
         || p->n_prompt > engine->max_prompt)
     {
         ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
                                     ngx_http_pagedllm_apis[p->chat].prompt,
                                     "This model's maximum context length is "
-                                    "%uD tokens, however %s has %ui tokens",
-                                    engine->max_model_len,
-                                    part < 0 ? "your prompt" : (char *) which,
+                                    "%uD tokens, however your prompt has "
+                                    "%ui tokens", engine->max_model_len,
                                     p->n_prompt);
-        err->code = "context_length_exceeded";
         return NGX_ERROR;
     }
 
@@ -722,16 +663,13 @@ ngx_http_pagedllm_check_length(ngx_http_pagedllm_params_t *p,
     }
 
     if (p->n_prompt + p->max_tokens > engine->max_model_len) {
-        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST,
-                                    p->max_completion
-                                    ? "max_completion_tokens" : "max_tokens",
+        ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "max_tokens",
                                     "This model's maximum context length is "
                                     "%uD tokens, however you requested %uL "
-                                    "tokens (%ui in %s, %uD for the "
+                                    "tokens (%ui in the prompt, %uD for the "
                                     "completion)", engine->max_model_len,
                                     (uint64_t) p->n_prompt + p->max_tokens,
-                                    p->n_prompt, which, p->max_tokens);
-        err->code = "context_length_exceeded";
+                                    p->n_prompt, p->max_tokens);
         return NGX_ERROR;
     }
 

@@ -87,10 +87,6 @@ ngx_int_t ngx_http_pagedllm_no_specials(json_t *v,
     ngx_http_pagedllm_error_t *err);
 json_t *ngx_http_pagedllm_message(json_t *m, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err);
-ngx_int_t ngx_http_pagedllm_assistant_field(const char *key, json_t *v,
-    ngx_http_pagedllm_error_t *err);
-json_t *ngx_http_pagedllm_assistant_said(json_t *m);
-ngx_int_t ngx_http_pagedllm_assistant_reasoning(json_t *m, json_t *out);
 ngx_uint_t ngx_http_pagedllm_truncate(ngx_http_pagedllm_params_t *p,
     int32_t *ids, ngx_uint_t n);
 

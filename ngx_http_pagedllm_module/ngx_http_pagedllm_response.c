@@ -21,17 +21,6 @@ typedef json_t *(*ngx_http_pagedllm_logprobs_pt)(ngx_pool_t *pool,
     ngx_uint_t first, ngx_uint_t n);
 
 
-/* A token as logprobs show it: its own bytes, part of a character for
-   some byte tokens, and their text (valid UTF-8); both empty for a token
-   longer than NGX_HTTP_PAGEDLLM_TOKEN_TEXT bytes. */
-typedef struct {
-    u_char                        bytes[NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
-    size_t                        nbytes;
-    u_char                        text[3 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
-    size_t                        len;
-} ngx_http_pagedllm_token_t;
-
-
 /* What differs between /v1/completions and /v1/chat/completions on the
    way out; indexed by params.chat. */
 typedef struct {
@@ -47,14 +36,11 @@ typedef struct {
 
 static void ngx_http_pagedllm_json_cleanup(void *data);
 static void ngx_http_pagedllm_utf8_end(u_char *s);
-static void ngx_http_pagedllm_token(ngx_http_pagedllm_ctx_t *ctx,
-    int32_t id, ngx_http_pagedllm_token_t *tk);
+static size_t ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok,
+    int32_t id, char *buf);
 static json_t *ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t first, ngx_uint_t n);
-static json_t *ngx_http_pagedllm_top_dict(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_choice_t *ch, ngx_uint_t i,
-    ngx_http_pagedllm_token_t *chosen);
 static json_t *ngx_http_pagedllm_prompt_entry(ngx_http_pagedllm_ctx_t *ctx,
     int32_t id, float lp, uint32_t rank);
 static json_t *ngx_http_pagedllm_prompt_lp_json(ngx_http_pagedllm_ctx_t *ctx,
@@ -79,8 +65,6 @@ static json_t *ngx_http_pagedllm_choice_prompt_lp(
     json_t *j);
 
 static u_char *ngx_http_pagedllm_sse_head(u_char *p,
-    ngx_http_pagedllm_ctx_t *ctx);
-static u_char *ngx_http_pagedllm_usage_counts(u_char *p,
     ngx_http_pagedllm_ctx_t *ctx);
 static const char *ngx_http_pagedllm_reason(uint32_t reason);
 
@@ -217,8 +201,7 @@ ngx_http_pagedllm_sse_bound(ngx_http_pagedllm_ctx_t *ctx, size_t text_len)
                   "\"text\":\"\",\"logprobs\":null,\"finish_reason\":"
                   "\"length\"}]}\n\n")
            + sizeof("chat.completion.chunk\"delta\":{\"content\":}")
-           + sizeof(",\"usage\":{\"prompt_tokens\":,\"completion_tokens\":,"
-                    "\"total_tokens\":}") + 3 * NGX_INT_T_LEN
+           + sizeof(",\"usage\":null")
            + NGX_TIME_T_LEN + ctx->id.len + 6 * ctx->model.len
            + 6 * text_len;
 }
@@ -291,8 +274,7 @@ ngx_http_pagedllm_sse_choice(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 
 
 /* A chunk's choice after its text: logprobs and finish_reason; then, when
-   the last chunk carries the usage, "usage": null, as OpenAI sends it, or
-   with continuous_usage_stats the counts so far, as vLLM sends them. */
+   the last chunk carries the usage, "usage": null, as OpenAI sends it. */
 static u_char *
 ngx_http_pagedllm_sse_end(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_str_t *logprobs, uint32_t finish_reason)
@@ -318,12 +300,7 @@ ngx_http_pagedllm_sse_end(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
                        sizeof(",\"finish_reason\":null}]") - 1);
     }
 
-    if (ctx->params.continuous_usage) {
-        p = ngx_cpymem(p, ",\"usage\":", sizeof(",\"usage\":") - 1);
-        p = ngx_http_pagedllm_usage_counts(p, ctx);
-        *p++ = '}';
-
-    } else if (ctx->params.include_usage) {
+    if (ctx->params.include_usage) {
         p = ngx_cpymem(p, ",\"usage\":null", sizeof(",\"usage\":null") - 1);
     }
 
@@ -331,27 +308,23 @@ ngx_http_pagedllm_sse_end(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
 }
 
 
-/*
- * Token id as every logprobs entry shows it, sampled or not: its bytes
- * wherever it stands in a text, and as text those bytes decoded with
- * U+FFFD for each invalid or incomplete sequence (a byte token that is a
- * part of a character is one U+FFFD), so the text is what the bytes say
- * on their own; a special token by its name, even where the choice's
- * text leaves it out.
- */
-static void
-ngx_http_pagedllm_token(ngx_http_pagedllm_ctx_t *ctx, int32_t id,
-    ngx_http_pagedllm_token_t *tk)
+/* A token's text on its own into buf (2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT
+   bytes), always valid UTF-8 (U+FFFD for a part of a character), special
+   tokens included; its length. */
+static size_t
+ngx_http_pagedllm_token_text(const pl_tokenizer_t *tok, int32_t id,
+    char *buf)
 {
-    long  n, m;
+    long        n, m;
+    pl_detok_t  d;
 
-    n = pl_tokenizer_token_bytes(ctx->tok->tokenizer, id, (char *) tk->bytes,
-                                 sizeof(tk->bytes));
-    m = (n < 0) ? -1 : pl_utf8_lossy((char *) tk->bytes, n,
-                                     (char *) tk->text, sizeof(tk->text));
+    pl_detok_init(&d, tok, 0);
 
-    tk->nbytes = (m < 0) ? 0 : (size_t) n;
-    tk->len = (m < 0) ? 0 : (size_t) m;
+    n = pl_detok_push(&d, id, buf, NGX_HTTP_PAGEDLLM_TOKEN_TEXT);
+    m = pl_detok_flush(&d, buf + (n > 0 ? n : 0),
+                       NGX_HTTP_PAGEDLLM_TOKEN_TEXT);
+
+    return (n < 0 || m < 0) ? 0 : (size_t) (n + m);
 }
 
 
@@ -371,21 +344,17 @@ ngx_http_pagedllm_first_prompt(ngx_http_pagedllm_choice_t *ch, ngx_uint_t i)
 }
 
 
-/*
- * OpenAI's completions logprobs of pieces [first, first + n): each
- * sampled token whole, even the one a stop string cuts (its logprob is
- * the whole token's), at text_offset, the characters of the text before
- * the token's piece (a token that continues a character begun by an
- * earlier one has that character's offset).
- */
+/* OpenAI's completions logprobs of pieces [first, first + n). */
 static json_t *
 ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, ngx_uint_t first, ngx_uint_t n)
 {
-    json_t                     *j, *tokens, *lps, *tops, *offsets, *top;
-    uint32_t                    start;
-    ngx_uint_t                  i;
-    ngx_http_pagedllm_token_t   tk;
+    char               key[2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
+    json_t            *j, *tokens, *lps, *tops, *offsets, *top;
+    size_t             len;
+    uint32_t           start, end;
+    ngx_uint_t         i, k;
+    pl_top_logprob_t  *t;
 
     j = ngx_http_pagedllm_json_pool(pool,
             json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs",
@@ -401,72 +370,39 @@ ngx_http_pagedllm_logprobs_obj(ngx_pool_t *pool, ngx_http_pagedllm_ctx_t *ctx,
 
     for (i = first; i < first + n; i++) {
         start = i ? ch->piece_end[i - 1] : 0;
-        ngx_http_pagedllm_token(ctx, ch->piece_id[i], &tk);
-        top = ngx_http_pagedllm_first_prompt(ch, i)
-              ? json_null() : ngx_http_pagedllm_top_dict(ctx, ch, i, &tk);
+        end = ch->piece_end[i];
+        top = ngx_http_pagedllm_first_prompt(ch, i) ? json_null()
+                                                     : json_object();
 
-        if (json_array_append_new(tops, top)
-            || json_array_append_new(tokens,
-                   json_stringn((char *) tk.text, tk.len))
+        if (json_array_append_new(tokens,
+                json_stringn((char *) ch->text + start, end - start))
             || json_array_append_new(lps,
                    ngx_http_pagedllm_first_prompt(ch, i) ? json_null()
                    : json_real(ngx_http_pagedllm_lp_value(ch->piece_lp[i])))
             || json_array_append_new(offsets,
                    json_integer(ch->chars_sent
                                 + ngx_http_pagedllm_utf8_chars(ch->text,
-                                                               start))))
+                                                               start)))
+            || json_array_append_new(tops, top))
         {
             return NULL;
+        }
+
+        for (k = 0; json_is_object(top) && k < ctx->n_top; k++) {
+            t = &ch->piece_top[i * ctx->n_top + k];
+            len = ngx_http_pagedllm_token_text(ctx->tok->tokenizer, t->id, key);
+
+            if (json_object_getn(top, key, len) == NULL
+                && json_object_setn_new(top, key, len,
+                       json_real(ngx_http_pagedllm_lp_value(t->logprob)))
+                   != 0)
+            {
+                return NULL;
+            }
         }
     }
 
     return j;
-}
-
-
-/*
- * Piece i's top_logprobs: the logprobs most likely tokens and the chosen
- * one, as OpenAI lists them, so up to logprobs + 1 entries.  They are
- * keyed by text: a text that several of them share holds the likeliest's
- * logprob, or the chosen token's when it is one of them, so that the
- * entry of tokens[i] is always token_logprobs[i].
- */
-static json_t *
-ngx_http_pagedllm_top_dict(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_choice_t *ch, ngx_uint_t i,
-    ngx_http_pagedllm_token_t *chosen)
-{
-    json_t                     *top;
-    ngx_uint_t                  k;
-    pl_top_logprob_t           *t;
-    ngx_http_pagedllm_token_t   tk;
-
-    top = json_object();
-
-    for (k = 0; top != NULL && k < ctx->n_top; k++) {
-        t = &ch->piece_top[i * ctx->n_top + k];
-        ngx_http_pagedllm_token(ctx, t->id, &tk);
-
-        if (json_object_getn(top, (char *) tk.text, tk.len) == NULL
-            && json_object_setn_new(top, (char *) tk.text, tk.len,
-                   json_real(ngx_http_pagedllm_lp_value(t->logprob)))
-               != 0)
-        {
-            json_decref(top);
-            return NULL;
-        }
-    }
-
-    if (top != NULL
-        && json_object_setn_new(top, (char *) chosen->text, chosen->len,
-               json_real(ngx_http_pagedllm_lp_value(ch->piece_lp[i])))
-           != 0)
-    {
-        json_decref(top);
-        return NULL;
-    }
-
-    return top;
 }
 
 
@@ -475,14 +411,15 @@ static json_t *
 ngx_http_pagedllm_prompt_entry(ngx_http_pagedllm_ctx_t *ctx, int32_t id,
     float lp, uint32_t rank)
 {
-    ngx_http_pagedllm_token_t  tk;
+    char    text[2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
+    size_t  len;
 
-    ngx_http_pagedllm_token(ctx, id, &tk);
+    len = ngx_http_pagedllm_token_text(ctx->tok->tokenizer, id, text);
 
     return json_pack("{s:f,s:I,s:s%}",
                      "logprob", ngx_http_pagedllm_lp_value(lp),
                      "rank", (json_int_t) rank,
-                     "decoded_token", (char *) tk.text, tk.len);
+                     "decoded_token", text, len);
 }
 
 
@@ -583,40 +520,35 @@ ngx_http_pagedllm_utf8_chars(u_char *p, size_t n)
 }
 
 
-/* {"token", "logprob", "bytes"} of token id */
+/* {"token", "logprob", "bytes"} of one token's text */
 static json_t *
-ngx_http_pagedllm_chat_entry(ngx_http_pagedllm_ctx_t *ctx, int32_t id,
-    float lp)
+ngx_http_pagedllm_chat_entry(u_char *text, size_t len, float lp)
 {
-    size_t                      i;
-    json_t                     *bytes;
-    ngx_http_pagedllm_token_t   tk;
-
-    ngx_http_pagedllm_token(ctx, id, &tk);
+    size_t   i;
+    json_t  *bytes;
 
     bytes = json_array();
 
-    for (i = 0; bytes && i < tk.nbytes; i++) {
-        if (json_array_append_new(bytes, json_integer(tk.bytes[i])) != 0) {
-            json_decref(bytes);
-            return NULL;
-        }
+    for (i = 0; bytes && i < len; i++) {
+        json_array_append_new(bytes, json_integer(text[i]));
     }
 
-    return json_pack("{s:s%,s:f,s:o}", "token", (char *) tk.text, tk.len,
+    return json_pack("{s:s%,s:f,s:o}", "token", (char *) text, len,
                      "logprob", ngx_http_pagedllm_lp_value(lp),
                      "bytes", bytes);
 }
 
 
-/* OpenAI's chat logprobs of pieces [first, first + n): each sampled
-   token whole, as for completions, and its top_logprobs most likely. */
+/* OpenAI's chat logprobs of pieces [first, first + n). */
 static json_t *
 ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch,
     ngx_uint_t first, ngx_uint_t n)
 {
+    char               key[2 * NGX_HTTP_PAGEDLLM_TOKEN_TEXT];
     json_t            *j, *content, *e, *top;
+    size_t             len;
+    uint32_t           start, end;
     ngx_uint_t         i, k;
     pl_top_logprob_t  *t;
 
@@ -628,7 +560,10 @@ ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
     content = json_object_get(j, "content");
 
     for (i = first; i < first + n; i++) {
-        e = ngx_http_pagedllm_chat_entry(ctx, ch->piece_id[i],
+        start = i ? ch->piece_end[i - 1] : 0;
+        end = ch->piece_end[i];
+
+        e = ngx_http_pagedllm_chat_entry(ch->text + start, end - start,
                                          ch->piece_lp[i]);
         top = json_array();
 
@@ -640,9 +575,11 @@ ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
 
         for (k = 0; k < ctx->n_top; k++) {
             t = &ch->piece_top[i * ctx->n_top + k];
+            len = ngx_http_pagedllm_token_text(ctx->tok->tokenizer, t->id, key);
 
             if (json_array_append_new(top,
-                    ngx_http_pagedllm_chat_entry(ctx, t->id, t->logprob))
+                    ngx_http_pagedllm_chat_entry((u_char *) key, len,
+                                                 t->logprob))
                 != 0)
             {
                 return NULL;
@@ -651,35 +588,6 @@ ngx_http_pagedllm_chat_logprobs_obj(ngx_pool_t *pool,
     }
 
     return j;
-}
-
-
-/*
- * ch's text ends at len (a stop string, or tool calls after the content).
- * Its logprobs list the tokens whose pieces begin before len, the
- * prompt's always: the token that len falls in stays, its piece cut
- * there, since it was sampled whole and its logprob is the whole token's;
- * the tokens wholly after len go.
- */
-void
-ngx_http_pagedllm_text_cut(ngx_http_pagedllm_choice_t *ch, size_t len)
-{
-    ngx_uint_t  n;
-
-    n = ch->npieces;
-
-    while (n > ch->prompt_pieces
-           && (n > 1 ? ch->piece_end[n - 2] : 0) >= len)
-    {
-        n--;
-    }
-
-    if (n) {
-        ch->piece_end[n - 1] = (uint32_t) len;
-    }
-
-    ch->npieces = n;
-    ch->text_len = len;
 }
 
 
@@ -745,85 +653,31 @@ ngx_http_pagedllm_completion_tokens(ngx_http_pagedllm_ctx_t *ctx)
 u_char *
 ngx_http_pagedllm_sse_usage(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
 {
-    p = ngx_http_pagedllm_sse_head(p, ctx);
-    p = ngx_cpymem(p, "\"choices\":[],\"usage\":",
-                   sizeof("\"choices\":[],\"usage\":") - 1);
-    p = ngx_http_pagedllm_usage_counts(p, ctx);
-
-    return ngx_sprintf(p, ",\"prompt_tokens_details\":{\"cached_tokens\":%ui}}}"
-                       "\n\n", ctx->cached_tokens);
-}
-
-
-/* The usage's counts so far, the object left open: the prompt's cached
-   tokens are known only once the engine has finished. */
-static u_char *
-ngx_http_pagedllm_usage_counts(u_char *p, ngx_http_pagedllm_ctx_t *ctx)
-{
     ngx_uint_t  n;
 
     n = ngx_http_pagedllm_completion_tokens(ctx);
+    p = ngx_http_pagedllm_sse_head(p, ctx);
 
-    return ngx_sprintf(p, "{\"prompt_tokens\":%ui,\"completion_tokens\":%ui,"
-                       "\"total_tokens\":%ui", ctx->params.n_prompt, n,
-                       ctx->params.n_prompt + n);
+    return ngx_sprintf(p, "\"choices\":[],\"usage\":{\"prompt_tokens\":%ui,"
+                       "\"completion_tokens\":%ui,\"total_tokens\":%ui,"
+                       "\"prompt_tokens_details\":{\"cached_tokens\":%ui}}}"
+                       "\n\n", ctx->params.n_prompt, n,
+                       ctx->params.n_prompt + n, ctx->cached_tokens);
 }
 
 
-/* An error event: the body the same failure answers when nothing has
-   been streamed yet (ngx_http_pagedllm_engine_code()). */
 u_char *
 ngx_http_pagedllm_sse_error(u_char *p, ngx_http_pagedllm_ctx_t *ctx,
     ngx_uint_t status, ngx_str_t *message)
 {
-    const char  *code;
-
-    code = ngx_http_pagedllm_engine_code(status);
-
     p = ngx_sprintf(p, "data: {\"error\":{\"message\":\"");
     p = (u_char *) ngx_escape_json(p, message->data, message->len);
-    p = ngx_sprintf(p, "\",\"type\":\"%s\",\"param\":null,\"code\":",
-                    status < 500 ? "invalid_request_error" : "server_error");
 
-    if (code == NULL) {
-        return ngx_sprintf(p, "null}}\n\n");
-    }
-
-    return ngx_sprintf(p, "\"%s\"}}\n\n", code);
-}
-
-
-/*
- * The code of a request the engine failed, refused or never answered, by
- * status, streamed or not: the 429 and 503 a client may retry, a timeout,
- * the engine's failure or broken record, a stream stopped because its
- * client read too slowly (408, streamed only); null for a 400, the
- * request's own fault, as for the parser's refusals.
- */
-const char *
-ngx_http_pagedllm_engine_code(ngx_uint_t status)
-{
-    switch (status) {
-
-    case NGX_HTTP_TOO_MANY_REQUESTS:
-        return "too_many_requests";
-
-    case NGX_HTTP_SERVICE_UNAVAILABLE:
-        return "engine_unavailable";
-
-    case NGX_HTTP_GATEWAY_TIME_OUT:
-        return "engine_timeout";
-
-    case NGX_HTTP_REQUEST_TIME_OUT:
-        return "client_too_slow";
-
-    case NGX_HTTP_INTERNAL_SERVER_ERROR:
-    case NGX_HTTP_BAD_GATEWAY:
-        return "engine_error";
-
-    default:
-        return NULL;
-    }
+    return ngx_sprintf(p, "\",\"type\":\"%s\",\"param\":null,\"code\":%ui}}"
+                       "\n\n",
+                       status < 500 ? "invalid_request_error"
+                                    : "server_error",
+                       status);
 }
 
 

@@ -25,10 +25,7 @@
  * content.  A stream holds its text back from where a call may begin, and
  * sends the calls when the choice ends as OpenAI sends them: a delta
  * with the call's index, id, type, name and empty arguments, then the
- * arguments in fragments.  A forced output is read as it is written
- * (pl_tools_progress), by a stream at each flush; cut by max_tokens, its
- * calls so far are the answer either way, so a client gets the same
- * calls whether it streams or not.
+ * arguments in fragments.
  */
 
 
@@ -53,9 +50,8 @@ typedef enum {
 } ngx_http_pagedllm_tools_mode_e;
 
 
-/* A choice's calls as they are written: the deltas not sent yet, and,
-   for a forced output read while it is written, its calls' spans and how
-   far a stream has sent them. */
+/* A streamed choice's calls: the deltas not sent yet, and, for a forced
+   output read while it is written, how far its calls have been sent. */
 typedef struct {
     ngx_array_t                  *pending;     /* of ngx_str_t, a delta each */
     pl_tools_span_t              *spans;
@@ -106,16 +102,14 @@ static json_t *ngx_http_pagedllm_tools_calls_in(json_t *calls,
     ngx_pool_t *pool);
 static ngx_http_pagedllm_tools_t *ngx_http_pagedllm_tools_active(
     ngx_http_pagedllm_ctx_t *ctx);
+static void ngx_http_pagedllm_tools_cut(ngx_http_pagedllm_choice_t *ch,
+    size_t len);
 static ngx_int_t ngx_http_pagedllm_tools_ids(json_t *calls,
     pl_tools_format_t format);
 static ngx_int_t ngx_http_pagedllm_tools_deltas(ngx_http_pagedllm_ctx_t *ctx,
     ngx_http_pagedllm_choice_t *ch, json_t *calls);
 static ngx_int_t ngx_http_pagedllm_tools_progress(
     ngx_http_pagedllm_ctx_t *ctx, ngx_http_pagedllm_choice_t *ch);
-static json_t *ngx_http_pagedllm_tools_written(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_choice_t *ch);
-static size_t ngx_http_pagedllm_tools_args_len(const u_char *text,
-    pl_tools_span_t *sp);
 static ngx_int_t ngx_http_pagedllm_tools_spans(ngx_pool_t *pool,
     ngx_http_pagedllm_tools_stream_t *st, ngx_http_pagedllm_tools_t *t,
     ngx_http_pagedllm_choice_t *ch, size_t *n);
@@ -632,18 +626,15 @@ ngx_http_pagedllm_tools_message_is(json_t *m)
 
 /*
  * A tool message to {role, content, tool_call_id[, name]}; an assistant
- * message with tool_calls to {role, content ("" when null, or its
- * refusal), tool_calls[, name][, reasoning]}, each call's arguments an
- * object (tool_calls null or empty: none, as clients that copy a message
- * back send them), its other fields as on any assistant message
- * (ngx_http_pagedllm_assistant_field()).
+ * message with tool_calls to {role, content ("" when null), tool_calls
+ * [, name]}, each call's arguments an object (tool_calls null or empty:
+ * none, as clients that copy a message back send them).
  */
 json_t *
 ngx_http_pagedllm_tools_message(json_t *m, ngx_pool_t *pool,
     ngx_http_pagedllm_error_t *err)
 {
     json_t      *c, *content, *name, *id, *out, *calls;
-    ngx_int_t    rc;
     ngx_uint_t   tool;
     const char  *key, *own;
 
@@ -652,30 +643,19 @@ ngx_http_pagedllm_tools_message(json_t *m, ngx_pool_t *pool,
     own = tool ? "tool_call_id" : "tool_calls";
 
     json_object_foreach(m, key, c) {
-        if (ngx_strcmp(key, "role") == 0 || ngx_strcmp(key, "content") == 0
-            || ngx_strcmp(key, "name") == 0 || ngx_strcmp(key, own) == 0)
+        if (ngx_strcmp(key, "role") != 0 && ngx_strcmp(key, "content") != 0
+            && ngx_strcmp(key, "name") != 0 && ngx_strcmp(key, own) != 0)
         {
-            continue;
-        }
-
-        rc = tool ? NGX_DECLINED
-                  : ngx_http_pagedllm_assistant_field(key, c, err);
-
-        if (rc == NGX_DECLINED) {
             ngx_http_pagedllm_error_set(err, NGX_HTTP_BAD_REQUEST, "messages",
                                         "message field '%s' is not "
                                         "supported in a%s message", key,
                                         tool ? " tool"
                                              : "n assistant tool call");
-        }
-
-        if (rc != NGX_OK) {
             return NULL;
         }
     }
 
-    c = tool ? json_object_get(m, "content")
-             : ngx_http_pagedllm_assistant_said(m);
+    c = json_object_get(m, "content");
     name = json_object_get(m, "name");
     id = json_object_get(m, "tool_call_id");
 
@@ -702,8 +682,7 @@ ngx_http_pagedllm_tools_message(json_t *m, ngx_pool_t *pool,
     }
 
     if ((name && json_object_set(out, "name", name) != 0)
-        || (tool && json_object_set(out, "tool_call_id", id) != 0)
-        || (!tool && ngx_http_pagedllm_assistant_reasoning(m, out) != NGX_OK))
+        || (tool && json_object_set(out, "tool_call_id", id) != 0))
     {
         goto oom;
     }
@@ -811,9 +790,7 @@ ngx_http_pagedllm_tools_active(ngx_http_pagedllm_ctx_t *ctx)
  * stop.  The formats that are the whole answer are looked for only while
  * nothing has been streamed; the text ch keeps is the text not sent.  A
  * forced output streamed has sent its calls as it was written: what is
- * left of them is sent now, and its text is never content.  One cut by
- * max_tokens and answered whole has as its calls those a stream would
- * have sent, its text is not content either, and it keeps its "length".
+ * left of them is sent now, and its text is never content.
  */
 void
 ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
@@ -839,18 +816,7 @@ ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
             ch->finish_reason = NGX_HTTP_PAGEDLLM_FINISH_TOOL_CALLS;
         }
 
-        ngx_http_pagedllm_text_cut(ch, 0);
-        return;
-    }
-
-    if (t->forced && !stop) {
-        calls = ngx_http_pagedllm_tools_written(ctx, ch);
-
-        if (calls != NULL) {
-            t->calls[ch->index] = calls;
-            ngx_http_pagedllm_text_cut(ch, 0);
-        }
-
+        ngx_http_pagedllm_tools_cut(ch, 0);
         return;
     }
 
@@ -879,11 +845,30 @@ ngx_http_pagedllm_tools_end(ngx_http_pagedllm_ctx_t *ctx,
         /* void */
     }
 
-    ngx_http_pagedllm_text_cut(ch, i == content && ch->chars_sent == 0
-                                   ? 0 : content);
+    ngx_http_pagedllm_tools_cut(ch, i == content && ch->chars_sent == 0
+                                    ? 0 : content);
 
     t->calls[ch->index] = calls;
     ch->finish_reason = NGX_HTTP_PAGEDLLM_FINISH_TOOL_CALLS;
+}
+
+
+/* ch's text and pieces ended at len */
+static void
+ngx_http_pagedllm_tools_cut(ngx_http_pagedllm_choice_t *ch, size_t len)
+{
+    ngx_uint_t  n;
+
+    for (n = 0; n < ch->npieces && ch->piece_end[n] <= len; n++) {
+        /* void */
+    }
+
+    if (n < ch->npieces && (n ? ch->piece_end[n - 1] : 0) < len) {
+        ch->piece_end[n++] = (uint32_t) len;
+    }
+
+    ch->npieces = n;
+    ch->text_len = len;
 }
 
 
@@ -1076,7 +1061,9 @@ ngx_http_pagedllm_tools_progress(ngx_http_pagedllm_ctx_t *ctx,
             st->args = 0;
         }
 
-        end = ngx_http_pagedllm_tools_args_len(text, sp);
+        end = sp->done ? sp->args_len
+                       : ngx_http_pagedllm_tools_whole_chars(
+                             text + sp->args, sp->args_len);
 
         if (sp->args && end > st->args) {
             if (ngx_http_pagedllm_tools_fragment(a, k,
@@ -1091,64 +1078,6 @@ ngx_http_pagedllm_tools_progress(ngx_http_pagedllm_ctx_t *ctx,
     }
 
     return NGX_OK;
-}
-
-
-/*
- * The calls of forced output ch, cut before its end, as a stream of it
- * gives them: each whose name is complete, with its arguments as far as
- * they were written (empty when not begun); a new array in the pool,
- * NULL when out of memory.
- */
-static json_t *
-ngx_http_pagedllm_tools_written(ngx_http_pagedllm_ctx_t *ctx,
-    ngx_http_pagedllm_choice_t *ch)
-{
-    size_t                             n, k;
-    json_t                            *calls, *c;
-    ngx_pool_t                        *pool = ctx->request->pool;
-    pl_tools_span_t                   *sp;
-    ngx_http_pagedllm_tools_t         *t = ctx->params.tools;
-    ngx_http_pagedllm_tools_stream_t  *st = &t->streams[ch->index];
-
-    calls = ngx_http_pagedllm_json_pool(pool, json_array());
-
-    if (calls == NULL
-        || ngx_http_pagedllm_tools_spans(pool, st, t, ch, &n) != NGX_OK)
-    {
-        return NULL;
-    }
-
-    for (k = 0; k < n; k++) {
-        sp = &st->spans[k];
-        c = json_pack("{s:s%,s:s%}",
-                      "name", (char *) ch->text + sp->name, sp->name_len,
-                      "arguments", (char *) ch->text + sp->args,
-                      ngx_http_pagedllm_tools_args_len(ch->text, sp));
-
-        if (json_array_append_new(calls, c) != 0) {
-            return NULL;
-        }
-    }
-
-    if (ngx_http_pagedllm_tools_ids(calls, t->format) != NGX_OK) {
-        return NULL;
-    }
-
-    return calls;
-}
-
-
-/* the bytes of span sp's arguments that may be given: all once they are
-   complete, else those of whole characters */
-static size_t
-ngx_http_pagedllm_tools_args_len(const u_char *text, pl_tools_span_t *sp)
-{
-    if (sp->done) {
-        return sp->args_len;
-    }
-
-    return ngx_http_pagedllm_tools_whole_chars(text + sp->args, sp->args_len);
 }
 
 

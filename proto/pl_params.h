@@ -130,39 +130,4 @@ pl_param_in_range(const pl_param_t *p, double v, double context,
            && (p->open_lo ? v > p->lo : v >= p->lo);
 }
 
-
-/*
- * The request field of the first setting beam search cannot honour, or
- * NULL: it ranks beams by the raw model's logprobs, so it applies no
- * logit processor (min_p, a penalty, a bias) and returns no per-token
- * logprobs.  The module refuses such a request naming the field; the
- * engine refuses a SUBMIT that carries one.
- */
-static inline const char *
-pl_beam_unsupported(double min_p, double repetition_penalty,
-    double presence_penalty, double frequency_penalty, uint32_t n_bias,
-    uint32_t flags)
-{
-    if (min_p != 0) {
-        return "min_p";
-    }
-    if (repetition_penalty != 0 && repetition_penalty != 1) {
-        return "repetition_penalty";
-    }
-    if (presence_penalty != 0) {
-        return "presence_penalty";
-    }
-    if (frequency_penalty != 0) {
-        return "frequency_penalty";
-    }
-    if (n_bias != 0) {
-        return "logit_bias";
-    }
-    if (flags & PL_SUBMIT_LOGPROBS) {
-        return "logprobs";
-    }
-
-    return NULL;
-}
-
 #endif /* PL_PARAMS_H */

@@ -1,8 +1,7 @@
 #!/usr/bin/perl
 # One client that stops reading must not hold up the worker: its unsent
 # output grows in its own buffers until pagedllm_max_unsent, then its
-# generation is aborted and its stream ends with an error event; another
-# stream on the same worker runs to the end.
+# generation is aborted; another stream on the same worker runs to the end.
 # The reading stream goes through a location whose limit holds its whole
 # output, so it completes however late the test process gets to read it.
 
@@ -54,25 +53,6 @@ ok($st->{json}{generation_tokens_total} < $long + 400,
    'the slow stream did not generate to its end');
 like($t->error_log, qr/client reads too slowly/,
      'the error log says why it was aborted');
-
-# reading now, the slow client gets what was waiting for it, then an error
-# event that says why its stream ended, then [DONE]
-my $buf = '';
-my $head = PagedLLM::Test::read_head($slow, \$buf,
-                                     time + PagedLLM::Test::scaled(30));
-is($head && $head->{status}, 200, 'the slow client reads its 200');
-my $sc = PagedLLM::Test::read_chunks([{ sock => $slow, buf => $buf }],
-    time + PagedLLM::Test::scaled(30))->[0];
-ok($sc->{complete} && !$sc->{error},
-   'its stream ends with the last chunk') or diag($sc->{error});
-my ($sev, $trail) = PagedLLM::Test::sse_events($sc->{chunks});
-ok(!$trail, 'whole events only');
-is($sev->[-1]{data}, '[DONE]', 'the last event is [DONE]');
-my $err = eval { $J->decode($sev->[-2]{data}) } // {};
-is($err->{error}{code}, 'client_too_slow', 'after an error event');
-like($err->{error}{message} // '', qr/too slowly/, 'that says why');
-cmp_ok(scalar(grep { $_->{data} =~ /"text"/ } @$sev), '<', $long,
-       'after fewer tokens than it asked for');
 close $slow;
 
 is($t->completion(prompt => 'after', max_tokens => 2)->{status}, 200,

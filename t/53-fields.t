@@ -252,10 +252,8 @@ my $lp = $r->{choices}[0]{logprobs} // {};
 is(scalar @{ $lp->{token_logprobs} // [] }, 3, 'a logprob per token');
 ok(!grep({ !defined || $_ > 0 } @{ $lp->{token_logprobs} // [] }),
    'each one a log probability');
-is(scalar(grep { keys %{ $lp->{top_logprobs}[$_] } == 1
-                 && $lp->{top_logprobs}[$_]{ $lp->{tokens}[$_] }
-                    == $lp->{token_logprobs}[$_] } 0 .. 2), 3,
-   'and no alternatives: top_logprobs hold the chosen token alone');
+ok(!grep({ defined && %$_ } @{ $lp->{top_logprobs} // [] }),
+   'and no alternatives');
 
 # stream_options.include_usage: "usage": null on every chunk but the last
 for my $chat (0, 1) {

@@ -12,8 +12,7 @@
 # that ajv validates against the function's parameters ($ref included),
 # and the finish_reason is "tool_calls" (or "length" when max_tokens cut
 # it); streamed calls come as OpenAI sends them, the arguments of forced
-# ones in fragments as they are written; cut by max_tokens, the calls
-# written so far, the same whole and streamed.  "auto" with the answer's
+# ones in fragments as they are written.  "auto" with the answer's
 # text fixed by guided_regex: calls in the format become tool_calls (with
 # the text before them as content), a call to an unknown function stays
 # content, and with tool_choice "none" so does a well-formed call.  A conversation with the calls and their results sent back.
@@ -110,9 +109,6 @@ for my $format (sort keys %templates) {
     cmp_ok($o->{fragments_max} // 0, '>', 2,
            "$format: forced calls stream their arguments as they are "
            . "written (up to $o->{fragments_max} fragments a call)");
-    cmp_ok($o->{cut_compared} // 0, '>=', 4,
-           "$format: forced outputs cut by max_tokens give the same calls "
-           . "whole and streamed ($o->{cut_compared} choices compared)");
     cmp_ok($o->{parallel_max} // 0, '>', 1,
            "$format: parallel_tool_calls lets a choice make several calls "
            . "(up to $o->{parallel_max})");

@@ -15,8 +15,6 @@
  * Full decoding is the stream run over all ids, so the concatenation of
  * incremental output always equals pl_tokenizer_decode.  Each push works
  * on a copy of the state and commits it only when the output fitted.
- * A token's own bytes (logprobs show them) are the same walk over one
- * token with bytes left raw and no rule that depends on its place.
  */
 
 #include <string.h>
@@ -28,9 +26,6 @@ typedef struct {
     size_t   cap;
     size_t   n;
     int      overflow;
-    int      raw;        /* bytes as they are, not assembled into UTF-8 */
-    int      own;        /* the token's first byte is placed */
-    size_t   earlier;    /* bytes of out that replace earlier bytes */
 } pl_dec_out_t;
 
 static const char  pl_replacement_char[] = "\xef\xbf\xbd";
@@ -38,10 +33,9 @@ static const char  pl_replacement_char[] = "\xef\xbf\xbd";
 static void
 pl_dec_text(pl_detok_t *d, pl_dec_out_t *o, const char *s, size_t n)
 {
-    const pl_tok_decoder_t  *dec;
+    const pl_tok_decoder_t  *dec = &d->tok->dec;
 
     while (d->state[0] > 0 && n > 0) {
-        dec = &d->tok->dec;
         if (n >= dec->strip_len && memcmp(s, dec->strip_char, dec->strip_len)
                                    == 0)
         {
@@ -62,17 +56,12 @@ pl_dec_text(pl_detok_t *d, pl_dec_out_t *o, const char *s, size_t n)
     o->n += n;
 }
 
-/* Incomplete bytes as U+FFFD: earlier tokens' alone when the token being
-   decoded has placed none of its own among them yet. */
 static void
 pl_dec_flush_bytes(pl_detok_t *d, pl_dec_out_t *o)
 {
     if (d->npending) {
         d->npending = 0;
         pl_dec_text(d, o, pl_replacement_char, 3);
-        if (!o->own) {
-            o->earlier = o->n;
-        }
     }
 }
 
@@ -97,13 +86,8 @@ pl_utf8_cont_ok(const uint8_t *pending, size_t npending, uint8_t b)
 static void
 pl_dec_byte(pl_detok_t *d, pl_dec_out_t *o, uint8_t b)
 {
-    if (o->raw) {
-        pl_dec_text(d, o, (const char *) &b, 1);
-        return;
-    }
     for (;;) {
         if (d->npending == 0) {
-            o->own = 1;
             if (b < 0x80) {
                 pl_dec_text(d, o, (const char *) &b, 1);
             } else if (b >= 0xc2 && b <= 0xf4) {
@@ -114,7 +98,6 @@ pl_dec_byte(pl_detok_t *d, pl_dec_out_t *o, uint8_t b)
             return;
         }
         if (pl_utf8_cont_ok(d->pending, d->npending, b)) {
-            o->own = 1;
             d->pending[d->npending++] = b;
             if (d->npending == pl_utf8_need(d->pending[0])) {
                 d->npending = 0;
@@ -278,24 +261,14 @@ pl_detok_init(pl_detok_t *d, const pl_tokenizer_t *t, int skip_special)
 long
 pl_detok_push(pl_detok_t *d, int32_t id, char *out, size_t cap)
 {
-    size_t  earlier;
-
-    return pl_detok_push_split(d, id, out, cap, &earlier);
-}
-
-long
-pl_detok_push_split(pl_detok_t *d, int32_t id, char *out, size_t cap,
-    size_t *earlier)
-{
     pl_detok_t    tmp = *d;
-    pl_dec_out_t  o = { .out = out, .cap = cap };
+    pl_dec_out_t  o = { out, cap, 0, 0 };
 
     pl_dec_token(&tmp, &o, id);
     if (o.overflow) {
         return -1;
     }
     *d = tmp;
-    *earlier = o.earlier;
     return (long) o.n;
 }
 
@@ -303,7 +276,7 @@ long
 pl_detok_flush(pl_detok_t *d, char *out, size_t cap)
 {
     pl_detok_t    tmp = *d;
-    pl_dec_out_t  o = { .out = out, .cap = cap };
+    pl_dec_out_t  o = { out, cap, 0, 0 };
 
     pl_dec_flush_bytes(&tmp, &o);
     if (o.overflow) {
@@ -318,47 +291,12 @@ pl_tokenizer_decode(const pl_tokenizer_t *t, const int32_t *ids, size_t n,
     int skip_special, char *out, size_t cap)
 {
     pl_detok_t    d;
-    pl_dec_out_t  o = { .out = out, .cap = cap };
+    pl_dec_out_t  o = { out, cap, 0, 0 };
     size_t        i;
 
     pl_detok_init(&d, t, skip_special);
     for (i = 0; i < n && !o.overflow; i++) {
         pl_dec_token(&d, &o, ids[i]);
-    }
-    pl_dec_flush_bytes(&d, &o);
-    return o.overflow ? -1 : (long) o.n;
-}
-
-/* The bytes of token id wherever it stands: byte pieces as raw bytes,
-   text pieces through the Replace or Metaspace rule, and none of the
-   rules that depend on the token's place in the text (Strip, Metaspace's
-   first token). */
-long
-pl_tokenizer_token_bytes(const pl_tokenizer_t *t, int32_t id, char *out,
-    size_t cap)
-{
-    pl_detok_t    d;
-    pl_dec_out_t  o = { .out = out, .cap = cap, .raw = 1 };
-
-    pl_detok_init(&d, t, 0);
-    d.state[0] = 0;
-    d.n_emitted = 1;
-    pl_dec_token(&d, &o, id);
-    return o.overflow ? -1 : (long) o.n;
-}
-
-/* The decoder's own UTF-8 rule over a byte string: complete characters
-   as they are, one U+FFFD per maximal invalid subsequence. */
-long
-pl_utf8_lossy(const char *s, size_t len, char *out, size_t cap)
-{
-    pl_detok_t    d;
-    pl_dec_out_t  o = { .out = out, .cap = cap };
-    size_t        i;
-
-    memset(&d, 0, sizeof(d));
-    for (i = 0; i < len && !o.overflow; i++) {
-        pl_dec_byte(&d, &o, (uint8_t) s[i]);
     }
     pl_dec_flush_bytes(&d, &o);
     return o.overflow ? -1 : (long) o.n;
@@ -372,7 +310,7 @@ static size_t
 pl_dec_piece_bound(const pl_tokenizer_t *t, int32_t id)
 {
     pl_detok_t    d;
-    pl_dec_out_t  o = { .out = NULL, .cap = SIZE_MAX };
+    pl_dec_out_t  o = { NULL, SIZE_MAX, 0, 0 };
 
     pl_detok_init(&d, t, 0);
     d.state[0] = 0;

@@ -73,33 +73,13 @@ void pl_detok_init(pl_detok_t *d, const pl_tokenizer_t *t, int skip_special);
    any tokenizer).  After -1 the state is unchanged: retry with more room. */
 long pl_detok_push(pl_detok_t *d, int32_t id, char *out, size_t cap);
 
-/* pl_detok_push that also says how many of the bytes written, at their
-   start, are earlier tokens' incomplete bytes as a U+FFFD (id's first byte
-   does not continue them); the rest are id's text. */
-long pl_detok_push_split(pl_detok_t *d, int32_t id, char *out, size_t cap,
-    size_t *earlier);
-
 /* The most bytes one pl_detok_push or pl_detok_flush can write. */
 size_t pl_detok_max_bytes(const pl_tokenizer_t *t);
 
 /* End of stream: emits any incomplete bytes as U+FFFD. */
 long pl_detok_flush(pl_detok_t *d, char *out, size_t cap);
 
-/*
- * The bytes token id stands for on its own, wherever it is in a text (no
- * Strip or first-token rule): a byte-level or <0xXX> piece's raw bytes,
- * which may be part of a character.  Bytes written, 0 for an id outside
- * the vocabulary, -1 when cap is too small.
- */
-long pl_tokenizer_token_bytes(const pl_tokenizer_t *t, int32_t id,
-    char *out, size_t cap);
-
 /* 1 when s[len] is valid UTF-8 (no overlongs, no surrogates). */
 int pl_utf8_valid(const char *s, size_t len);
-
-/* s[len] as valid UTF-8 into out[cap] (3 * len always suffices): one
-   U+FFFD per maximal invalid or incomplete subsequence, as the decoder
-   does.  Bytes written, or -1 when cap is too small. */
-long pl_utf8_lossy(const char *s, size_t len, char *out, size_t cap);
 
 #endif /* PL_TOKENIZER_H */

@@ -124,6 +124,7 @@ typedef struct {
     double          t_read;
     int             got_done;
     int             got_usage;
+    int             whole;          /* beam search: one JSON response */
     char            error[512];
     int             finished;
 } load_conn_t;

@@ -5,9 +5,9 @@
  * request is sent as the socket takes it, then what recv() returns is fed
  * to the HTTP reader (http.c); a 200 streamed body goes on to the SSE
  * reader, whose events set the request's first token, its end at [DONE]
- * and its token counts from the usage event (a beam search's stream too:
- * its chunks come when the search ends).  Any other body is kept whole:
- * an error's message, a /metrics page.  The target (address, Host header, path) is resolved
+ * and its token counts from the usage event.  Any other body is kept
+ * whole: an error's message, a beam search's one JSON response, a
+ * /metrics page.  The target (address, Host header, path) is resolved
  * once, and the blocking GET of /v1/models at set-up uses the same
  * connection code.
  */
@@ -271,13 +271,38 @@ on_body(void *data, const char *p, size_t n)
 {
     load_conn_t  *c = data;
 
-    if (c->http.status == 200 && !c->is_metrics) {
+    if (c->http.status == 200 && !c->is_metrics && !c->whole) {
         if (load_sse_feed(&c->sse, p, n, on_event, c) != 0) {
             load_conn_fail(c, "out of memory");
         }
         return;
     }
     load_append(&c->body, &c->body_len, &c->body_cap, p, n);
+}
+
+
+/* A beam search's one JSON response: its usage, choice 0's text (chat),
+   and its end as both its first token and its last. */
+static void
+whole_response(load_conn_t *c)
+{
+    json_t  *j, *text;
+
+    c->rec.first = c->rec.end = c->t_read;
+    event_usage(c, c->body ? c->body : "", c->body_len);
+    if (!c->got_usage) {
+        load_conn_fail(c, "the response carried no usage");
+        return;
+    }
+
+    j = json_loadb(c->body, c->body_len, JSON_ALLOW_NUL, NULL);
+    text = json_object_get(json_object_get(json_array_get(
+               json_object_get(j, "choices"), 0), "message"), "content");
+    if (c->conv->history && json_is_string(text)) {
+        load_append(&c->reply, &c->reply_len, &c->reply_cap,
+                    json_string_value(text), json_string_length(text));
+    }
+    json_decref(j);
 }
 
 
@@ -296,6 +321,8 @@ conn_complete(load_conn_t *c)
         error_message(c->body ? c->body : "", msg, sizeof(msg));
         snprintf(c->error, sizeof(c->error), "HTTP %d: %s", c->http.status,
                  msg);
+    } else if (c->whole) {
+        whole_response(c);
     } else if (!c->got_done) {
         load_conn_fail(c, "the stream ended without [DONE]");
     } else if (!c->got_usage) {

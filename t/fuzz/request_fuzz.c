@@ -204,7 +204,7 @@ fuzz_request(ngx_pool_t *pool, ngx_uint_t endpoint, u_char *body,
         return;
     }
 
-    if (ngx_http_pagedllm_check_length(&c->p, &fuzz_engine, -1, &c->err)
+    if (ngx_http_pagedllm_check_length(&c->p, &fuzz_engine, &c->err)
         != NGX_OK)
     {
         fuzz_refused(pool, &c->err);

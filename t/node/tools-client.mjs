@@ -4,8 +4,7 @@
 // named function, streamed and not, parallel or not, checks every call
 // (names, ids, the arguments valid JSON that ajv validates against the
 // function's parameters, the streamed deltas in OpenAI's order, the
-// arguments in as many fragments as they were written in), forced
-// outputs cut by max_tokens (the same calls whole and streamed), then
+// arguments in as many fragments as they were written in), then
 // "auto" with the answer's text fixed by guided_regex in the template's
 // format (well formed: parsed into calls; malformed: left as content),
 // a conversation that sends calls and their results back, and the 400s.
@@ -32,7 +31,7 @@ const tools = [
     parameters: { type: 'object', properties: {
       city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
       unit: { type: 'string', enum: ['c', 'f'] },
-      days: { type: 'integer', minimum: 1, maximum: 14 } },
+      days: { type: 'integer' } },
       required: ['city', 'unit'], additionalProperties: false } } },
   { type: 'function', function: {
     name: 'set_alarm', description: 'An alarm', strict: true,
@@ -42,8 +41,7 @@ const tools = [
       repeat: { type: 'boolean' } },
       required: ['at'],
       $defs: { time: { type: 'object', properties: {
-        h: { type: 'integer', minimum: 0, maximum: 23 },
-        m: { type: 'integer', minimum: 0, exclusiveMaximum: 60 } },
+        h: { type: 'integer' }, m: { type: 'integer' } },
         required: ['h', 'm'] } } } } },
   { type: 'function', function: { name: 'ping' } },
 ];
@@ -147,26 +145,6 @@ for (const stream of [false, true]) {
   }
 }
 
-// a forced output cut by max_tokens, whole and streamed with the same
-// seed: the same calls (the cut one as far as it was written), content
-// null, finish_reason "length"
-const shape = (g) => JSON.stringify([g.finish, g.msg.content ?? null,
-  (g.msg.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments])]);
-out.cut_compared = 0;
-for (const max_tokens of [20, 40, 60, 90]) {
-  const req = { ...base, tool_choice: 'required', n: 2, seed: 5, max_tokens };
-  const name = `cut at ${max_tokens}`;
-  const whole = (await client.chat.completions.create(req)).choices
-    .map((c) => ({ msg: c.message, finish: c.finish_reason }));
-  const stream = await streamed(`${name} streamed`, req);
-  whole.forEach((g, i) => {
-    if (g.finish !== 'length') return;
-    out.cut_compared++;
-    if (shape(g) !== shape(stream[i] ?? { msg: {} }))
-      problem(`${name}: whole and streamed differ`, [g, stream[i]]);
-  });
-}
-
 // auto: the text fixed by guided_regex, in the template's format or not
 const esc = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const call = '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}';
@@ -243,9 +221,8 @@ for (const [what, req, param, word] of [
       function: { name: 'f', returns: {} } }] }, 'tools', 'returns'],
   ['an unsupported keyword, required', { tool_choice: 'required',
       tools: [{ type: 'function', function: { name: 'f', parameters: {
-        type: 'object', properties: {
-          n: { type: 'array', uniqueItems: true } } } } }] },
-   'tools', 'uniqueItems'],
+        type: 'object', properties: { n: { type: 'integer', minimum: 1 } } } } }] },
+   'tools', 'minimum'],
   ['an unsupported keyword, strict', { tools: [{ type: 'function',
       function: { name: 'f', strict: true, parameters: { type: 'object',
         properties: { s: { type: 'string', contentEncoding: 'base64' } } } } }] },

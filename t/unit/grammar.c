@@ -6,8 +6,7 @@
  * sampler's restriction (a row of bits, no -inf entries, biases kept, only
  * allowed ids ever drawn), the byte strings read from the tiny model's
  * byte-level tokenizer.json, the compiler's refusals, a deeply nested
- * schema, integer bounds and multipleOf checked on every integer of a
- * window, and random and mutated grammars.
+ * schema, and random and mutated grammars.
  */
 
 #include <math.h>
@@ -217,25 +216,16 @@ test_tokenizer_json(void)
 }
 
 
-/* ebnf refused with an error that holds want, or with whole that error */
 static void
-refused_as(const char *ebnf, const char *want, int whole)
+refused(const char *ebnf, const char *want)
 {
     char           err[256];
     pl_grammar_t  *g = pl_grammar_compile(ebnf, strlen(ebnf), err,
                                           sizeof(err));
 
-    ok(g == NULL && (whole ? strcmp(err, want) == 0
-                           : strstr(err, want) != NULL),
-       "'%s' refused: %s", ebnf, g ? "(compiled)" : err);
+    ok(g == NULL && strstr(err, want) != NULL, "'%s' refused: %s", ebnf,
+       g ? "(compiled)" : err);
     pl_grammar_free(g);
-}
-
-
-static void
-refused(const char *ebnf, const char *want)
-{
-    refused_as(ebnf, want, 0);
 }
 
 
@@ -244,9 +234,8 @@ test_refusals(void)
 {
     char         err[256];
     pl_gtext_t   t = { 0 };
-    const char  *min = "{\"type\":\"array\",\"uniqueItems\":true}";
+    const char  *min = "{\"type\":\"integer\",\"minimum\":1}";
     const char  *one = "{\"oneOf\":[]}";
-    const char  *nul = "{\"const\":\"a\\u0000b\"}";
 
     refused("root ::= x", "'x' is used but never defined");
     refused("root ::= \"a\"\nroot ::= \"b\"", "defined twice");
@@ -258,251 +247,17 @@ test_refusals(void)
     refused("root ::= r\nr ::= \"(\" r \")\"", "matches nothing");
     refused("root ::= (\"a\"{1000}){1000}", "too large");
 
-    /* a regex's error is located in the regex, once, the regex named */
-    refused_as("root ::= \"x\" /a{100000}/", "in the regex /a{100000}/: a "
-               "repetition count above 1000 at offset 7", 1);
-    refused_as("root ::= /0123456789012345678901234567890123456789(/",
-               "in the regex /0123456789012345678901234567890123456789.../: "
-               "unbalanced parenthesis at offset 41", 1);
-
     ok(pl_grammar_from_schema_text(min, strlen(min), &t, err,
                                    sizeof(err)) != 0
-       && strstr(err, "'uniqueItems'") != NULL,
+       && strstr(err, "'minimum'") != NULL,
        "a schema keyword not supported is named: %s", err);
     pl_gtext_free(&t);
     ok(pl_grammar_from_schema_text(one, strlen(one), &t, err,
                                    sizeof(err)) != 0
        && strstr(err, "'oneOf'") != NULL, "oneOf is named: %s", err);
     pl_gtext_free(&t);
-    ok(pl_grammar_from_schema_text(nul, strlen(nul), &t, err,
-                                   sizeof(err)) != 0
-       && strcmp(err, "a NUL character (U+0000) is not supported in a "
-                 "schema") == 0, "a NUL in a schema is named so: %s", err);
-    pl_gtext_free(&t);
 }
 
-
-
-static pl_grammar_t *
-compile_schema(const char *schema, char *err, size_t errlen)
-{
-    pl_gtext_t     t = { 0 };
-    pl_grammar_t  *g = NULL;
-
-    if (pl_grammar_from_schema_text(schema, strlen(schema), &t, err,
-                                    errlen) == 0)
-    {
-        g = pl_grammar_compile(t.data, t.len, err, errlen);
-    }
-    pl_gtext_free(&t);
-
-    return g;
-}
-
-
-static int
-matches(pl_grammar_t *g, const char *s)
-{
-    return pl_grammar_accepts(g, pl_grammar_walk(g, pl_grammar_start(g), s,
-                                                 strlen(s)));
-}
-
-
-/* the integers of [from, to] the grammar of schema takes are exactly
-   those of [lo, hi] that k divides; 0, or -1 with a diagnostic */
-static int
-takes_exactly(const char *schema, long long lo, long long hi, int k,
-    long long from, long long to)
-{
-    pl_grammar_t  *g;
-    char           err[256], num[32];
-    long long      v;
-    int            want;
-
-    g = compile_schema(schema, err, sizeof(err));
-    if (g == NULL) {
-        diag("%s: %s", schema, err);
-        return -1;
-    }
-    for (v = from; v <= to; v++) {
-        snprintf(num, sizeof(num), "%lld", v);
-        want = v >= lo && v <= hi && v % k == 0;
-        if (matches(g, num) != want) {
-            diag("%s: %s is %s", schema, num, want ? "refused" : "taken");
-            pl_grammar_free(g);
-            return -1;
-        }
-    }
-    pl_grammar_free(g);
-
-    return 0;
-}
-
-
-/* every pair lo <= hi of these bounds (and either left open), with and
-   without multipleOf, on every integer from -1200 to 1200 */
-static void
-test_integer_ranges(void)
-{
-    static const long long  at[] = {
-        -1000, -999, -990, -101, -100, -99, -42, -10, -9, -1, 0, 1, 7, 9,
-        10, 11, 19, 99, 100, 101, 555, 909, 999, 1000, 1009
-    };
-    static const int        ks[] = { 1, 2, 5, 8, 25, 1000 };
-    char                    schema[256], *p;
-    long long               lo, hi;
-    size_t                  n = sizeof(at) / sizeof(at[0]), i, j, m;
-    int                     bad = 0, checked = 0;
-
-    for (i = 0; i <= n; i++) {
-        for (j = 0; j <= n; j++) {
-            if (i < n && j < n && at[i] > at[j]) {
-                continue;
-            }
-            for (m = 0; m < sizeof(ks) / sizeof(ks[0]); m++) {
-                if (m > 0 && (i + j + m) % 3 != 0) {
-                    continue;
-                }
-                p = schema + sprintf(schema, "{\"type\":\"integer\"");
-                if (i < n) {
-                    p += sprintf(p, ",\"minimum\":%lld", at[i]);
-                }
-                if (j < n) {
-                    p += sprintf(p, ",\"maximum\":%lld", at[j]);
-                }
-                if (ks[m] > 1) {
-                    p += sprintf(p, ",\"multipleOf\":%d", ks[m]);
-                }
-                sprintf(p, "}");
-                lo = i < n ? at[i] : -9999999999999999LL;
-                hi = j < n ? at[j] : 9999999999999999LL;
-                if (lo + (ks[m] - lo % ks[m]) % ks[m] > hi) {
-                    continue;       /* no multiple: refused, below */
-                }
-                bad += takes_exactly(schema, lo, hi, ks[m], -1200, 1200)
-                       != 0;
-                checked++;
-            }
-        }
-    }
-    ok(bad == 0, "%d integer ranges: every integer from -1200 to 1200 is "
-       "taken exactly when it is in range (and a multiple)", checked);
-}
-
-
-static void
-test_integer_bounds(void)
-{
-    static const struct {
-        const char  *schema;
-        long long    lo, hi, from, to;
-        int          k;
-    } cases[] = {
-        { "{\"type\":\"integer\",\"minimum\":0.5,\"maximum\":7.9}",
-          1, 7, -20, 20, 1 },
-        { "{\"type\":\"integer\",\"exclusiveMinimum\":-3,"
-          "\"exclusiveMaximum\":4}", -2, 3, -20, 20, 1 },
-        { "{\"type\":\"integer\",\"exclusiveMinimum\":-3.5,"
-          "\"exclusiveMaximum\":-0.5}", -3, -1, -20, 20, 1 },
-        { "{\"type\":\"integer\",\"minimum\":2,\"exclusiveMinimum\":4,"
-          "\"maximum\":9,\"exclusiveMaximum\":9}", 5, 8, -20, 20, 1 },
-        { "{\"type\":\"integer\",\"minimum\":123456789012,"
-          "\"maximum\":123456790345}", 123456789012LL, 123456790345LL,
-          123456788000LL, 123456791000LL, 1 },
-        { "{\"type\":\"integer\",\"minimum\":-123456790345,"
-          "\"maximum\":-123456789012,\"multipleOf\":8}",
-          -123456790345LL, -123456789012LL, -123456791000LL,
-          -123456788000LL, 8 },
-        { "{\"type\":\"integer\",\"minimum\":9999999999998000}",
-          9999999999998000LL, 9999999999999999LL, 9999999999997000LL,
-          9999999999999999LL, 1 },
-        { "{\"type\":\"integer\",\"maximum\":1e300}",
-          -9999999999999999LL, 9999999999999999LL, 9999999999997000LL,
-          9999999999999999LL, 1 },
-        { "{\"type\":\"number\",\"multipleOf\":5,\"minimum\":-12.5,"
-          "\"maximum\":30}", -10, 30, -40, 40, 5 },
-        { "{\"type\":\"number\",\"multipleOf\":1.0,\"exclusiveMinimum\":0}",
-          1, 9999999999999999LL, -100, 100, 1 },
-        { "{\"type\":[\"integer\",\"null\"],\"minimum\":3,\"maximum\":3}",
-          3, 3, -100, 100, 1 },
-    };
-    static const char *const  junk[] = {
-        "-0", "01", "00", "-01", "+1", "1.0", "1e1", " 1", "1 ", "", "-",
-        "10000000000000000"
-    };
-    pl_grammar_t             *g;
-    size_t                    i;
-    char                      err[256];
-    int                       bad = 0;
-
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        ok(takes_exactly(cases[i].schema, cases[i].lo, cases[i].hi,
-                         cases[i].k, cases[i].from, cases[i].to) == 0,
-           "%s: exactly %lld to %lld", cases[i].schema, cases[i].lo,
-           cases[i].hi);
-    }
-
-    g = compile_schema("{\"type\":\"integer\",\"minimum\":-100,"
-                       "\"maximum\":100000000000000000}", err, sizeof(err));
-    for (i = 0; g != NULL && i < sizeof(junk) / sizeof(junk[0]); i++) {
-        if (matches(g, junk[i])) {
-            diag("'%s' taken", junk[i]);
-            bad++;
-        }
-    }
-    ok(g != NULL && bad == 0 && matches(g, "9999999999999999"),
-       "not integers as JSON writes them ('-0', '01', '+1', '1.0', "
-       "17 digits) are refused; 16 digits are taken");
-    pl_grammar_free(g);
-}
-
-
-static void
-schema_refused(const char *schema, const char *want)
-{
-    pl_grammar_t  *g;
-    char           err[256];
-
-    err[0] = '\0';
-    g = compile_schema(schema, err, sizeof(err));
-    ok(g == NULL && strstr(err, want) != NULL, "%s refused: %s", schema,
-       g ? "(compiled)" : err);
-    pl_grammar_free(g);
-}
-
-
-static void
-test_numeric_refusals(void)
-{
-    schema_refused("{\"type\":\"integer\",\"minimum\":5,\"maximum\":3}",
-                   "'minimum' and 'maximum' leave no integer");
-    schema_refused("{\"type\":\"integer\",\"exclusiveMinimum\":1,"
-                   "\"exclusiveMaximum\":2}",
-                   "'exclusiveMinimum' and 'exclusiveMaximum' leave no "
-                   "integer");
-    schema_refused("{\"type\":\"integer\",\"minimum\":0.2,\"maximum\":0.8}",
-                   "leave no integer");
-    schema_refused("{\"type\":\"integer\",\"minimum\":1e17}",
-                   "'minimum' leaves no integer of at most 16 digits");
-    schema_refused("{\"type\":\"integer\",\"maximum\":-1e17}",
-                   "'maximum' leaves no integer of at most 16 digits");
-    schema_refused("{\"type\":\"integer\",\"minimum\":99999999999999999999}",
-                   "not valid JSON");
-    schema_refused("{\"type\":\"integer\",\"minimum\":\"3\"}",
-                   "'minimum' must be a number");
-    schema_refused("{\"type\":\"integer\",\"multipleOf\":3}",
-                   "'multipleOf' 3 is not supported");
-    schema_refused("{\"type\":\"integer\",\"multipleOf\":0.5}",
-                   "'multipleOf' 0.5 is not supported");
-    schema_refused("{\"type\":\"integer\",\"multipleOf\":0}",
-                   "'multipleOf' must be a number above 0");
-    schema_refused("{\"type\":\"integer\",\"multipleOf\":8,\"minimum\":1,"
-                   "\"maximum\":7}", "no multiple of 8");
-    schema_refused("{\"enum\":[1,5],\"minimum\":3}",
-                   "'minimum' with 'enum' is not supported");
-    schema_refused("{\"anyOf\":[{\"type\":\"integer\"}],\"multipleOf\":2}",
-                   "'multipleOf' with 'anyOf' is not supported");
-}
 
 /* 60 nested arrays: the schema's text and automaton grow linearly
    (an unbounded list holds one copy of its item; maxItems n holds n) */
@@ -590,9 +345,6 @@ main(void)
     test_tokenizer_json();
     test_refusals();
     test_deep_schema();
-    test_integer_ranges();
-    test_integer_bounds();
-    test_numeric_refusals();
     test_random_input();
 
     return done_testing();

@@ -45,15 +45,6 @@ load_json(const char *json, char *err, size_t errlen)
     "\"b c\", \"a a\"]}"
 
 static void
-check_lossy(const char *s, size_t len, const char *want, const char *name)
-{
-    char  out[64];
-    long  n = pl_utf8_lossy(s, len, out, sizeof(out));
-
-    ok(n == (long) strlen(want) && memcmp(out, want, n) == 0, "%s", name);
-}
-
-static void
 test_utf8(void)
 {
     ok(pl_utf8_valid("h\xc3\xa9llo \xf0\x9f\x98\x80", 11), "valid UTF-8");
@@ -63,18 +54,6 @@ test_utf8(void)
     ok(!pl_utf8_valid("\xe2\x82", 2), "truncated sequence refused");
     ok(!pl_utf8_valid("\x80", 1), "lone continuation byte refused");
     ok(pl_utf8_valid("a\0b", 3), "NUL is valid UTF-8");
-    check_lossy("h\xc3\xa9 \xf0\x9f\x98\x80", 8, "h\xc3\xa9 \xf0\x9f\x98\x80",
-                "lossy: valid UTF-8 unchanged");
-    check_lossy("\xf0", 1, "\xef\xbf\xbd",
-                "lossy: a lead byte alone is U+FFFD");
-    check_lossy("\x9f", 1, "\xef\xbf\xbd",
-                "lossy: a continuation byte alone too");
-    check_lossy("\xf0\x9f\x98", 3, "\xef\xbf\xbd",
-                "lossy: one U+FFFD for an incomplete character");
-    check_lossy("a\xc0\xaf" "b", 4, "a\xef\xbf\xbd\xef\xbf\xbd" "b",
-                "lossy: one U+FFFD per maximal invalid subsequence");
-    is_int(pl_utf8_lossy("\xf0", 1, NULL, 2), -1,
-           "lossy: too small a buffer is -1");
 }
 
 static void
@@ -217,16 +196,6 @@ check_encode(const pl_tokenizer_t *t, const char *text, int add_special,
 }
 
 static void
-check_token_bytes(const pl_tokenizer_t *t, int32_t id, const char *want,
-    const char *name)
-{
-    char  out[64];
-    long  n = pl_tokenizer_token_bytes(t, id, out, sizeof(out));
-
-    ok(n == (long) strlen(want) && memcmp(out, want, n) == 0, "%s", name);
-}
-
-static void
 test_byte_level_bpe(void)
 {
     char             err[256];
@@ -269,8 +238,6 @@ test_byte_level_bpe(void)
     is_str(pl_tokenizer_id_to_piece(t, 6), "\xc4\xa0" "a", "id to piece");
     is_int(pl_tokenizer_piece_to_id(t, "abc"), 5, "piece to id");
     is_int(pl_tokenizer_piece_to_id(t, "zzz"), -1, "unknown piece is -1");
-    check_token_bytes(t, 6, " a", "token bytes: GPT-2's byte map undone");
-    check_token_bytes(t, 9, "<s>", "token bytes: an added token's content");
     ok(pl_tokenizer_is_special(t, 9) && !pl_tokenizer_is_special(t, 10)
        && !pl_tokenizer_is_special(t, 99), "special flags");
     pl_tokenizer_free(t);
@@ -308,7 +275,6 @@ test_sentencepiece(void)
         "\"start\": 1, \"stop\": 0}]}}", err, sizeof(err));
     pl_detok_t       d;
     long             n1, n2, n3;
-    size_t           earlier;
 
     if (!ok(t != NULL, "SentencePiece-style tokenizer loads")) {
         diag("%s", err);
@@ -344,24 +310,8 @@ test_sentencepiece(void)
            "stream: state unchanged after -1; U+FFFD then the text");
     is_int(pl_detok_push(&d, 9, out, sizeof(out)), 0, "stream: lead byte held");
     is_int(pl_detok_flush(&d, out, sizeof(out)), 3, "flush: U+FFFD");
-    pl_detok_push(&d, 9, out, sizeof(out));
-    n1 = pl_detok_push_split(&d, 8, out, sizeof(out), &earlier);
-    ok(n1 == 6 && earlier == 3,
-       "split: the U+FFFD of a byte the next token does not continue is "
-       "the earlier token's");
-    pl_detok_push(&d, 2, out, sizeof(out));
-    n1 = pl_detok_push_split(&d, 3, out, sizeof(out), &earlier);
-    ok(n1 == 2 && earlier == 0,
-       "split: a character the token completes is the token's");
     is_int(pl_detok_push(&d, 12345, out, sizeof(out)), 0,
            "stream: unknown id decodes to nothing");
-    check_token_bytes(t, 8, " hi",
-                      "token bytes: the space, which only a first token drops");
-    check_token_bytes(t, 2, "\xc3", "token bytes: <0xC3> is its byte alone");
-    is_int(pl_tokenizer_token_bytes(t, 12345, out, sizeof(out)), 0,
-           "token bytes: none for an unknown id");
-    is_int(pl_tokenizer_token_bytes(t, 8, out, 2), -1,
-           "token bytes: too small a buffer is -1");
     ok(pl_detok_max_bytes(t) >= 6 && pl_detok_max_bytes(t) < 64,
        "max bytes per push bounds the longest piece (%zu)",
        pl_detok_max_bytes(t));

@@ -595,8 +595,8 @@ sub completion {
 }
 
 # POSTs %req with stream: true to $path and reads the SSE stream to its
-# end: { status, headers, error (framing or SSE), done ([DONE] came last),
-# events (the other payloads, decoded) }.
+# end: { status, error (framing or SSE), done ([DONE] came last), events
+# (the other payloads, decoded) }.
 sub stream_json {
     my ($self, $path, %req) = @_;
     my $body = $JSON->encode({ %req, stream => JSON::PP::true });
@@ -607,9 +607,8 @@ sub stream_json {
     my @data = map { $_->{data} } @$ev;
     my $done = @data && $data[-1] eq '[DONE]';
     pop @data if $done;
-    return { status => $s->{status}, headers => $s->{headers},
-             error => $c->{error} // $err, done => $done,
-             events => [ map { $JSON->decode($_) } @data ] };
+    return { status => $s->{status}, error => $c->{error} // $err,
+             done => $done, events => [ map { $JSON->decode($_) } @data ] };
 }
 
 # nginx -t with the given arguments (a string): its output, with $? set.
