@@ -285,31 +285,35 @@ sub error_log {
 sub finish {
     my ($self) = @_;
     unlike($self->error_log, qr/exited on signal/, 'no nginx worker crashed');
-    $self->dump_logs if !Test::More->builder->is_passing;
-    $self->{logs_dumped} = 1;
+    $self->logs_once;
     $self->stop_all;
 }
 
 sub failing { $died || !(eval { Test::More->builder->is_passing } // 1) }
+
+# The servers' logs, once, if the test failed.
+sub logs_once {
+    my ($self) = @_;
+    local $@;
+    eval { $self->dump_logs } if !$self->{logs_dumped} && failing();
+    $self->{logs_dumped} = 1;
+}
 
 # A harness destroyed without finish prints its logs when the test failed,
 # and stops its servers, in the process that started them only.
 # Those still alive at exit print them here, while Test::More can (at
 # global destruction, where their DESTROY runs, its state may be gone).
 END {
-    local ($?, $@);
-    for my $self (grep { defined && $_->{owner} == $$ } values %live) {
-        eval { $self->dump_logs } if !$self->{logs_dumped} && failing();
-        $self->{logs_dumped} = 1;
-    }
+    local $?;
+    $_->logs_once for grep { defined && $_->{owner} == $$ } values %live;
 }
 
 sub DESTROY {
     my ($self) = @_;
     return if $self->{owner} != $$;
-    local ($?, $@);
+    local $?;
     delete $live{$self};
-    eval { $self->dump_logs } if !$self->{logs_dumped} && failing();
+    $self->logs_once;
     $self->stop_all;
 }
 
